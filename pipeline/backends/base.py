@@ -1,0 +1,83 @@
+"""What every backend is: built from its config for one model and device, callable like the model."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any, ClassVar, Dict, Mapping, Optional, Sequence
+
+import torch
+from torch import nn
+
+from pipeline.models import dtype_of
+
+AUTOCAST_DTYPES = ("bfloat16", "float16")
+
+
+class BackendUnsupported(RuntimeError):
+    """Raised when a backend cannot run on the chosen device: recorded as skipped, not failed."""
+
+
+class Backend:
+    """A way of running one model. Subclasses set ``kind`` and implement ``_build``.
+
+    Life cycle: ``check_config`` (at composition, no torch work) -> ``unsupported_reason(device)``
+    (before any work) -> ``build(model, sample, device, batch_sizes)`` -> ``__call__(**inputs)``.
+    """
+
+    kind: ClassVar[str] = ""
+
+    def __init__(self, name: str, cfg: Mapping[str, Any]) -> None:
+        self.name = name
+        self.cfg: Dict[str, Any] = dict(cfg)
+        self.device: Optional[torch.device] = None
+        self.build_seconds = 0.0
+        self._fn: Any = None
+
+    @classmethod
+    def check_config(cls, name: str, cfg: Mapping[str, Any]) -> None:
+        """Reject contradictory settings before any model is built."""
+        if cfg.get("autocast_enabled") and cfg.get("autocast_dtype") not in AUTOCAST_DTYPES:
+            raise ValueError(
+                f"backend {name!r}: autocast_dtype={cfg.get('autocast_dtype')!r} is not supported; "
+                f"use one of {list(AUTOCAST_DTYPES)}"
+            )
+
+    def unsupported_reason(self, device: torch.device) -> Optional[str]:
+        """Why this backend cannot run on ``device``, or None if it can. Answered before any work."""
+        return None
+
+    @property
+    def compute_dtype(self) -> Optional[torch.dtype]:
+        """The reduced precision this backend computes in, if any (drives tolerances)."""
+        return dtype_of(self.cfg["autocast_dtype"]) if self.cfg.get("autocast_enabled") else None
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """The autocast context for a call, or a no-op."""
+        dtype = self.compute_dtype
+        if dtype is None or self.device is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=dtype)
+
+    def build(self, model: nn.Module, sample: Dict[str, torch.Tensor], device: torch.device,
+              batch_sizes: Sequence[int]) -> None:
+        """Prepare to serve ``batch_sizes``; times the work into ``build_seconds``."""
+        reason = self.unsupported_reason(device)
+        if reason:
+            raise BackendUnsupported(reason)
+        self.device = device
+        start = time.perf_counter()
+        with torch.inference_mode():
+            self._build(model, sample, list(batch_sizes))
+        self.build_seconds = time.perf_counter() - start
+
+    def _build(self, model: nn.Module, sample: Dict[str, torch.Tensor], batch_sizes: list) -> None:
+        raise NotImplementedError
+
+    def __call__(self, **inputs: torch.Tensor) -> Any:
+        with torch.inference_mode(), self.autocast():
+            return self._fn(**inputs)
+
+    def describe(self) -> Dict[str, Any]:
+        """The config that rebuilds this backend (stored in checkpoints and logs)."""
+        return {"name": self.name, **self.cfg}

@@ -1,0 +1,72 @@
+"""Device resolution and synchronisation: the one place that knows about cuda, xpu and cpu."""
+
+from __future__ import annotations
+
+import torch
+
+KNOWN = ("cpu", "cuda", "xpu")
+
+
+def available(kind: str) -> bool:
+    """Whether this machine's torch can run on a device type."""
+    if kind == "cpu":
+        return True
+    if kind == "cuda":
+        return torch.cuda.is_available()
+    if kind == "xpu":
+        return hasattr(torch, "xpu") and torch.xpu.is_available()
+    return False
+
+
+def resolve(requested: str) -> torch.device:
+    """``auto`` picks cuda, then xpu, then cpu; a named device that is absent fails before any work."""
+    if requested == "auto":
+        for kind in ("cuda", "xpu"):
+            if available(kind):
+                return torch.device(kind)
+        return torch.device("cpu")
+    kind = requested.split(":")[0]
+    if kind not in KNOWN:
+        raise ValueError(f"unknown device {requested!r}; use auto, cpu, cuda or xpu")
+    if not available(kind):
+        raise RuntimeError(
+            f"device={requested} was asked for, but this machine's torch ({torch.__version__}) sees no {kind} device; "
+            f"use device=auto or device=cpu"
+        )
+    return torch.device(requested)
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for queued work on ``device``. On XPU, sync the stream: a device sync after a graph replay crashed on some drivers."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "xpu":
+        torch.xpu.current_stream(device).synchronize()
+
+
+def name(device: torch.device) -> str:
+    """Human-readable device name for reports and checkpoints."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    if device.type == "xpu":
+        return torch.xpu.get_device_name(device)
+    import platform
+
+    return platform.processor() or platform.machine() or "cpu"
+
+
+def peak_memory_bytes(device: torch.device) -> int:
+    """Peak allocated device memory since the last reset (0 on CPU, where torch does not track it)."""
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    if device.type == "xpu":
+        return int(torch.xpu.max_memory_allocated(device))
+    return 0
+
+
+def reset_peak_memory(device: torch.device) -> None:
+    """Start a new peak-memory window."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    elif device.type == "xpu":
+        torch.xpu.reset_peak_memory_stats(device)

@@ -1,0 +1,52 @@
+"""The routed model: a module that sends each call to the backend that owns its batch size."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Dict, List, Mapping, Sequence
+
+import torch
+from torch import nn
+
+from pipeline.backends import Backend
+from pipeline.routing import Range, backend_for
+
+
+class RoutedModule(nn.Module):
+    """Serves calls by batch size. Calls into one backend are serialised (graph replay shares
+    static buffers), so several threads may call one module; different backends run concurrently.
+    """
+
+    def __init__(self, backends: Mapping[str, Backend], route: Sequence[Range], input_names: Sequence[str]) -> None:
+        super().__init__()
+        missing = {r.backend for r in route} - set(backends)
+        if missing:
+            raise ValueError(f"route names backends that were not built: {sorted(missing)}")
+        self.backends: Dict[str, Backend] = dict(backends)
+        self.route: List[Range] = list(route)
+        self.input_names = list(input_names)
+        self._locks = {name: threading.Lock() for name in self.backends}
+
+    def bind(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Dict[str, torch.Tensor]:
+        """Positional and keyword arguments as the model's named inputs."""
+        if len(args) > len(self.input_names):
+            raise TypeError(f"expected at most {len(self.input_names)} positional inputs {self.input_names}, got {len(args)}")
+        inputs = dict(zip(self.input_names, args))
+        inputs.update(kwargs)
+        unknown = set(inputs) - set(self.input_names)
+        missing = set(self.input_names) - set(inputs)
+        if unknown or missing:
+            raise TypeError(f"inputs must be {self.input_names}; unknown {sorted(unknown)}, missing {sorted(missing)}")
+        return inputs
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        inputs = self.bind(args, kwargs)
+        batch_size = int(next(iter(inputs.values())).shape[0])
+        if batch_size < 1:
+            raise ValueError(f"batch size must be at least 1, got {batch_size}")
+        name = backend_for(self.route, batch_size)
+        with self._locks[name]:
+            return self.backends[name](**inputs)
+
+    def extra_repr(self) -> str:
+        return ", ".join(f"{r.lo}..{r.hi if r.hi is not None else 'inf'}: {r.backend}" for r in self.route)

@@ -1,0 +1,119 @@
+"""Choosing which backend serves which batch sizes, from a profile table. Pure: no timing, no torch.
+
+A route is a list of ranges ``(lo, hi, backend)`` covering every batch size from 1 up; the last
+range has ``hi=None`` (no upper bound). A size between two profiled sizes belongs to the owner of
+the next profiled size above it (the size it would be padded toward); a size above the largest
+profiled size belongs to the owner of the largest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Dict, List, Mapping, Optional, Sequence
+
+# backend -> batch size -> median latency (ms). A backend may lack some sizes.
+Profile = Mapping[str, Mapping[int, float]]
+
+STRATEGIES = ("router", "highest_throughput", "first_wins", "one_backend")
+
+
+@dataclass(frozen=True)
+class Range:
+    lo: int
+    hi: Optional[int]  # inclusive; None = no upper bound
+    backend: str
+
+    def holds(self, batch_size: int) -> bool:
+        return self.lo <= batch_size and (self.hi is None or batch_size <= self.hi)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def peak_throughput(latencies: Mapping[int, float]) -> float:
+    """Best samples per second over the profiled sizes."""
+    return max((bs / (ms / 1e3) for bs, ms in latencies.items() if ms > 0), default=0.0)
+
+
+def highest_throughput_backend(profile: Profile, order: Sequence[str]) -> str:
+    """The backend with the best peak throughput; ties go to the earlier one in ``order``."""
+    candidates = [b for b in order if profile.get(b)]
+    if not candidates:
+        raise ValueError("no backend has a profile to route on; every backend failed or was skipped")
+    return max(candidates, key=lambda b: (peak_throughput(profile[b]), -order.index(b)))
+
+
+def owners_per_size(profile: Profile, order: Sequence[str], min_gain: float) -> Dict[int, str]:
+    """For each profiled size: the incumbent, unless another backend is at least ``min_gain`` faster there.
+
+    The incumbent is the highest-throughput backend. Where it was not measured at a size, the
+    fastest backend measured there owns it. Among challengers the fastest wins; ties go to the
+    earlier backend in ``order``.
+    """
+    incumbent = highest_throughput_backend(profile, order)
+    sizes = sorted({bs for lat in profile.values() for bs in lat})
+    owners: Dict[int, str] = {}
+    for bs in sizes:
+        measured = [b for b in order if bs in profile.get(b, {})]
+        fastest = min(measured, key=lambda b: (profile[b][bs], order.index(b)))
+        if incumbent not in measured:
+            owners[bs] = fastest
+            continue
+        gain = profile[incumbent][bs] / profile[fastest][bs] - 1.0
+        owners[bs] = fastest if gain >= min_gain - 1e-12 else incumbent
+    return owners
+
+
+def ranges_from_owners(owners: Mapping[int, str]) -> List[Range]:
+    """Merge per-size owners into contiguous ranges covering 1..infinity."""
+    ranges: List[Range] = []
+    lo = 1
+    sizes = sorted(owners)
+    for i, bs in enumerate(sizes):
+        last = i == len(sizes) - 1
+        if last or owners[sizes[i + 1]] != owners[bs]:
+            ranges.append(Range(lo, None if last else bs, owners[bs]))
+            lo = bs + 1
+    return ranges
+
+
+def choose_route(profile: Profile, order: Sequence[str], strategy: str = "router", min_gain: float = 0.10,
+                 backend: Optional[str] = None, failures: Optional[Mapping[str, str]] = None) -> List[Range]:
+    """The route for a strategy.
+
+    ``order`` is the config order of the backends; ``failures`` maps excluded backends to their
+    reason, so ``one_backend`` can raise the named backend's own error.
+    """
+    failures = failures or {}
+    usable = [b for b in order if profile.get(b)]
+    if strategy == "one_backend":
+        if not backend:
+            raise ValueError("route.strategy=one_backend needs route.backend=<name>")
+        if backend in failures:
+            raise RuntimeError(f"route.backend={backend} was excluded: {failures[backend]}")
+        if backend not in usable:
+            raise ValueError(f"route.backend={backend} is not among the profiled backends {usable}")
+        return [Range(1, None, backend)]
+    if not usable:
+        raise ValueError("no backend has a profile to route on; every backend failed or was skipped: "
+                         + "; ".join(f"{b}: {r}" for b, r in failures.items()))
+    if strategy == "first_wins":
+        return [Range(1, None, usable[0])]
+    if strategy == "highest_throughput":
+        return [Range(1, None, highest_throughput_backend(profile, usable))]
+    if strategy == "router":
+        return ranges_from_owners(owners_per_size(profile, usable, min_gain))
+    raise ValueError(f"unknown route.strategy {strategy!r}; use one of {list(STRATEGIES)}")
+
+
+def backend_for(route: Sequence[Range], batch_size: int) -> str:
+    """The backend that serves ``batch_size``."""
+    for r in route:
+        if r.holds(batch_size):
+            return r.backend
+    raise ValueError(f"batch size {batch_size} is outside the route {route}")
+
+
+def sizes_owned(route: Sequence[Range], backend: str, sizes: Sequence[int]) -> List[int]:
+    """The subset of ``sizes`` that ``backend`` serves."""
+    return [bs for bs in sizes if backend_for(route, bs) == backend]

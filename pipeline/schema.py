@@ -1,0 +1,142 @@
+"""Structured-config schemas behind the YAML in ``conf/``.
+
+Every group's YAML extends one of these dataclasses (registered in Hydra's ConfigStore as
+``base_*``), so a misspelt key or a wrong type fails when the config is composed, before any
+model is built.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+STAGE_NAMES = ("capture", "profile", "route", "validate")
+
+
+@dataclass
+class InputSpec:
+    """One batch-first model input: its per-sample shape, dtype and how to fill it."""
+
+    shape: List[int] = MISSING
+    dtype: str = "float32"
+    # "randn" for floats; "randint" draws integers in [0, high) (token ids, masks).
+    fill: str = "randn"
+    high: int = 2
+
+
+@dataclass
+class ModelConfig:
+    """A model built through ``_target_`` with random weights, and what to tune it for."""
+
+    name: str = MISSING
+    # ``{_target_: dotted.path, **kwargs}``: instantiated by Hydra with random weights.
+    build: Dict[str, Any] = MISSING
+    inputs: Dict[str, InputSpec] = MISSING
+    batch_sizes: List[int] = MISSING
+    # Extra batch sizes that validation runs but profiling does not (untuned sizes).
+    validate_batch_sizes: List[int] = field(default_factory=list)
+
+
+@dataclass
+class BackendConfig:
+    """One competing backend. ``kind`` picks the implementation; the other keys set it up."""
+
+    kind: str = MISSING  # eager | inductor | graph
+    description: str = ""
+    # Inductor (also used by graph when compile_with_inductor is true). Exactly one of
+    # mode / options / template may be set.
+    fullgraph: bool = False
+    dynamic: Optional[bool] = None
+    mode: Optional[str] = None
+    options: Optional[Dict[str, Any]] = None
+    template: Optional[str] = None
+    # Autocast applies to any backend.
+    autocast_enabled: bool = False
+    autocast_dtype: str = "bfloat16"
+    # Graph backend.
+    compile_with_inductor: bool = False
+    max_recorded_batch_size: int = 256
+    clone_outputs: bool = True
+
+
+@dataclass
+class ProfileConfig:
+    """Timing budgets and stop rules; all durations in milliseconds."""
+
+    warmup_ms: float = 50.0
+    min_warmup_calls: int = 2
+    min_samples: int = 5
+    max_samples: int = 200
+    budget_ms: float = 500.0
+    # Stop sampling a batch size once the median is known to +-rel_precision at 95% confidence.
+    rel_precision: float = 0.02
+    # Saturation: stop growing batch size once throughput has not grown by `cutoff` (relative)
+    # for `backoff` consecutive measured sizes. backoff <= 0 disables the rule.
+    saturation_cutoff: float = 0.05
+    saturation_backoff: int = 0
+    # Rounds whose per-backend medians disagree by more than this (relative) are repeated.
+    noise_threshold: float = 0.25
+    max_repeats: int = 2
+
+
+@dataclass
+class RouteConfig:
+    """How the routed model is chosen from the profile."""
+
+    strategy: str = "router"  # router | highest_throughput | first_wins | one_backend
+    backend: Optional[str] = None  # for one_backend
+    min_gain: float = 0.10
+    checkpoint_name: str = "model.tweak"
+
+
+@dataclass
+class ValidateConfig:
+    """End-to-end check of the routed model against eager."""
+
+    # Untuned sizes checked beside the tuned ones: padded, and above the largest (chunked).
+    extra_batch_sizes: List[int] = field(default_factory=lambda: [3, 17])
+    check_reload: bool = True
+    # Tolerance scale applied on top of the dtype-aware defaults.
+    tolerance_scale: float = 1.0
+
+
+@dataclass
+class TrackingConfig:
+    """Where runs are logged. ``enabled: false`` runs without MLflow."""
+
+    enabled: bool = True
+    uri: str = "sqlite:///outputs/mlflow.db"
+    experiment: str = "tweakpipe"
+    run_name: Optional[str] = None
+    log_checkpoint: bool = True
+
+
+@dataclass
+class Config:
+    """The whole run: which model, which backends compete, and which stages run."""
+
+    model: ModelConfig = MISSING
+    backends: Dict[str, BackendConfig] = MISSING
+    profile: ProfileConfig = field(default_factory=ProfileConfig)
+    route: RouteConfig = field(default_factory=RouteConfig)
+    validate: ValidateConfig = field(default_factory=ValidateConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    device: str = "auto"
+    seed: int = 0
+    stages: List[str] = field(default_factory=lambda: list(STAGE_NAMES))
+    # Reference backend every output is compared with.
+    reference: str = "eager"
+
+
+def register_configs() -> None:
+    """Register the schemas so the YAML files can name them in their defaults lists."""
+    cs = ConfigStore.instance()
+    cs.store(name="base_config", node=Config)
+    cs.store(group="model", name="base_model", node=ModelConfig)
+    cs.store(group="profile", name="base_profile", node=ProfileConfig)
+    cs.store(group="route", name="base_route", node=RouteConfig)
+    cs.store(group="validate", name="base_validate", node=ValidateConfig)
+    cs.store(group="tracking", name="base_tracking", node=TrackingConfig)

@@ -1,0 +1,32 @@
+"""Route: pick the backend for each range of batch sizes from the profile, and build the routed model."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from pipeline.context import RunContext
+from pipeline.router import RoutedModule
+from pipeline.routing import choose_route
+
+log = logging.getLogger(__name__)
+
+
+def run(ctx: RunContext) -> None:
+    rcfg = ctx.cfg.route
+    medians = ctx.medians()
+    ctx.route = choose_route(medians, list(ctx.cfg.backends), rcfg.strategy, rcfg.min_gain,
+                             rcfg.backend, ctx.failures())
+    routed_names = {r.backend for r in ctx.route}
+    ctx.routed = RoutedModule({n: ctx.backends[n] for n in routed_names}, ctx.route, list(ctx.inputs))
+    for r in ctx.route:
+        log.info("route   batch %s..%s -> %s", r.lo, r.hi if r.hi is not None else "inf", r.backend)
+    path = ctx.run_dir / "route.json"
+    path.write_text(json.dumps({
+        "strategy": rcfg.strategy,
+        "min_gain": rcfg.min_gain,
+        "ranges": [r.to_dict() for r in ctx.route],
+        "profile_medians_ms": {b: {str(bs): ms for bs, ms in per.items()} for b, per in medians.items()},
+        "excluded": ctx.failures(),
+    }, indent=2))
+    ctx.tracker.log_route(ctx.route, path)

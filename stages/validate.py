@@ -1,0 +1,62 @@
+"""Validate: the routed model against eager at tuned, untuned (padded) and above-maximum batch sizes."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import torch
+
+from pipeline.compare import rel_error, tolerance
+from pipeline.context import RunContext
+from pipeline.models import make_inputs
+from pipeline.routing import backend_for
+
+log = logging.getLogger(__name__)
+
+
+class ValidationFailed(RuntimeError):
+    """The routed model disagrees with eager somewhere; validation.json says where."""
+
+
+def check_sizes(ctx: RunContext) -> list:
+    """Tuned sizes, the configured extra sizes, and one above the largest tuned size (chunked)."""
+    extra = [int(b) for b in ctx.cfg.validate.extra_batch_sizes]
+    return sorted(set(ctx.batch_sizes) | set(extra) | {max(ctx.batch_sizes) + 1})
+
+
+def check(ctx: RunContext, module: torch.nn.Module, label: str) -> list:
+    """One row per batch size: which backend served it, its error and whether it is within tolerance."""
+    rows = []
+    for bs in check_sizes(ctx):
+        inputs = make_inputs(ctx.inputs, bs, ctx.device, ctx.cfg.seed + 1)
+        with torch.inference_mode():
+            ref = ctx.model(**inputs)
+            out = module(**inputs)
+        name = backend_for(ctx.route, bs)
+        tol = tolerance(ctx.backends[name].compute_dtype, ctx.cfg.validate.tolerance_scale)
+        err = rel_error(out, ref)
+        rows.append({"check": label, "batch_size": bs, "backend": name, "tuned": bs in ctx.batch_sizes,
+                     "max_rel_error": err, "tolerance": tol, "ok": err <= tol})
+    return rows
+
+
+def run(ctx: RunContext) -> None:
+    if ctx.routed is None:
+        raise RuntimeError("validate needs the route stage first: add route to stages")
+    rows = check(ctx, ctx.routed, "routed")
+    if ctx.cfg.validate.check_reload and ctx.checkpoint_path is not None:
+        from pipeline.checkpoint import load
+
+        rows += check(ctx, load(ctx.checkpoint_path, ctx.model, device=ctx.device), "reloaded")
+    ctx.validation = {"ok": all(r["ok"] for r in rows), "rows": rows}
+    for r in rows:
+        log.log(logging.INFO if r["ok"] else logging.ERROR, "validate %-8s bs=%-4d %-24s err %.2e (tol %.1e) %s",
+                r["check"], r["batch_size"], r["backend"], r["max_rel_error"], r["tolerance"],
+                "ok" if r["ok"] else "MISMATCH")
+    path = ctx.run_dir / "validation.json"
+    path.write_text(json.dumps(ctx.validation, indent=2))
+    ctx.tracker.log_validation(ctx.validation, path)
+    if not ctx.validation["ok"]:
+        bad = [f"{r['check']} bs={r['batch_size']} ({r['backend']})" for r in rows if not r["ok"]]
+        raise ValidationFailed(f"routed model disagrees with eager at {', '.join(bad)}; see {path}")
