@@ -1,0 +1,43 @@
+"""Shared fixtures: Hydra composition of the real config tree, and a tiny, fast model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, List
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig
+
+from pipeline.schema import register_configs
+
+ROOT = Path(__file__).resolve().parents[1]
+CONF = ROOT / "conf"
+# Overrides for runs that must be quick on 2 CPU cores.
+TINY = ["model=tiny_mlp", "profile=quick", "tracking=off"]
+
+register_configs()
+
+
+@pytest.fixture
+def compose_cfg() -> Callable[[List[str]], DictConfig]:
+    """Compose ``conf/config.yaml`` with overrides, as the command line would."""
+
+    def _compose(overrides: List[str]) -> DictConfig:
+        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+            return compose(config_name="config", overrides=overrides)
+
+    return _compose
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item]) -> None:
+    """Skip tests marked gpu where no CUDA/XPU device is present."""
+    import torch
+
+    has_gpu = torch.cuda.is_available() or (hasattr(torch, "xpu") and torch.xpu.is_available())
+    if has_gpu:
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA or XPU device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
