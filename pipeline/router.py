@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Sequence
 
 import torch
@@ -12,19 +13,33 @@ from pipeline.backends import Backend
 from pipeline.routing import Range, backend_for
 
 
+@dataclass
+class TuneRecord:
+    """What a checkpoint needs besides the backends. The eager model is kept here rather than as a
+    submodule, so ``routed.train()`` or ``routed.to()`` cannot change what the backends were built on.
+    """
+
+    name: str
+    model: nn.Module
+    inputs: Dict[str, Dict[str, Any]]  # input name -> {shape (per sample), dtype, fill, high}
+    batch_sizes: List[int]  # the tuned (profiled) sizes
+    device: torch.device
+
+
 class RoutedModule(nn.Module):
     """Serves calls by batch size. Calls into one backend are serialised (graph replay shares
     static buffers), so several threads may call one module; different backends run concurrently.
     """
 
-    def __init__(self, backends: Mapping[str, Backend], route: Sequence[Range], input_names: Sequence[str]) -> None:
+    def __init__(self, backends: Mapping[str, Backend], route: Sequence[Range], record: TuneRecord) -> None:
         super().__init__()
         missing = {r.backend for r in route} - set(backends)
         if missing:
             raise ValueError(f"route names backends that were not built: {sorted(missing)}")
         self.backends: Dict[str, Backend] = dict(backends)
         self.route: List[Range] = list(route)
-        self.input_names = list(input_names)
+        self.record = record
+        self.input_names = list(record.inputs)
         self._locks = {name: threading.Lock() for name in self.backends}
 
     def bind(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Dict[str, torch.Tensor]:

@@ -4,10 +4,14 @@ A route is a list of ranges ``(lo, hi, backend)`` covering every batch size from
 range has ``hi=None`` (no upper bound). A size between two profiled sizes belongs to the owner of
 the next profiled size above it (the size it would be padded toward); a size above the largest
 profiled size belongs to the owner of the largest.
+
+"Faster by ``min_gain``" compares speeds: a challenger taking 1.0 ms beats an incumbent taking
+1.1 ms by exactly 10% (1.1 / 1.0 - 1 = 0.10).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Dict, List, Mapping, Optional, Sequence
 
@@ -77,22 +81,37 @@ def ranges_from_owners(owners: Mapping[int, str]) -> List[Range]:
     return ranges
 
 
+def check_profile(profile: Profile) -> None:
+    """Every latency must be a positive, finite number of milliseconds."""
+    for name, per in profile.items():
+        for bs, ms in per.items():
+            if int(bs) < 1 or not (isinstance(ms, (int, float)) and math.isfinite(ms) and ms > 0):
+                raise ValueError(f"profile of {name!r} at batch size {bs}: {ms!r} ms is not a positive finite latency")
+
+
 def choose_route(profile: Profile, order: Sequence[str], strategy: str = "router", min_gain: float = 0.10,
                  backend: Optional[str] = None, failures: Optional[Mapping[str, str]] = None) -> List[Range]:
     """The route for a strategy.
 
-    ``order`` is the config order of the backends; ``failures`` maps excluded backends to their
-    reason, so ``one_backend`` can raise the named backend's own error.
+    ``order`` is the config order of the backends; ``failures`` maps excluded backends (failed to
+    build, did not match eager, unsupported) to their reason: they never serve, and
+    ``one_backend`` raises the named backend's own error.
     """
     failures = failures or {}
-    usable = [b for b in order if profile.get(b)]
+    check_profile(profile)
+    if min_gain < 0:
+        raise ValueError(f"route.min_gain={min_gain} must be >= 0 (0.10 = a challenger must be 10% faster)")
+    usable = [b for b in order if profile.get(b) and b not in failures]
     if strategy == "one_backend":
         if not backend:
             raise ValueError("route.strategy=one_backend needs route.backend=<name>")
+        if backend not in order:
+            raise ValueError(f"route.backend={backend} is not among the selected backends {list(order)}; "
+                             f"add it, e.g. 'backends=[eager,{backend}]'")
         if backend in failures:
             raise RuntimeError(f"route.backend={backend} was excluded: {failures[backend]}")
         if backend not in usable:
-            raise ValueError(f"route.backend={backend} is not among the profiled backends {usable}")
+            raise ValueError(f"route.backend={backend} has no profile to serve from; was the profile stage run?")
         return [Range(1, None, backend)]
     if not usable:
         raise ValueError("no backend has a profile to route on; every backend failed or was skipped: "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Optional
 
 import torch
 from hydra.utils import instantiate
@@ -48,22 +48,25 @@ def check_config(cfg: DictConfig) -> None:
         backend_registry.create(name, OmegaConf.to_container(bcfg, resolve=True))
 
 
-def build_context(cfg: DictConfig, run_dir: Path) -> RunContext:
-    """Resolve the device, build the model with random weights, open the tracker."""
+def build_context(cfg: DictConfig, run_dir: Path, model: Optional[torch.nn.Module] = None) -> RunContext:
+    """Resolve the device, build the model with random weights (or take the caller's), open the tracker."""
     device = devices.resolve(cfg.device)
     torch.manual_seed(cfg.seed)
-    model = instantiate(cfg.model.build).eval().to(device)
+    model = (instantiate(cfg.model.build) if model is None else model).eval().to(device)
     inputs = OmegaConf.to_container(cfg.model.inputs, resolve=True)
     return RunContext(cfg=cfg, run_dir=run_dir, device=device, model=model, inputs=inputs,
                       tracker=make_tracker(cfg.tracking))
 
 
-def run(cfg: DictConfig, run_dir: Path) -> RunContext:
-    """Check, then run every configured stage; each stage's results are logged as it ends."""
+def run(cfg: DictConfig, run_dir: Path, model: Optional[torch.nn.Module] = None) -> RunContext:
+    """Check, then run every configured stage; each stage's results are logged as it ends.
+
+    ``model`` replaces building ``cfg.model.build`` (the Python API tunes the caller's model).
+    """
     check_config(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
-    ctx = build_context(cfg, run_dir)
+    ctx = build_context(cfg, run_dir, model)
     log.info("tuning %s on %s (%s); run directory %s", cfg.model.name, ctx.device, devices.name(ctx.device), run_dir)
     ctx.tracker.start(cfg, run_dir)
     status = "FAILED"

@@ -1,12 +1,13 @@
-"""Route: pick the backend for each range of batch sizes from the profile, and build the routed model."""
+"""Route: pick the backend for each range of batch sizes from the profile, build the routed model, save its checkpoint."""
 
 from __future__ import annotations
 
 import json
 import logging
 
+from pipeline import checkpoint
 from pipeline.context import RunContext
-from pipeline.router import RoutedModule
+from pipeline.router import RoutedModule, TuneRecord
 from pipeline.routing import choose_route
 
 log = logging.getLogger(__name__)
@@ -18,7 +19,8 @@ def run(ctx: RunContext) -> None:
     ctx.route = choose_route(medians, list(ctx.cfg.backends), rcfg.strategy, rcfg.min_gain,
                              rcfg.backend, ctx.failures())
     routed_names = {r.backend for r in ctx.route}
-    ctx.routed = RoutedModule({n: ctx.backends[n] for n in routed_names}, ctx.route, list(ctx.inputs))
+    record = TuneRecord(ctx.cfg.model.name, ctx.model, ctx.inputs, ctx.batch_sizes, ctx.device)
+    ctx.routed = RoutedModule({n: ctx.backends[n] for n in routed_names}, ctx.route, record)
     for r in ctx.route:
         log.info("route   batch %s..%s -> %s", r.lo, r.hi if r.hi is not None else "inf", r.backend)
     path = ctx.run_dir / "route.json"
@@ -30,3 +32,7 @@ def run(ctx: RunContext) -> None:
         "excluded": ctx.failures(),
     }, indent=2))
     ctx.tracker.log_route(ctx.route, path)
+    ctx.checkpoint_path = checkpoint.save(ctx.routed, ctx.run_dir / rcfg.checkpoint_name)
+    log.info("route   checkpoint %s", ctx.checkpoint_path)
+    if ctx.cfg.tracking.log_checkpoint:
+        ctx.tracker.log_artifact(ctx.checkpoint_path)

@@ -1,0 +1,254 @@
+"""Verified checkpoints: one file that rebuilds a routed model, and that cannot run code when loaded.
+
+Layout of a ``.tweak`` file::
+
+    TWEAKPIPE-CHECKPOINT 1\\n
+    sha256:<64 hex digits of the body>\\n
+    <body: torch.save of plain data and tensors>
+
+The body holds the route table, each routed backend's config (rebuilt by ``kind`` through the
+backend registry, never by import path), the model's state dict, the input spec, the tuned batch
+sizes, the versions and the device it was tuned on. It is read with
+``torch.load(weights_only=True)`` only after its SHA-256 matches.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import io
+import logging
+import os
+import pickle
+import platform
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Union
+
+import torch
+from omegaconf import OmegaConf
+from torch import nn
+
+from pipeline import backends as backend_registry
+from pipeline import devices
+from pipeline.models import make_inputs
+from pipeline.router import RoutedModule, TuneRecord
+from pipeline.routing import Range, sizes_owned
+
+log = logging.getLogger(__name__)
+
+MAGIC = b"TWEAKPIPE-CHECKPOINT"
+FORMAT = 1
+KEYS = ("name", "route", "backends", "state_dict", "inputs", "batch_sizes", "max_batch_size", "versions", "device")
+# The seed of the sample inputs used to build and warm the backends on load.
+SAMPLE_SEED = 0
+
+PathLike = Union[str, os.PathLike]
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be loaded; the message says why and what to do."""
+
+
+class NotACheckpoint(CheckpointError):
+    """The file was not written by tweakpipe."""
+
+
+class ChecksumMismatch(CheckpointError):
+    """The file changed after it was written."""
+
+
+class StateDictMismatch(CheckpointError):
+    """The checkpoint's weights do not fit the model it is loaded into."""
+
+
+class DeviceMismatch(CheckpointError):
+    """The checkpoint was tuned for another device type."""
+
+
+def plain(value: Any, where: str = "value") -> Any:
+    """``value`` as plain dicts, lists, strings and numbers: all that a weights-only load accepts besides tensors."""
+    if OmegaConf.is_config(value):
+        value = OmegaConf.to_container(value, resolve=True)
+    if isinstance(value, Mapping):
+        return {str(k): plain(v, f"{where}.{k}") for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    for kind in (bool, int, float, str):  # bool first: it is an int; subclasses (TorchVersion) become the base type
+        if isinstance(value, kind):
+            return kind(value)
+    if value is None:
+        return None
+    raise TypeError(f"{where} is a {type(value).__name__}; a checkpoint holds only plain data and tensors")
+
+
+def version_of(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def payload_of(routed: RoutedModule) -> Dict[str, Any]:
+    """Everything needed to rebuild ``routed``, as plain data and CPU tensors."""
+    rec = routed.record
+    state: Dict[str, torch.Tensor] = {}
+    for key, value in rec.model.state_dict().items():
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(f"state dict entry {key!r} is a {type(value).__name__}, not a tensor; "
+                            f"checkpoints hold only tensors so that loading executes nothing")
+        state[key] = value.detach().cpu()
+    used = list(dict.fromkeys(r.backend for r in routed.route))
+    meta = plain({
+        "format": FORMAT,
+        "name": rec.name,
+        "route": [r.to_dict() for r in routed.route],
+        "backends": {n: routed.backends[n].describe() for n in used},
+        "inputs": rec.inputs,
+        "batch_sizes": sorted(int(b) for b in rec.batch_sizes),
+        "max_batch_size": max(int(b) for b in rec.batch_sizes),
+        "versions": {"torch": torch.__version__, "tweakpipe": version_of("tweakpipe"),
+                     "python": platform.python_version()},
+        "device": {"type": rec.device.type, "name": devices.name(rec.device)},
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }, "checkpoint")
+    return {**meta, "state_dict": state}
+
+
+def write(payload: Mapping[str, Any], path: PathLike) -> Path:
+    """Write ``payload`` with its checksum; atomic, so a reader never sees half a file."""
+    buf = io.BytesIO()
+    torch.save(dict(payload), buf)
+    body = buf.getvalue()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("wb") as f:
+        f.write(MAGIC + f" {FORMAT}\n".encode())
+        f.write(f"sha256:{hashlib.sha256(body).hexdigest()}\n".encode())
+        f.write(body)
+    os.replace(tmp, path)
+    return path
+
+
+def save(routed: RoutedModule, path: PathLike) -> Path:
+    """Write the checkpoint of a routed model to ``path``."""
+    return write(payload_of(routed), path)
+
+
+def read(path: PathLike) -> Dict[str, Any]:
+    """The verified payload of a checkpoint, without building anything (for inspection and ``load``)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no checkpoint at {path}")
+    with path.open("rb") as f:
+        head = f.readline(64)
+        sha_line = f.readline(80)
+        body = f.read()
+    if not head.startswith(MAGIC + b" "):
+        raise NotACheckpoint(f"{path} is not a tweakpipe checkpoint (it does not start with {MAGIC.decode()!r}); "
+                             f"write one with pipeline.save(tuned, path) or the route stage")
+    fmt = head[len(MAGIC):].strip().decode(errors="replace")
+    if fmt != str(FORMAT):
+        raise CheckpointError(f"{path} has checkpoint format {fmt!r}; this tweakpipe reads format {FORMAT}. "
+                              f"Load it with the tweakpipe version that wrote it, or re-tune")
+    recorded = sha_line.strip().decode(errors="replace").removeprefix("sha256:")
+    actual = hashlib.sha256(body).hexdigest()
+    if recorded != actual:
+        raise ChecksumMismatch(f"{path} changed after it was written: its SHA-256 is {actual}, the recorded one is "
+                               f"{recorded!r}. The file is damaged or was edited; copy it again or re-tune")
+    try:
+        payload = torch.load(io.BytesIO(body), map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        raise CheckpointError(f"{path} holds objects a weights-only load refuses, so it was not loaded: {exc}") from None
+    missing = [k for k in KEYS if not isinstance(payload, dict) or k not in payload]
+    if missing:
+        raise CheckpointError(f"{path} lacks {missing}; it was not written by pipeline.save or the route stage")
+    return payload
+
+
+def target_device(payload: Mapping[str, Any], device: Optional[Union[str, torch.device]], path: Path) -> torch.device:
+    """The device to load on: the requested one, which must be of the type the checkpoint was tuned for."""
+    kind, name = payload["device"]["type"], payload["device"]["name"]
+    if device is None:
+        if not devices.available(kind):
+            raise DeviceMismatch(
+                f"{path} was tuned on {kind} ({name}), and this machine's torch ({torch.__version__}) sees no {kind} "
+                f"device. Load it where {kind} is available, or tune for this machine: "
+                f"pipeline.tune(model, example_inputs, overrides=['device=cpu'])")
+        return torch.device(kind)
+    dev = torch.device(device)
+    if dev.type != kind:
+        raise DeviceMismatch(
+            f"{path} was tuned on {kind} ({name}), not {dev.type}: its route and backends were chosen for {kind}. "
+            f"Pass device='{kind}' (or device=None) on a machine with a {kind} device, or tune for {dev.type}: "
+            f"pipeline.tune(model, example_inputs, overrides=['device={dev.type}'])")
+    return devices.resolve(str(dev))
+
+
+def _listed(keys: List[str], limit: int = 8) -> str:
+    more = f" and {len(keys) - limit} more" if len(keys) > limit else ""
+    return ", ".join(keys[:limit]) + more
+
+
+def check_state_dict(saved: Mapping[str, torch.Tensor], model: nn.Module, name: str, path: Path) -> None:
+    """Fail before loading when the weights do not fit, naming the keys that differ."""
+    expected = model.state_dict()
+    missing = [k for k in expected if k not in saved]
+    unexpected = [k for k in saved if k not in expected]
+    shapes = [f"{k} {tuple(saved[k].shape)} vs {tuple(expected[k].shape)}" for k in expected
+              if k in saved and isinstance(expected[k], torch.Tensor) and saved[k].shape != expected[k].shape]
+    if missing or unexpected or shapes:
+        parts = [f"missing keys: {_listed(missing)}" if missing else "",
+                 f"unexpected keys: {_listed(unexpected)}" if unexpected else "",
+                 f"shape mismatches (checkpoint vs model): {_listed(shapes)}" if shapes else ""]
+        raise StateDictMismatch(
+            f"{path} holds weights of {name!r} that do not fit {type(model).__name__}: "
+            + "; ".join(p for p in parts if p) + ". Pass a model built like the one that was tuned")
+
+
+def warn_on_drift(payload: Mapping[str, Any], device: torch.device) -> None:
+    """A route timed on another device model or torch version still works, but may no longer be the fastest."""
+    tuned_torch = payload["versions"]["torch"]
+    if tuned_torch != torch.__version__:
+        log.warning("checkpoint tuned with torch %s, running torch %s: re-tune if timings matter",
+                    tuned_torch, torch.__version__)
+    here = devices.name(device)
+    if payload["device"]["name"] != here:
+        log.warning("checkpoint tuned on %s, loading on %s: re-tune if timings matter", payload["device"]["name"], here)
+
+
+def load(path: PathLike, model: nn.Module, device: Optional[Union[str, torch.device]] = None) -> RoutedModule:
+    """Load a checkpoint's weights into ``model`` and rebuild only the routed backends.
+
+    Each backend is built for the batch sizes it owns up to the largest tuned size (a graph
+    backend records only the sizes in its ranges), then called once at each tuned size it owns
+    so that compiles happen here and not in the first served call. ``load_seconds`` on the result
+    says how long this took.
+    """
+    start = time.perf_counter()
+    path = Path(path)
+    payload = read(path)
+    dev = target_device(payload, device, path)
+    check_state_dict(payload["state_dict"], model, payload["name"], path)
+    model.load_state_dict(payload["state_dict"])
+    model.eval().to(dev)
+    warn_on_drift(payload, dev)
+    route = [Range(int(r["lo"]), None if r["hi"] is None else int(r["hi"]), r["backend"]) for r in payload["route"]]
+    inputs, tuned = payload["inputs"], [int(b) for b in payload["batch_sizes"]]
+    servable = range(1, int(payload["max_batch_size"]) + 1)
+    built = {}
+    for name in dict.fromkeys(r.backend for r in route):
+        cfg = {k: v for k, v in payload["backends"][name].items() if k != "name"}
+        backend = backend_registry.create(name, cfg)
+        owned = sizes_owned(route, name, servable)
+        backend.build(model, make_inputs(inputs, max(owned), dev, SAMPLE_SEED), dev, owned)
+        for bs in sizes_owned(route, name, tuned):
+            backend(**make_inputs(inputs, bs, dev, SAMPLE_SEED))
+        built[name] = backend
+    devices.synchronize(dev)
+    routed = RoutedModule(built, route, TuneRecord(payload["name"], model, inputs, tuned, dev))
+    routed.load_seconds = time.perf_counter() - start
+    log.info("loaded %s in %.2f s on %s: %s", path, routed.load_seconds, dev, routed.extra_repr())
+    return routed

@@ -1,0 +1,119 @@
+"""The route chooser on synthetic profile tables: no timing, no torch."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline.routing import Range, backend_for, choose_route, sizes_owned
+
+ORDER = ["eager", "inductor", "graph"]
+# Inductor has the best peak throughput (64 / 10 ms); graph is much faster at small sizes.
+PROFILE = {
+    "eager": {1: 2.0, 8: 4.0, 64: 20.0},
+    "inductor": {1: 1.5, 8: 3.0, 64: 10.0},
+    "graph": {1: 0.5, 8: 2.5, 64: 12.0},
+}
+
+
+def route(profile, order=ORDER, **kw):
+    return choose_route(profile, order, **kw)
+
+
+def test_router_gives_small_sizes_to_the_backend_at_least_10_percent_faster():
+    assert route(PROFILE) == [Range(1, 8, "graph"), Range(9, None, "inductor")]
+
+
+def test_router_boundary_exactly_10_percent_takes_the_size():
+    profile = {"inductor": {1: 1.1, 64: 10.0}, "graph": {1: 1.0, 64: 20.0}}
+    assert route(profile, ["inductor", "graph"]) == [Range(1, 1, "graph"), Range(2, None, "inductor")]
+
+
+def test_router_boundary_9_9_percent_does_not():
+    profile = {"inductor": {1: 1.099, 64: 10.0}, "graph": {1: 1.0, 64: 20.0}}
+    assert route(profile, ["inductor", "graph"]) == [Range(1, None, "inductor")]
+
+
+def test_min_gain_is_configurable():
+    profile = {"inductor": {1: 1.05, 64: 10.0}, "graph": {1: 1.0, 64: 20.0}}
+    assert route(profile, ["inductor", "graph"], min_gain=0.0)[0] == Range(1, 1, "graph")
+    with pytest.raises(ValueError, match="min_gain"):
+        route(profile, ["inductor", "graph"], min_gain=-0.1)
+
+
+def test_challenger_must_win_at_every_profiled_size_of_its_range():
+    # graph is 10% faster at 1 and 17 but not at 8: it takes only the sizes where it wins.
+    profile = {"inductor": {1: 1.1, 8: 2.0, 17: 3.3, 64: 10.0}, "graph": {1: 1.0, 8: 1.95, 17: 3.0, 64: 30.0}}
+    assert route(profile, ["inductor", "graph"]) == [
+        Range(1, 1, "graph"), Range(2, 8, "inductor"), Range(9, 17, "graph"), Range(18, None, "inductor")]
+
+
+def test_ties_go_to_the_earlier_backend_in_config_order():
+    same = {1: 1.0, 8: 4.0}
+    assert route({"a": same, "b": same}, ["a", "b"]) == [Range(1, None, "a")]
+    assert route({"a": same, "b": same}, ["b", "a"]) == [Range(1, None, "b")]
+    # Two challengers equally faster than the incumbent: the earlier challenger takes the size.
+    profile = {"inc": {1: 2.0, 64: 1.0}, "c1": {1: 1.0, 64: 9.0}, "c2": {1: 1.0, 64: 9.0}}
+    assert route(profile, ["inc", "c2", "c1"])[0] == Range(1, 1, "c2")
+    assert choose_route(profile, ["inc", "c1", "c2"], "highest_throughput") == [Range(1, None, "inc")]
+
+
+def test_sizes_between_and_above_profiled_sizes():
+    r = route(PROFILE)
+    # Between profiled sizes: the owner of the next profiled size above (padded toward it).
+    assert [backend_for(r, bs) for bs in (1, 2, 7, 8, 9, 63, 64)] == ["graph"] * 4 + ["inductor"] * 3
+    # Above the largest tuned size: the owner of the largest.
+    assert backend_for(r, 65) == backend_for(r, 10_000) == "inductor"
+    assert sizes_owned(r, "graph", range(1, 11)) == list(range(1, 9))
+    with pytest.raises(ValueError, match="outside the route"):
+        backend_for(r, 0)
+
+
+def test_a_backend_missing_some_sizes_competes_only_where_measured():
+    # graph was not profiled at 64 (e.g. saturated): inductor keeps 64 without competition.
+    profile = {"inductor": {1: 2.0, 8: 3.0, 64: 10.0}, "graph": {1: 1.0, 8: 1.0}}
+    assert route(profile, ["inductor", "graph"]) == [Range(1, 8, "graph"), Range(9, None, "inductor")]
+    # The incumbent missing a size: the fastest backend measured there owns it.
+    profile = {"inductor": {1: 2.0, 8: 1.0}, "eager": {1: 1.0, 8: 8.0, 64: 50.0}}
+    assert route(profile, ["inductor", "eager"]) == [Range(1, 1, "eager"), Range(2, 8, "inductor"),
+                                                     Range(9, None, "eager")]
+
+
+def test_a_backend_failing_validation_never_serves():
+    failures = {"graph": "failed: output differs from eager: max relative error 0.3 > tolerance 0.005"}
+    assert route(PROFILE, failures=failures) == [Range(1, None, "inductor")]
+    assert choose_route(PROFILE, ORDER, "first_wins", failures={"eager": "failed: boom"}) == [Range(1, None, "inductor")]
+
+
+def test_highest_throughput_uses_one_backend_by_peak_throughput():
+    assert choose_route(PROFILE, ORDER, "highest_throughput") == [Range(1, None, "inductor")]
+
+
+def test_first_wins_takes_the_first_working_backend_in_order():
+    assert choose_route(PROFILE, ["graph", "eager", "inductor"], "first_wins") == [Range(1, None, "graph")]
+    skipped = {"graph": "skipped: graph backend needs a CUDA or XPU device"}
+    profile = {k: v for k, v in PROFILE.items() if k != "graph"}
+    assert choose_route(profile, ["graph", "eager", "inductor"], "first_wins", failures=skipped) == [Range(1, None, "eager")]
+
+
+def test_one_backend_serves_everything_with_the_named_backend():
+    assert choose_route(PROFILE, ORDER, "one_backend", backend="eager") == [Range(1, None, "eager")]
+
+
+def test_one_backend_raises_the_named_backends_own_error():
+    failures = {"inductor": "failed: BackendCompilerFailed: inductor raised RuntimeError: no compiler"}
+    profile = {k: v for k, v in PROFILE.items() if k != "inductor"}
+    with pytest.raises(RuntimeError, match="route.backend=inductor was excluded: failed: BackendCompilerFailed"):
+        choose_route(profile, ORDER, "one_backend", backend="inductor", failures=failures)
+    with pytest.raises(ValueError, match="needs route.backend"):
+        choose_route(PROFILE, ORDER, "one_backend")
+    with pytest.raises(ValueError, match="not among the selected backends"):
+        choose_route(PROFILE, ORDER, "one_backend", backend="tensorrt")
+
+
+def test_errors_name_the_problem():
+    with pytest.raises(ValueError, match="unknown route.strategy 'fastest'"):
+        choose_route(PROFILE, ORDER, "fastest")
+    with pytest.raises(ValueError, match="every backend failed.*eager: failed: x"):
+        choose_route({}, ["eager"], failures={"eager": "failed: x"})
+    with pytest.raises(ValueError, match="not a positive finite latency"):
+        choose_route({"eager": {1: float("nan")}}, ["eager"])
