@@ -51,7 +51,7 @@ class BackendConfig:
     fullgraph: bool = False
     dynamic: Optional[bool] = None
     mode: Optional[str] = None
-    options: Optional[Dict[str, Any]] = None
+    options: Dict[str, Any] = field(default_factory=dict)  # empty = not set
     template: Optional[str] = None
     # Autocast applies to any backend.
     autocast_enabled: bool = False

@@ -1,0 +1,49 @@
+"""Clearer errors for config choices Hydra cannot find.
+
+Hydra lists the available options when a single group choice is unknown (``model=resnet1800``),
+but not for a list choice (``backends=[eager,indcutor]``). This names the unknown entries and
+lists what exists, from the same config directories Hydra searched.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Iterable, List, Optional, Sequence
+
+DEFAULT_CONF = Path(__file__).resolve().parents[1] / "conf"
+_CHOICE = re.compile(r"^[+~]*(?P<group>[\w/]+)=\[?(?P<values>[^\]=]*)\]?$")
+
+
+def group_options(group: str, config_dirs: Iterable[Path]) -> List[str]:
+    """Config names available in ``group`` across ``config_dirs``."""
+    names = {p.stem for d in config_dirs for p in (Path(d) / group).glob("*.yaml")}
+    return sorted(names)
+
+
+def config_dirs_from_argv(argv: Sequence[str]) -> List[Path]:
+    """The shipped conf dir plus any ``--config-dir``/``-cd`` a user passed."""
+    dirs = [DEFAULT_CONF]
+    for i, arg in enumerate(argv):
+        if arg in ("--config-dir", "-cd") and i + 1 < len(argv):
+            dirs.append(Path(argv[i + 1]))
+        elif arg.startswith("--config-dir="):
+            dirs.append(Path(arg.split("=", 1)[1]))
+    return dirs
+
+
+def explain_unknown_choices(overrides: Sequence[str], config_dirs: Iterable[Path]) -> Optional[str]:
+    """A message naming every chosen option that no config dir holds, or None if all exist."""
+    dirs = list(config_dirs)
+    problems = []
+    for override in overrides:
+        match = _CHOICE.match(override.strip())
+        if not match or not (Path(dirs[0]) / match["group"]).is_dir():
+            continue
+        available = group_options(match["group"], dirs)
+        values = [v.strip() for v in match["values"].split(",") if v.strip() and v.strip() != "null"]
+        unknown = [v for v in values if v not in available]
+        if unknown:
+            problems.append(f"unknown {match['group']} {', '.join(map(repr, unknown))}; "
+                            f"available: {', '.join(available)}")
+    return "\n".join(problems) or None

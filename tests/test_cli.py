@@ -1,0 +1,61 @@
+"""The command a new user runs: ``python -m pipeline``, end to end in a subprocess, into a real MLflow store."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import mlflow
+import pytest
+
+from conftest import ROOT
+
+pytestmark = pytest.mark.slow
+
+
+def run_cli(*overrides: str, cwd=ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pipeline", *overrides], cwd=cwd, capture_output=True,
+                          text=True, timeout=600)
+
+
+def test_cli_tunes_logs_and_prints_the_run_directory(tmp_path):
+    db = tmp_path / "mlflow.db"
+    sizes = [1, 3, 8]
+    proc = run_cli("model=tiny_mlp", "profile=quick", "backends=[eager,inductor]", f"tracking.uri=sqlite:///{db}",
+                   f"hydra.run.dir={tmp_path}/run")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    printed = re.search(r"run directory: (\S+)", proc.stdout)
+    assert printed and printed.group(1) == str(tmp_path / "run")
+    run_dir = tmp_path / "run"
+    for name in ("config.yaml", "capture.json", "profile.csv", "route.json", "validation.json", "tweakpipe.log"):
+        assert (run_dir / name).is_file(), name
+
+    client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{db}")
+    exp = client.get_experiment_by_name("tweakpipe")
+    (run,) = client.search_runs([exp.experiment_id])
+    assert run.info.status == "FINISHED"
+    for backend in ("eager", "inductor"):
+        for bs in sizes:
+            assert run.data.metrics[f"latency_ms/{backend}/bs{bs}"] > 0
+        assert f"compile_s/{backend}" in run.data.metrics
+    assert run.data.params["model.name"] == "tiny_mlp"
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"config.yaml", "profile.csv", "route.json", "validation.json", "capture.json"} <= artifacts
+
+
+def test_cli_names_an_unknown_backend_and_what_exists(tmp_path):
+    proc = run_cli("model=tiny_mlp", "backends=[eager,indcutor]", "tracking=off", f"hydra.run.dir={tmp_path}")
+    assert proc.returncode != 0
+    assert "unknown backends 'indcutor'; available:" in proc.stderr and "inductor" in proc.stderr
+
+
+def test_cli_rejects_cuda_on_a_machine_without_it(tmp_path):
+    pytest.importorskip("torch")
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    proc = run_cli("model=tiny_mlp", "device=cuda", "tracking=off", f"hydra.run.dir={tmp_path}")
+    assert proc.returncode != 0
+    assert "sees no cuda device" in proc.stderr

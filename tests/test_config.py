@@ -1,0 +1,116 @@
+"""Every config group composes; bad input fails early with a message that names the fix."""
+
+from __future__ import annotations
+
+import pytest
+from hydra.errors import ConfigCompositionException, MissingConfigException
+from omegaconf.errors import ValidationError
+
+from conftest import CONF, TINY
+from pipeline.config_errors import explain_unknown_choices
+from pipeline.runner import check_config, run
+
+GROUPS = ["model", "backends", "profile", "route", "validate", "tracking"]
+
+
+def options(group: str) -> list:
+    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+
+
+@pytest.mark.parametrize("group,option", [(g, o) for g in GROUPS for o in options(g)])
+def test_every_group_option_composes(compose_cfg, group, option):
+    extra = ["route.backend=eager"] if option == "one_backend" else []
+    cfg = compose_cfg([f"{group}={option}", *extra])
+    assert cfg[group] is not None
+    if group == "model":
+        assert cfg.model.name == option and cfg.model.batch_sizes and cfg.model.inputs
+    if group == "backends":
+        assert cfg.backends and all("kind" in b for b in cfg.backends.values())
+        check_config(cfg)
+
+
+def test_every_model_declares_inputs_and_batch_sizes(compose_cfg):
+    for name in options("model"):
+        cfg = compose_cfg([f"model={name}"])
+        assert all(list(spec.shape) for spec in cfg.model.inputs.values())
+        assert all(b >= 1 for b in cfg.model.batch_sizes)
+
+
+def test_backends_are_picked_by_name(compose_cfg):
+    cfg = compose_cfg(["backends=[eager,inductor]"])
+    assert list(cfg.backends) == ["eager", "inductor"]
+    assert list(compose_cfg(["backends=[eager]"]).backends) == ["eager"]
+
+
+def test_default_device_is_auto_and_mlp_is_default(compose_cfg):
+    cfg = compose_cfg([])
+    assert cfg.device == "auto" and cfg.model.name == "mlp"
+    assert cfg.tracking.uri == "sqlite:///outputs/mlflow.db"
+
+
+def test_unknown_model_lists_what_exists(compose_cfg):
+    with pytest.raises(MissingConfigException) as err:
+        compose_cfg(["model=resnet1800"])
+    assert "resnet18" in str(err.value) and "model" in str(err.value)
+
+
+def test_unknown_backend_in_a_list_is_named_with_what_exists(compose_cfg):
+    with pytest.raises(MissingConfigException):
+        compose_cfg(["backends=[eager,indcutor]"])
+    hint = explain_unknown_choices(["backends=[eager,indcutor]", "model=mlp"], [CONF])
+    assert hint.startswith("unknown backends 'indcutor'; available:") and "inductor" in hint
+    assert explain_unknown_choices(["backends=[eager,inductor]", "profile=quick"], [CONF]) is None
+
+
+def test_typo_in_a_key_fails_at_composition(compose_cfg):
+    with pytest.raises(ConfigCompositionException) as err:
+        compose_cfg(["profile.warmup_msec=3"])
+    assert "Key 'warmup_msec' not in 'ProfileConfig'" in str(err.value.__cause__)
+
+
+def test_typo_in_a_users_backend_file_fails_at_composition(compose_cfg, tmp_path):
+    (tmp_path / "backends").mkdir()
+    (tmp_path / "backends" / "mine.yaml").write_text("# @package backends.mine\nkind: inductor\nfulgraph: true\n")
+    with pytest.raises(ConfigCompositionException) as err:
+        compose_cfg(["backends=[mine]", f"hydra.searchpath=[file://{tmp_path}]"])
+    assert "Key 'fulgraph' not in 'BackendConfig'" in str(err.value)
+
+
+def test_wrong_type_fails_at_composition(compose_cfg):
+    with pytest.raises(ConfigCompositionException) as err:
+        compose_cfg(["profile.min_samples=many"])
+    assert isinstance(err.value.__cause__, ValidationError)
+
+
+def test_mode_plus_options_fails_naming_both(compose_cfg):
+    cfg = compose_cfg(["backends=[inductor]", "+backends.inductor.options.max_autotune=true"])
+    with pytest.raises(ValueError, match="mode and options"):
+        check_config(cfg)
+
+
+@pytest.mark.parametrize("sizes", ["[0,4]", "[-1]", "[]"])
+def test_nonpositive_batch_sizes_are_rejected(compose_cfg, sizes):
+    cfg = compose_cfg([*TINY, f"model.batch_sizes={sizes}"])
+    with pytest.raises(ValueError, match="batch_sizes must be positive"):
+        check_config(cfg)
+
+
+def test_unknown_stage_and_missing_prerequisite(compose_cfg):
+    with pytest.raises(ValueError, match="unknown stage 'tune'"):
+        check_config(compose_cfg([*TINY, "stages=[capture,tune]"]))
+    with pytest.raises(ValueError, match="needs \\['profile'\\]"):
+        check_config(compose_cfg([*TINY, "stages=[capture,route]"]))
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has CUDA")
+def test_cuda_without_cuda_fails_before_any_work(compose_cfg, tmp_path):
+    cfg = compose_cfg([*TINY, "device=cuda"])
+    with pytest.raises(RuntimeError, match="sees no cuda device; use device=auto or device=cpu"):
+        run(cfg, tmp_path / "run")
+    assert not (tmp_path / "run" / "capture.json").exists()
+
+
+def test_plain_file_store_is_refused(compose_cfg, tmp_path):
+    cfg = compose_cfg([*TINY, "tracking=sqlite", f"tracking.uri=file://{tmp_path}/mlruns"])
+    with pytest.raises(ValueError, match="plain-file store"):
+        run(cfg, tmp_path / "run")
