@@ -1,0 +1,66 @@
+"""Each stage on a tiny model, in-process; failing backends are excluded with their reason."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from conftest import TINY
+from pipeline.runner import run
+
+
+def read_csv(path):
+    with path.open() as f:
+        return list(csv.DictReader(f))
+
+
+def test_capture_and_profile_only(compose_cfg, tmp_path):
+    cfg = compose_cfg([*TINY, "backends=[eager]", "stages=[capture,profile]", "model.batch_sizes=[1,4]"])
+    ctx = run(cfg, tmp_path)
+    capture = json.loads((tmp_path / "capture.json").read_text())
+    assert capture["eager"]["status"] == "ok" and capture["eager"]["max_rel_error"] == 0.0
+    rows = read_csv(tmp_path / "profile.csv")
+    assert [(r["backend"], int(r["batch_size"])) for r in rows] == [("eager", 1), ("eager", 4)]
+    for r in rows:
+        assert float(r["p10_ms"]) <= float(r["median_ms"]) <= float(r["p90_ms"])
+        assert int(r["samples"]) >= cfg.profile.min_samples
+    assert not (tmp_path / "route.json").exists() and ctx.routed is None
+
+
+def test_all_stages_with_eager_and_a_mismatching_backend(compose_cfg, tmp_path):
+    # A user's own backend file: bf16 autocast, held to a tolerance far below bf16 rounding.
+    user_conf = tmp_path / "conf"
+    (user_conf / "backends").mkdir(parents=True)
+    (user_conf / "backends" / "eager_bf16.yaml").write_text(
+        "# @package backends.eager_bf16\nkind: eager\nautocast_enabled: true\nautocast_dtype: bfloat16\n")
+    cfg = compose_cfg([*TINY, "backends=[eager,eager_bf16]", f"hydra.searchpath=[file://{user_conf}]",
+                       "validate.tolerance_scale=1e-6"])
+    ctx = run(cfg, tmp_path)
+    capture = json.loads((tmp_path / "capture.json").read_text())
+    assert capture["eager_bf16"]["status"] == "failed"
+    assert "output differs from eager" in capture["eager_bf16"]["reason"]
+    assert "eager_bf16" not in ctx.profile
+    route = json.loads((tmp_path / "route.json").read_text())
+    assert route["ranges"] == [{"lo": 1, "hi": None, "backend": "eager"}]
+    assert "eager_bf16" in route["excluded"]
+    validation = json.loads((tmp_path / "validation.json").read_text())
+    assert validation["ok"] and {r["batch_size"] for r in validation["rows"]} >= {1, 2, 3, 5, 8, 9, 100}
+
+
+def test_a_backend_that_crashes_is_excluded_and_the_run_goes_on(compose_cfg, tmp_path):
+    cfg = compose_cfg([*TINY, "backends=[eager,inductor]", "model.build._target_=models_for_tests.GraphBreakMLP",
+                       "~model.build.depth", "backends.inductor.fullgraph=true", "model.batch_sizes=[2]"])
+    ctx = run(cfg, tmp_path)
+    assert ctx.outcomes["inductor"].status == "failed"
+    assert ctx.outcomes["inductor"].reason  # the compiler's own message, recorded
+    assert list(ctx.profile) == ["eager"] and ctx.validation["ok"]
+
+
+def test_every_backend_failing_stops_with_a_clear_error(compose_cfg, tmp_path):
+    cfg = compose_cfg([*TINY, "backends=[inductor]", "model.build._target_=models_for_tests.GraphBreakMLP",
+                       "~model.build.depth", "backends.inductor.fullgraph=true", "model.batch_sizes=[2]"])
+    with pytest.raises(RuntimeError, match="no backend survived"):
+        run(cfg, tmp_path)
+    assert json.loads((tmp_path / "capture.json").read_text())["inductor"]["status"] == "failed"
