@@ -49,6 +49,7 @@ class RunContext:
     routed: Optional[nn.Module] = None
     checkpoint_path: Optional[Path] = None
     validation: Dict[str, Any] = field(default_factory=dict)
+    stage_seconds: Dict[str, float] = field(default_factory=dict)
 
     @property
     def batch_sizes(self) -> List[int]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
@@ -73,7 +74,9 @@ def run(cfg: DictConfig, run_dir: Path, model: Optional[torch.nn.Module] = None)
     try:
         functions = stage_functions()
         for stage in cfg.stages:
+            start = time.perf_counter()
             functions[stage](ctx)
+            ctx.stage_seconds[stage] = time.perf_counter() - start
         status = "FINISHED"
     finally:
         for log_file in run_dir.glob("*.log"):

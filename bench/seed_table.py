@@ -1,0 +1,155 @@
+"""The seed release table on this machine's GPU: every backend and the routed model, one run per model.
+
+For each model it tunes with the pipeline itself (the ``seed_table`` backends, the chosen profile
+preset), loads the routed model back from its checkpoint (``auto``, served exactly as a user would),
+then times every backend and ``auto`` interleaved round by round at each batch size, so all the
+ratios in a row come from one measurement. Writes ``seed-table-<tag>.json`` and ``.md`` under --out.
+
+    python bench/seed_table.py --out bench/results --tag h200                  # fp32
+    python bench/seed_table.py --out bench/results --tag h200-bf16 --autocast bfloat16
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import math
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from pipeline import checkpoint, devices  # noqa: E402
+from pipeline.api import compose_config  # noqa: E402
+from pipeline.models import make_inputs  # noqa: E402
+from pipeline.runner import run  # noqa: E402
+from pipeline.timing import measure_interleaved  # noqa: E402
+
+MODELS = ["mlp", "mobilenet_v3_small", "resnet18", "resnet50", "vit_b_16"]
+BACKENDS = ["eager", "inductor", "graph", "graph_inductor", "inductor_reduce_overhead"]
+SIZES = [1, 3, 8, 17, 64]
+PEER = "inductor_reduce_overhead"
+
+
+def overrides_for(model: str, profile: str, autocast: str, out: Path) -> List[str]:
+    ov = [f"model={model}", f"backends=[{','.join(BACKENDS)}]", f"profile={profile}",
+          f"model.batch_sizes=[{','.join(map(str, SIZES))}]", "tracking=sqlite",
+          f"tracking.uri=sqlite:///{out}/mlflow.db", f"tracking.experiment=seed_table{'_' + autocast if autocast else ''}"]
+    if autocast:
+        for b in BACKENDS:
+            ov += [f"backends.{b}.autocast_enabled=true", f"backends.{b}.autocast_dtype={autocast}"]
+    return ov
+
+
+def bench_model(model: str, args: argparse.Namespace, out: Path) -> Dict:
+    cfg = compose_config(overrides_for(model, args.profile, args.autocast, out))
+    run_dir = out / "runs" / f"{model}{'_' + args.autocast if args.autocast else ''}"
+    start = time.perf_counter()
+    ctx = run(cfg, run_dir)
+    tune_s = time.perf_counter() - start
+    start = time.perf_counter()
+    auto = checkpoint.load(ctx.checkpoint_path, ctx.model, device=ctx.device)
+    load_s = time.perf_counter() - start
+
+    cells: Dict[str, Dict[int, Dict]] = {}
+    for bs in SIZES:
+        inputs = make_inputs(ctx.inputs, bs, ctx.device, cfg.seed)
+        fns = {name: (lambda b=b: b(**inputs)) for name, b in ctx.backends.items()}
+        fns["auto"] = lambda: auto(**inputs)
+        for name, m in measure_interleaved(fns, ctx.device, cfg.profile).items():
+            cells.setdefault(name, {})[bs] = m.summary()
+    row = {
+        "model": model,
+        "tune_seconds": tune_s,
+        "checkpoint_load_seconds": load_s,
+        "route": [r.to_dict() for r in ctx.route],
+        "validation_ok": ctx.validation.get("ok"),
+        "outcomes": {n: o.to_dict() for n, o in ctx.outcomes.items()},
+        "backend_stats": {n: b.stats() for n, b in ctx.backends.items() if hasattr(b, "stats")},
+        "stage_seconds": ctx.stage_seconds,
+        "cells": cells,
+    }
+    del auto, ctx
+    gc.collect()
+    torch._dynamo.reset()
+    torch.cuda.empty_cache()
+    return row
+
+
+def ratios(row: Dict) -> Dict[int, Dict[str, float]]:
+    """Per batch size: auto over the best single backend, over eager, over the reduce-overhead peer."""
+    out = {}
+    cells = row["cells"]
+    for bs in SIZES:
+        auto = cells["auto"][bs]["median_ms"]
+        singles = {b: c[bs]["median_ms"] for b, c in cells.items() if b != "auto" and bs in c}
+        out[bs] = {"auto_over_best": auto / min(singles.values()),
+                   "auto_over_eager": auto / singles["eager"] if "eager" in singles else math.nan,
+                   "auto_over_peer": auto / singles[PEER] if PEER in singles else math.nan}
+    return out
+
+
+def markdown(rows: List[Dict], title: str) -> str:
+    names = BACKENDS + ["auto"]
+    lines = [f"## {title}", "", "Latency ms by batch size " + " / ".join(map(str, SIZES)), "",
+             "| model | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+    for row in rows:
+        cells = []
+        for b in names:
+            per = row["cells"].get(b)
+            cells.append(" ".join(f"{per[bs]['median_ms']:.2f}" for bs in SIZES) if per else "excluded")
+        lines.append(f"| {row['model']} | " + " | ".join(cells) + " |")
+    lines += ["", "| model | auto / best single | auto / eager | auto / reduce-overhead | tune s | route |",
+              "|---|---|---|---|---|---|"]
+    for row in rows:
+        r = ratios(row)
+        fmt = lambda key: " ".join(f"{r[bs][key]:.2f}" for bs in SIZES)  # noqa: E731
+        route = ", ".join(f"{x['lo']}-{x['hi'] or 'inf'}:{x['backend']}" for x in row["route"])
+        lines.append(f"| {row['model']} | {fmt('auto_over_best')} | {fmt('auto_over_eager')} | "
+                     f"{fmt('auto_over_peer')} | {row['tune_seconds']:.0f} | {route} |")
+    return "\n".join(lines) + "\n"
+
+
+def summary(rows: List[Dict]) -> Dict[str, float]:
+    all_r = [v for row in rows for v in ratios(row).values()]
+    peer = [r["auto_over_peer"] for r in all_r if not math.isnan(r["auto_over_peer"])]
+    return {
+        "worst_auto_over_best": max(r["auto_over_best"] for r in all_r),
+        "worst_auto_over_eager": max(r["auto_over_eager"] for r in all_r),
+        "geomean_speedup_over_peer": math.exp(-sum(math.log(x) for x in peer) / len(peer)) if peer else math.nan,
+        "cells": len(all_r),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--tag", default="h200")
+    parser.add_argument("--models", nargs="+", default=MODELS)
+    parser.add_argument("--profile", default="default")
+    parser.add_argument("--autocast", default="", choices=["", "bfloat16", "float16"])
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for model in args.models:
+        print(f"== {model}", flush=True)
+        rows.append(bench_model(model, args, args.out))
+        result = {"device": devices.name(torch.device("cuda")), "torch": torch.__version__,
+                  "python": platform.python_version(), "dtype": args.autocast or "float32",
+                  "command": " ".join(sys.argv), "rows": rows, "summary": summary(rows)}
+        (args.out / f"seed-table-{args.tag}.json").write_text(json.dumps(result, indent=2, default=str))
+        md = markdown(rows, f"{result['device']}, {result['dtype']}, torch {torch.__version__}")
+        (args.out / f"seed-table-{args.tag}.md").write_text(md + f"\nSummary: {json.dumps(result['summary'])}\n")
+    print(md)
+    print(json.dumps(summary(rows), indent=2))
+
+
+if __name__ == "__main__":
+    main()
