@@ -64,22 +64,31 @@ class BackendConfig:
 
 @dataclass
 class ProfileConfig:
-    """Timing budgets and stop rules; all durations in milliseconds."""
+    """Timing budgets and stop rules (pipeline/timing.py); all durations in milliseconds."""
 
+    # At each new batch size the first call (compile, record) is kept apart as first_call_ms, then
+    # warm-up calls run for warmup_ms (at least min_warmup_calls). None of them is a sample.
     warmup_ms: float = 50.0
     min_warmup_calls: int = 2
-    min_samples: int = 5
+    # One window of interleaved rounds stops a backend at max_samples, or after min_samples once it
+    # has spent budget_ms or, having spent min_window_ms (calls close in time are not independent),
+    # its median is known to +-rel_precision at 95% confidence.
+    min_samples: int = 10
     max_samples: int = 200
     budget_ms: float = 500.0
-    # Stop sampling a batch size once the median is known to +-rel_precision at 95% confidence.
+    min_window_ms: float = 20.0
     rel_precision: float = 0.02
     # Saturation: stop growing batch size once throughput has not grown by `cutoff` (relative)
     # for `backoff` consecutive measured sizes. backoff <= 0 disables the rule.
     saturation_cutoff: float = 0.05
     saturation_backoff: int = 0
-    # Rounds whose per-backend medians disagree by more than this (relative) are repeated.
-    noise_threshold: float = 0.25
+    # A backend whose samples disagree (median not within rel_precision, p10-p90 spread above
+    # noise_threshold of the median, or drift above half of it) gets another window, up to
+    # max_repeats; if it still disagrees it is reported noisy.
+    noise_threshold: float = 0.20
     max_repeats: int = 2
+    # On CUDA, cross-check each backend that can be captured against a graph-captured device time.
+    device_check: bool = True
 
 
 @dataclass

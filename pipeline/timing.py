@@ -1,71 +1,226 @@
-"""All timing lives here: warm-up budgets, device sync, interleaved rounds, stop rules.
+"""All timing lives here: warm-up budgets, device sync, interleaved rounds, stop rules, noise guards.
 
-Like ``triton.testing.do_bench``, budgets are in milliseconds. What is measured is the wall
-latency a caller sees (launch + device time), with the device synchronised around each call.
-The first call at a new shape (compile, graph record, allocator warm-up) is kept apart and
-never counts as a sample.
+What is measured is the wall latency a caller sees: the device is synchronised before and after
+each call, and a monotonic clock reads the time in between. Like ``triton.testing.do_bench``,
+budgets are in milliseconds.
+
+At each batch size, for each callable:
+
+1. The first call (compile, graph record, allocator warm-up) is kept apart as ``first_call_ms``,
+   then warm-up calls run for ``warmup_ms`` (at least ``min_warmup_calls``). None of them counts.
+2. A *window* of rounds runs the callables interleaved, A B C A B C ..., so drift of the machine
+   hits all of them alike. A callable leaves the rounds at ``max_samples``, or, after
+   ``min_samples``, once it has spent ``budget_ms`` or (having spent ``min_window_ms``) its median
+   is known to ``rel_precision`` at 95% confidence. Python's cyclic collector is held off
+   during a window, as ``timeit`` does.
+3. A callable whose samples disagree (median not pinned down, wide p10-p90 spread, or a median
+   that drifted within the window) gets another window, up to ``max_repeats``, interleaved with
+   the others that disagree; its estimate pools the windows that agree with its calmest one
+   (see :func:`agreeing_windows`). If it still disagrees it is flagged ``noisy`` with the
+   reason, never silently smoothed over.
+4. On CUDA, callables the caller names are cross-checked against a graph-captured device time: a
+   wall latency below the device's own time means the measurement is wrong.
+
+Across batch sizes, :func:`profile_sizes` applies the saturation rule to medians of measured
+windows only, never to a first call.
 """
 
 from __future__ import annotations
 
+import bisect
+import contextlib
+import functools
+import gc
+import logging
 import math
 import statistics
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable, Collection, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 
 from pipeline import devices
+from pipeline.schema import ProfileConfig
 
-Z95 = 1.96
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], float]  # seconds, monotonic (time.perf_counter)
+Z95 = 1.959963984540054
+# Fewer samples than this have no distribution-free 95% interval for the median (0.5**5 * 2 > 0.05).
+MIN_CI_SAMPLES = 6
+# Drift check: the window is cut into this many consecutive chunks of at least MIN_CHUNK samples.
+DRIFT_CHUNKS = 4
+MIN_CHUNK = 5
+
+
+@functools.lru_cache(maxsize=4096)
+def median_ci_ranks(n: int) -> Optional[Tuple[int, int]]:
+    """0-based ranks ``(lo, hi)`` of the sorted samples bounding a 95% interval for the median.
+
+    Distribution-free: the number of samples below the true median is Binomial(n, 1/2), so
+    ``[x_(r), x_(n+1-r)]`` covers it with probability ``1 - 2 P(B <= r-1)``. Exact for n <= 300,
+    the normal approximation above. None when n is too small for any 95% interval.
+    """
+    if n < MIN_CI_SAMPLES:
+        return None
+    if n > 300:
+        r = max(1, math.floor((n - Z95 * math.sqrt(n)) / 2))
+        return r - 1, n - r
+    total, r, cdf, comb = 1 << n, 0, 0, 1  # comb = C(n, r); cdf = sum_{i < r} C(n, i)
+    while 40 * (cdf + comb) <= total:  # P(B <= r) <= 0.025
+        cdf += comb
+        comb = comb * (n - r) // (r + 1)
+        r += 1
+    return r - 1, n - r
+
+
+def median_ci(sorted_ms: Sequence[float]) -> Tuple[float, float]:
+    """95% interval for the median of sorted samples; the full range when there are too few."""
+    if not sorted_ms:
+        return float("nan"), float("nan")
+    ranks = median_ci_ranks(len(sorted_ms))
+    if ranks is None:
+        return sorted_ms[0], sorted_ms[-1]
+    return sorted_ms[ranks[0]], sorted_ms[ranks[1]]
+
+
+def rel_halfwidth(sorted_ms: Sequence[float]) -> float:
+    """Half-width of the median's 95% interval relative to the median (inf below 6 samples)."""
+    if median_ci_ranks(len(sorted_ms)) is None:
+        return float("inf")
+    med = statistics.median(sorted_ms)
+    lo, hi = median_ci(sorted_ms)
+    return (hi - lo) / 2 / med if med > 0 else float("inf")
+
+
+def quantile(sorted_ms: Sequence[float], q: float) -> float:
+    """Linear-interpolated quantile of sorted samples."""
+    if not sorted_ms:
+        return float("nan")
+    pos = q * (len(sorted_ms) - 1)
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return sorted_ms[lo] + (sorted_ms[hi] - sorted_ms[lo]) * (pos - lo)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The stop rules in force; missing keys take :class:`ProfileConfig`'s defaults."""
+
+    warmup_ms: float
+    min_warmup_calls: int
+    min_samples: int
+    max_samples: int
+    budget_ms: float
+    min_window_ms: float
+    rel_precision: float
+    noise_threshold: float
+    max_repeats: int
+
+    @classmethod
+    def of(cls, cfg: Mapping[str, Any]) -> "Settings":
+        defaults = ProfileConfig()
+        s = cls(**{f.name: type(getattr(defaults, f.name))(cfg.get(f.name, getattr(defaults, f.name)))
+                   for f in fields(cls)})
+        if s.min_samples < 1 or s.max_samples < s.min_samples:
+            raise ValueError(f"profile: need 1 <= min_samples <= max_samples, got min_samples={s.min_samples}, "
+                             f"max_samples={s.max_samples}; e.g. profile.min_samples=10 profile.max_samples=200")
+        if s.rel_precision <= 0 or s.noise_threshold <= 0 or s.budget_ms < 0 or s.warmup_ms < 0 or s.max_repeats < 0:
+            raise ValueError("profile: rel_precision and noise_threshold must be > 0, and budget_ms, warmup_ms and "
+                             f"max_repeats >= 0; got {s}")
+        return s
+
+
+def disagreement(samples_ms: Sequence[float], s: Settings) -> str:
+    """Why these samples (in time order) do not pin down one latency, or "" when they do."""
+    xs = sorted(samples_ms)
+    if not xs:
+        return "no samples"
+    med = statistics.median(xs)
+    hw = rel_halfwidth(xs)
+    if hw > s.rel_precision:
+        return f"median known only to +-{hw:.1%} at 95% (target +-{s.rel_precision:.1%}) after {len(xs)} samples"
+    spread = (quantile(xs, 0.9) - quantile(xs, 0.1)) / med
+    if spread > s.noise_threshold:
+        return f"p10-p90 spread is {spread:.0%} of the median (limit {s.noise_threshold:.0%})"
+    chunks = min(DRIFT_CHUNKS, len(xs) // MIN_CHUNK)
+    if chunks >= 2:
+        size = len(samples_ms) / chunks
+        medians = [statistics.median(samples_ms[round(i * size):round((i + 1) * size)]) for i in range(chunks)]
+        drift = max(abs(m - med) for m in medians) / med
+        if drift > s.noise_threshold / 2:
+            return f"median drifted {drift:.0%} within a window (limit {s.noise_threshold / 2:.0%})"
+    return ""
+
+
+def agreeing_windows(windows: Sequence[Sequence[float]], rel_precision: float) -> List[int]:
+    """Indices of the windows pooled into the estimate: the calmest window and those that agree with it.
+
+    A busy CPU only ever adds time (a preempted launch thread, a late sync), so a disturbed
+    window's median moves up. The anchor is the window whose median is most surely low, the one
+    with the lowest *upper* 95% bound, not simply the lowest median: the minimum of several
+    imprecise medians is low by chance, and picking it blindly would bias every repeated backend
+    downward against the others. A window agrees when its median lies in the anchor's interval
+    widened by ``rel_precision`` (two medians each known to that precision may differ by about
+    that much). On a quiet machine every window pools into one plain median, with no selection
+    bias; a disturbed window, or a wide one whose median sits between two modes, is dropped.
+    """
+    filled = [i for i, w in enumerate(windows) if w]
+    if not filled:
+        return []
+    cis = {i: median_ci(sorted(windows[i])) for i in filled}
+    anchor = min(filled, key=lambda i: (cis[i][1], i))
+    med = statistics.median(windows[anchor])
+    lo, hi = cis[anchor][0] - rel_precision * med, cis[anchor][1] + rel_precision * med
+    return [i for i in filled if lo <= statistics.median(windows[i]) <= hi]
 
 
 @dataclass
 class Measurement:
-    """Per-call samples of one callable at one shape, with the first (cold) call kept apart."""
+    """One callable at one shape: the accepted samples, every window, and the cold first call apart."""
 
-    samples_ms: List[float] = field(default_factory=list)
+    samples_ms: List[float] = field(default_factory=list)  # pooled agreeing windows, in time order
     first_call_ms: float = float("nan")
     warmup_calls: int = 0
-    repeats: int = 0
+    windows: List[List[float]] = field(default_factory=list)  # every window's samples, kept
+    accepted: List[int] = field(default_factory=list)  # which windows are pooled into samples_ms
+    device_ms: float = float("nan")  # graph-captured device time of one call (CUDA), when checked
+    noise: str = ""  # why the measurement stayed noisy; "" when it settled
 
     @property
     def count(self) -> int:
         return len(self.samples_ms)
 
     @property
+    def repeats(self) -> int:
+        """Windows run beyond the first, because the samples disagreed."""
+        return max(0, len(self.windows) - 1)
+
+    @property
     def median(self) -> float:
         return statistics.median(self.samples_ms) if self.samples_ms else float("nan")
 
     def quantile(self, q: float) -> float:
-        """Linear-interpolated quantile of the samples."""
-        if not self.samples_ms:
-            return float("nan")
-        xs = sorted(self.samples_ms)
-        pos = q * (len(xs) - 1)
-        lo, hi = math.floor(pos), math.ceil(pos)
-        return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+        """Linear-interpolated quantile of the accepted samples."""
+        return quantile(sorted(self.samples_ms), q)
 
     @property
     def rel_halfwidth(self) -> float:
-        """Half-width of a distribution-free 95% confidence interval of the median, relative to it."""
-        n = self.count
-        if n < 3:
-            return float("inf")
-        xs = sorted(self.samples_ms)
-        half = Z95 * math.sqrt(n) / 2
-        lo = max(0, math.floor(n / 2 - half))
-        hi = min(n - 1, math.ceil(n / 2 + half) - 1)
-        med = self.median
-        return (xs[hi] - xs[lo]) / 2 / med if med > 0 else float("inf")
+        """Half-width of the median's distribution-free 95% interval, relative to the median."""
+        return rel_halfwidth(sorted(self.samples_ms))
 
     @property
     def noisy(self) -> bool:
-        """Whether the spread is so wide that the median should not be trusted to 10%."""
-        return self.rel_halfwidth > 0.10
+        """Whether the samples still disagreed after every repeat (``noise`` says how)."""
+        return bool(self.noise)
 
-    def summary(self) -> Dict[str, float]:
+    def settle(self, s: Settings) -> None:
+        """Pool the agreeing windows into ``samples_ms`` and judge what is left."""
+        self.accepted = agreeing_windows(self.windows, s.rel_precision)
+        self.samples_ms = [x for i in self.accepted for x in self.windows[i]]
+        self.noise = disagreement(self.samples_ms, s)
+
+    def summary(self) -> Dict[str, Any]:
         return {
             "median_ms": self.median,
             "p10_ms": self.quantile(0.10),
@@ -73,62 +228,205 @@ class Measurement:
             "samples": self.count,
             "rel_ci95": self.rel_halfwidth,
             "first_call_ms": self.first_call_ms,
+            "warmup_calls": self.warmup_calls,
             "repeats": self.repeats,
+            "windows_used": len(self.accepted),
+            "device_ms": self.device_ms,
+            "noisy": self.noisy,
+            "noise": self.noise,
         }
 
 
-def time_call(fn: Callable[[], Any], device: torch.device) -> float:
-    """Milliseconds for one call, the device synchronised before and after."""
+def time_call(fn: Callable[[], Any], device: torch.device, clock: Clock = time.perf_counter) -> float:
+    """Milliseconds of one call as a caller sees it, the device synchronised before and after."""
     devices.synchronize(device)
-    start = time.perf_counter()
+    start = clock()
     fn()
     devices.synchronize(device)
-    return (time.perf_counter() - start) * 1e3
+    return (clock() - start) * 1e3
 
 
-def _warm_up(fn: Callable[[], Any], device: torch.device, m: Measurement, warmup_ms: float, min_calls: int) -> None:
-    m.first_call_ms = time_call(fn, device)
+def _warm_up(fn: Callable[[], Any], device: torch.device, m: Measurement, s: Settings, clock: Clock) -> None:
+    """First call kept apart, then ``warmup_ms`` of calls (at least ``min_warmup_calls``); none count.
+
+    The budget starts after the first call, so a 30 s compile does not eat the warm-up.
+    """
+    m.first_call_ms = time_call(fn, device, clock)
     spent, calls = 0.0, 0
-    while calls < min_calls or spent < warmup_ms:
-        spent += time_call(fn, device)
+    while calls < s.min_warmup_calls or spent < s.warmup_ms:
+        spent += time_call(fn, device, clock)
         calls += 1
-        if calls >= 10 * max(min_calls, 1) and spent >= warmup_ms / 10:
-            break  # a slow call: enough warm-up without spending the whole budget here
     m.warmup_calls = calls
 
 
-def measure_interleaved(fns: Mapping[str, Callable[[], Any]], device: torch.device, cfg: Mapping[str, Any]) -> Dict[str, Measurement]:
-    """Time every callable round by round (A B C A B C ...) so machine drift hits them alike.
+def _window_done(sorted_ms: List[float], spent_ms: float, s: Settings) -> bool:
+    n = len(sorted_ms)
+    if n >= s.max_samples:
+        return True
+    if n < s.min_samples:  # min_samples wins over the budget: a median of two calls is not a median
+        return False
+    if spent_ms >= s.budget_ms:
+        return True
+    # The interval assumes independent samples; calls close in time share the machine's state, so
+    # a precision stop waits until the samples span min_window_ms.
+    return spent_ms >= s.min_window_ms and rel_halfwidth(sorted_ms) <= s.rel_precision
 
-    Each callable stops on its own once its median is known to ``rel_precision`` (after at least
-    ``min_samples``), after ``max_samples``, or when the shared ``budget_ms`` is spent.
+
+@contextlib.contextmanager
+def _collector_held() -> Iterator[None]:
+    """Collect, then hold Python's cyclic collector off for a window (as ``timeit`` does).
+
+    The collector runs when allocation counts cross a threshold, not because of the backend; in a
+    process holding compiled graphs a full collection takes milliseconds and would land on
+    whichever call crossed the threshold.
     """
+    was_enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _run_window(fns: Mapping[str, Callable[[], Any]], device: torch.device, s: Settings,
+                clock: Clock) -> Dict[str, List[float]]:
+    """Rounds A B C A B C ... until each callable's own stop rule ends it; samples in time order."""
+    samples: Dict[str, List[float]] = {n: [] for n in fns}
+    ordered: Dict[str, List[float]] = {n: [] for n in fns}
+    spent = {n: 0.0 for n in fns}
+    active = list(fns)
+    with _collector_held():
+        while active:
+            for name in active:
+                t = time_call(fns[name], device, clock)
+                samples[name].append(t)
+                bisect.insort(ordered[name], t)
+                spent[name] += t
+            active = [n for n in active if not _window_done(ordered[n], spent[n], s)]
+    return samples
+
+
+def measure_interleaved(fns: Mapping[str, Callable[[], Any]], device: torch.device, cfg: Mapping[str, Any], *,
+                        clock: Clock = time.perf_counter,
+                        device_check: Collection[str] = ()) -> Dict[str, Measurement]:
+    """Time every callable at one shape, interleaved round by round; see the module docstring.
+
+    ``cfg`` holds the stop rules (a ``ProfileConfig`` or any mapping; missing keys take its
+    defaults). ``device_check`` names the callables that may be captured in a CUDA graph for the
+    device-time cross-check (not those that are graph replays themselves).
+    """
+    s = Settings.of(cfg)
     results = {name: Measurement() for name in fns}
     for name, fn in fns.items():
-        _warm_up(fn, device, results[name], cfg["warmup_ms"], cfg["min_warmup_calls"])
-    active = list(fns)
-    budget_ms = cfg["budget_ms"] * max(len(fns), 1)
-    spent = 0.0
-    while active:
-        for name in list(active):
-            t = time_call(fns[name], device)
-            results[name].samples_ms.append(t)
-            spent += t
-        active = [n for n in active if not _done(results[n], cfg)]
-        if spent >= budget_ms and all(results[n].count >= cfg["min_samples"] for n in active):
+        _warm_up(fn, device, results[name], s, clock)
+    pending = list(fns)
+    for _ in range(1 + s.max_repeats):
+        if not pending:
             break
+        for name, window in _run_window({n: fns[n] for n in pending}, device, s, clock).items():
+            results[name].windows.append(window)
+            results[name].settle(s)
+        pending = [n for n in pending if results[n].noisy]
+    if device.type == "cuda":
+        for name in device_check:
+            if name in fns:
+                cross_check(results[name], fns[name], device, s)
     return results
 
 
-def _done(m: Measurement, cfg: Mapping[str, Any]) -> bool:
-    if m.count >= cfg["max_samples"]:
-        return True
-    return m.count >= cfg["min_samples"] and m.rel_halfwidth <= cfg["rel_precision"]
+def cross_check(m: Measurement, fn: Callable[[], Any], device: torch.device, s: Settings) -> None:
+    """Record ``fn``'s graph-captured device time; a wall median clearly below it is flagged noisy."""
+    m.device_ms = device_time_ms(fn, device) or float("nan")
+    slack = max(2 * s.rel_precision, 0.05)
+    if m.device_ms == m.device_ms and m.median < m.device_ms * (1 - slack):
+        m.noise = (m.noise + "; " if m.noise else "") + (
+            f"wall median {m.median:.4f} ms is below the graph-captured device time {m.device_ms:.4f} ms")
+
+
+def device_time_ms(fn: Callable[[], Any], device: torch.device, target_ms: float = 10.0) -> Optional[float]:
+    """Device time of one call, from replays of a CUDA graph that captured it, timed by CUDA events.
+
+    A floor for the wall latency: launch overhead and a busy CPU cannot reach into a replay.
+    Returns None off CUDA or where the callable cannot be captured (host syncs, graph replays of
+    its own, dynamic allocation); the backend is then judged on its wall latency alone.
+    """
+    if device.type != "cuda":
+        return None
+    graph = None
+    try:
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):  # warm up on a side stream, as capture wants
+            fn()
+        torch.cuda.current_stream(device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            fn()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        graph.replay()
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        replays = int(min(100, max(1, target_ms / max(start.elapsed_time(end), 1e-3))))
+        times = []
+        for _ in range(5):
+            start.record()
+            for _ in range(replays):
+                graph.replay()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / replays)
+        return statistics.median(times)
+    except Exception as exc:  # capture is optional: any failure falls back to wall latency only
+        log.debug("device time: graph capture failed (%s: %s); wall latency only", type(exc).__name__, exc)
+        try:
+            torch.cuda.synchronize(device)
+        except Exception:
+            pass
+        return None
+    finally:
+        del graph  # frees the graph's private memory pool
 
 
 def saturated(throughputs: Sequence[float], cutoff: float, backoff: int) -> bool:
-    """True once throughput has not grown by ``cutoff`` (relative) over the last ``backoff`` measured sizes."""
-    if backoff <= 0 or len(throughputs) <= backoff:
+    """True once throughput has not grown by ``cutoff`` (relative) over the last ``backoff`` measured sizes.
+
+    ``throughputs`` must come from measured windows (medians), one per profiled size, ascending.
+    """
+    xs = [t for t in throughputs if t == t]  # a size with no samples says nothing
+    if backoff <= 0 or len(xs) <= backoff:
         return False
-    best_before = max(throughputs[:-backoff])
-    return max(throughputs[-backoff:]) < best_before * (1 + cutoff)
+    return max(xs[-backoff:]) < max(xs[:-backoff]) * (1 + cutoff)
+
+
+def profile_sizes(make_fns: Callable[[int], Mapping[str, Callable[[], Any]]], sizes: Sequence[int],
+                  device: torch.device, cfg: Mapping[str, Any], *, clock: Clock = time.perf_counter,
+                  device_check: Collection[str] = ()) -> Dict[str, Dict[int, Measurement]]:
+    """Measure every callable at every size, ascending; one that has saturated skips larger sizes.
+
+    ``make_fns(bs)`` returns the callables at batch size ``bs``. Saturation (``saturation_cutoff``,
+    ``saturation_backoff`` in ``cfg``) is judged on throughput from medians of measured windows;
+    a first call, which may compile or record, never enters it.
+    """
+    defaults = ProfileConfig()
+    cutoff = float(cfg.get("saturation_cutoff", defaults.saturation_cutoff))
+    backoff = int(cfg.get("saturation_backoff", defaults.saturation_backoff))
+    profile: Dict[str, Dict[int, Measurement]] = {}
+    throughputs: Dict[str, List[float]] = {}
+    stopped: Dict[str, int] = {}
+    for bs in sorted(set(int(b) for b in sizes)):
+        fns = {n: f for n, f in make_fns(bs).items() if n not in stopped}
+        if not fns:
+            log.info("profile: every backend saturated before batch size %d", bs)
+            break
+        for name, m in measure_interleaved(fns, device, cfg, clock=clock, device_check=device_check).items():
+            profile.setdefault(name, {})[bs] = m
+            throughputs.setdefault(name, []).append(bs / (m.median / 1e3) if m.count else float("nan"))
+            if saturated(throughputs[name], cutoff, backoff):
+                stopped[name] = bs
+                log.info("profile: %s saturated at batch size %d (throughput grew < %.0f%% over %d sizes)",
+                         name, bs, cutoff * 100, backoff)
+    return profile

@@ -1,46 +1,74 @@
-"""Profile: latency of every surviving backend at every tuned batch size, interleaved round by round."""
+"""Profile: latency of every surviving backend at every tuned batch size, interleaved round by round.
+
+Exactly the tuned sizes (``model.batch_sizes``) are profiled: they should include sizes off the
+graph grid (3, 17, ...) so the router sees what padding costs. Compile time and peak memory are
+capture's; this stage records each size's first call apart (``first_call_ms``) and reports the
+median, p10/p90, sample count and a ``noisy`` flag with its reason for every cell.
+"""
 
 from __future__ import annotations
 
 import csv
 import logging
+from typing import List
 
+from pipeline.backends import Backend
 from pipeline.context import RunContext
 from pipeline.models import make_inputs
-from pipeline.timing import measure_interleaved, saturated
+from pipeline.timing import profile_sizes
 
 log = logging.getLogger(__name__)
 
-COLUMNS = ["backend", "batch_size", "median_ms", "p10_ms", "p90_ms", "samples", "rel_ci95",
-           "first_call_ms", "repeats", "throughput_per_s", "noisy"]
+# torch.compile modes whose Inductor records CUDA graphs itself.
+GRAPH_RECORDING_MODES = ("reduce-overhead", "max-autotune")
+COLUMNS = ["backend", "batch_size", "median_ms", "p10_ms", "p90_ms", "samples", "rel_ci95", "first_call_ms",
+           "warmup_calls", "repeats", "windows_used", "device_ms", "throughput_per_s", "noisy", "noise"]
+
+
+def records_graphs(backend: Backend) -> bool:
+    """Whether a call is itself a device-graph replay: it cannot be captured again, and needs no cross-check."""
+    if backend.kind == "graph" or getattr(backend, "records_cuda_graphs", False):
+        return True
+    options = backend.cfg.get("options") or {}
+    return backend.cfg.get("mode") in GRAPH_RECORDING_MODES or bool(options.get("triton.cudagraphs"))
+
+
+def on_graph_grid(batch_size: int) -> bool:
+    """Sizes a graph backend records (1, 2, 4, multiples of 8): they never show the cost of padding."""
+    return batch_size in (1, 2, 4) or batch_size % 8 == 0
 
 
 def run(ctx: RunContext) -> None:
     pcfg = ctx.cfg.profile
-    throughputs = {name: [] for name in ctx.backends}
-    active = list(ctx.backends)
-    for bs in ctx.batch_sizes:
-        if not active:
-            log.info("profile: every backend saturated before batch size %d", bs)
-            break
+    sizes: List[int] = ctx.batch_sizes
+    if len(sizes) > 1 and all(on_graph_grid(bs) for bs in sizes):
+        log.warning("profile: batch sizes %s all lie on the graph grid (1, 2, 4, multiples of 8); add sizes such "
+                    "as 3 and 17 to model.batch_sizes so the router sees what padding costs", sizes)
+    checked = ([n for n, b in ctx.backends.items() if not records_graphs(b)]
+               if pcfg.device_check and ctx.device.type == "cuda" else [])
+
+    def fns_at(bs: int) -> dict:
         inputs = make_inputs(ctx.inputs, bs, ctx.device, ctx.cfg.seed)
-        fns = {name: (lambda b=ctx.backends[name]: b(**inputs)) for name in active}
-        results = measure_interleaved(fns, ctx.device, pcfg)
-        for name, m in results.items():
-            ctx.profile.setdefault(name, {})[bs] = m
-            throughputs[name].append(bs / (m.median / 1e3))
-            flag = "  (noisy)" if m.noisy else ""
-            log.info("profile %-28s bs=%-4d median %.4f ms  p10 %.4f  p90 %.4f  n=%d%s",
-                     name, bs, m.median, m.quantile(0.1), m.quantile(0.9), m.count, flag)
-        active = [n for n in active
-                  if not saturated(throughputs[n], pcfg.saturation_cutoff, pcfg.saturation_backoff)]
+        return {name: (lambda b=backend: b(**inputs)) for name, backend in ctx.backends.items()}
+
+    ctx.profile.update(profile_sizes(fns_at, sizes, ctx.device, pcfg, device_check=checked))
     path = ctx.run_dir / "profile.csv"
+    noisy = []
     with path.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS)
         writer.writeheader()
         for name, per in ctx.profile.items():
             for bs, m in sorted(per.items()):
                 s = m.summary()
+                log.info("profile %-24s bs=%-4d median %.4f ms  p10 %.4f  p90 %.4f  n=%-4d first %.1f ms%s%s",
+                         name, bs, m.median, s["p10_ms"], s["p90_ms"], m.count, m.first_call_ms,
+                         f"  device {m.device_ms:.4f} ms" if m.device_ms == m.device_ms else "",
+                         f"  NOISY: {m.noise}" if m.noisy else "")
                 writer.writerow({"backend": name, "batch_size": bs, **{k: s[k] for k in COLUMNS if k in s},
-                                 "throughput_per_s": bs / (m.median / 1e3), "noisy": m.noisy})
+                                 "throughput_per_s": bs / (m.median / 1e3) if m.count else float("nan")})
+                if m.noisy:
+                    noisy.append(f"{name} bs={bs} ({m.noise})")
+    if noisy:
+        log.warning("profile: %d cell(s) stayed noisy after %d repeat(s); the route may rest on them: %s",
+                    len(noisy), pcfg.max_repeats, "; ".join(noisy))
     ctx.tracker.log_profile(ctx.profile, path)

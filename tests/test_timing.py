@@ -1,0 +1,265 @@
+"""Timing on synthetic sample streams: a fake clock advanced by callables whose durations we choose.
+
+No mocks of torch: the device is a real ``torch.device("cpu")`` (its sync is a no-op) and the
+clock is injected, so every stop rule is exercised deterministically and in milliseconds.
+"""
+
+from __future__ import annotations
+
+import csv
+import gc
+import itertools
+import logging
+import math
+import random
+import time
+from typing import Callable, Iterable, List
+
+import pytest
+import torch
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
+
+from pipeline import backends
+from pipeline.context import RunContext
+from pipeline.timing import (Measurement, agreeing_windows, device_time_ms, measure_interleaved, median_ci_ranks,
+                             profile_sizes, saturated, time_call)
+from pipeline.tracking import NullTracker
+from stages import profile as profile_stage
+from conftest import TINY
+
+CPU = torch.device("cpu")
+
+
+class FakeClock:
+    """A monotonic clock in seconds that only moves when a fake call says it took some time."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.log: List[str] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def stream(self, durations_ms: Iterable[float], name: str = "") -> Callable[[], None]:
+        it = iter(durations_ms)
+
+        def call() -> None:
+            self.log.append(name)
+            self.now += next(it) / 1e3
+
+        return call
+
+
+def cfg(**overrides) -> dict:
+    base = dict(warmup_ms=0, min_warmup_calls=0, min_samples=10, max_samples=1000, budget_ms=1e9, min_window_ms=0,
+                rel_precision=0.02, noise_threshold=0.2, max_repeats=0)
+    return {**base, **overrides}
+
+
+def jitter(mean_ms: float, rel: float, seed: int = 0) -> Iterable[float]:
+    rng = random.Random(seed)
+    while True:
+        yield mean_ms * (1 + rng.uniform(-rel, rel))
+
+
+def test_compile_outlier_is_ignored() -> None:
+    clock = FakeClock()
+    fn = clock.stream(itertools.chain([500.0, 40.0], itertools.repeat(2.0)))
+    m = measure_interleaved({"a": fn}, CPU, cfg(min_warmup_calls=1), clock=clock)["a"]
+    assert m.first_call_ms == pytest.approx(500.0)
+    assert m.warmup_calls == 1  # the second slow call (a recompile, say) is warm-up, not a sample
+    assert max(m.samples_ms) == pytest.approx(2.0) and m.median == pytest.approx(2.0)
+    assert not m.noisy
+
+
+def test_warmup_is_a_budget_in_ms() -> None:
+    clock = FakeClock()
+    fn = clock.stream(itertools.chain([100.0], itertools.repeat(1.0)))
+    m = measure_interleaved({"a": fn}, CPU, cfg(warmup_ms=25, min_warmup_calls=2), clock=clock)["a"]
+    assert m.warmup_calls == 25  # the compile did not eat the warm-up budget
+
+
+def test_precision_rule_stops_early_on_stable_samples() -> None:
+    clock = FakeClock()
+    fn = clock.stream(jitter(1.0, 0.001))
+    m = measure_interleaved({"a": fn}, CPU, cfg(min_samples=10, max_samples=1000), clock=clock)["a"]
+    assert m.count == 10 and m.rel_halfwidth <= 0.02
+    assert m.repeats == 0 and not m.noisy
+
+
+def test_precision_stop_waits_for_min_window_ms() -> None:
+    clock = FakeClock()
+    m = measure_interleaved({"a": clock.stream(jitter(0.5, 0.001))}, CPU, cfg(min_window_ms=25), clock=clock)["a"]
+    assert 25 <= sum(m.samples_ms) < 25.6  # 50 stable half-millisecond calls, not the first 10
+
+
+def test_budget_stops_a_noisy_stream_and_flags_it() -> None:
+    clock = FakeClock()
+    rng = random.Random(1)
+    fn = clock.stream(iter(lambda: rng.lognormvariate(0, 0.8), None))
+    m = measure_interleaved({"a": fn}, CPU, cfg(budget_ms=50, max_samples=10_000, rel_precision=0.001,
+                                                 max_repeats=2), clock=clock)["a"]
+    assert len(m.windows) == 3  # two repeats, then it is reported instead of hidden
+    for w in m.windows:
+        assert 50 <= sum(w) < 50 + max(w) and len(w) < 10_000
+    assert m.noisy and "median known only" in m.noise
+
+
+def test_min_samples_wins_over_the_budget() -> None:
+    clock = FakeClock()
+    m = measure_interleaved({"a": clock.stream(itertools.repeat(30.0))}, CPU, cfg(budget_ms=10, min_samples=7),
+                            clock=clock)["a"]
+    assert m.count == 7
+
+
+def test_max_samples_stops() -> None:
+    clock = FakeClock()
+    rng = random.Random(2)
+    fn = clock.stream(iter(lambda: rng.uniform(1, 3), None))
+    m = measure_interleaved({"a": fn}, CPU, cfg(max_samples=40, rel_precision=1e-4), clock=clock)["a"]
+    assert m.count == 40 and m.noisy
+
+
+def test_interleaving_order_is_round_robin() -> None:
+    clock = FakeClock()
+    fns = {n: clock.stream(itertools.repeat(1.0), n) for n in "ABC"}
+    measure_interleaved(fns, CPU, cfg(min_warmup_calls=1, min_samples=10), clock=clock)
+    warm, rounds = clock.log[:6], clock.log[6:]
+    assert warm == ["A", "A", "B", "B", "C", "C"]  # first call + one warm-up call each
+    assert rounds == ["A", "B", "C"] * 10
+    assert gc.isenabled()  # held off during the window only
+
+
+def test_disagreeing_backend_is_repeated_alone_and_its_disturbed_window_dropped() -> None:
+    clock = FakeClock()
+    busy = [1.0, 6.0] * 10  # a window where half the calls were preempted
+    a = clock.stream(itertools.chain([1.0], busy, jitter(1.0, 0.002)), "A")
+    b = clock.stream(itertools.chain([1.0], jitter(2.0, 0.002, seed=3)), "B")
+    res = measure_interleaved({"A": a, "B": b}, CPU, cfg(min_samples=20, max_samples=20, max_repeats=2),
+                              clock=clock)
+    assert clock.log[2:42] == ["A", "B"] * 20
+    assert clock.log[42:] == ["A"] * 20  # only A disagreed, so only A is measured again
+    m = res["A"]
+    assert m.repeats == 1 and m.accepted == [1] and not m.noisy
+    assert m.median == pytest.approx(1.0, rel=0.01)
+    assert len(m.windows[0]) == 20  # the dropped window is kept, not thrown away
+    assert res["B"].repeats == 0
+
+
+def test_agreeing_windows_pools_quiet_windows_and_anchors_on_the_surest_low_one() -> None:
+    rng = random.Random(4)
+    quiet = [[rng.gauss(1.0, 0.01) for _ in range(50)] for _ in range(3)]
+    assert agreeing_windows(quiet, 0.02) == [0, 1, 2]  # nothing disturbed: one plain median
+    disturbed = [[x + 0.5 for x in quiet[0]], quiet[1], quiet[2]]
+    assert agreeing_windows(disturbed, 0.02) == [1, 2]
+    lucky = [[0.2, 0.3, 5.0, 5.0, 0.25, 6.0], quiet[1]]  # a lower median, but known to nothing
+    assert agreeing_windows(lucky, 0.02) == [1]
+
+
+def test_saturation_counts_only_measured_windows() -> None:
+    clock = FakeClock()
+
+    def make_fns(bs: int) -> dict:
+        # Every new size compiles for 2 s on its first call; steady latency grows slower than bs.
+        return {"grows": clock.stream(itertools.chain([2000.0], itertools.repeat(0.5 + 0.01 * bs))),
+                "flat": clock.stream(itertools.chain([2000.0], itertools.repeat(0.1 * bs)))}
+
+    prof = profile_sizes(make_fns, [1, 3, 8, 17, 64], CPU,
+                         cfg(saturation_cutoff=0.05, saturation_backoff=1), clock=clock)
+    assert sorted(prof["grows"]) == [1, 3, 8, 17, 64]  # the 2 s first calls never made it look saturated
+    assert sorted(prof["flat"]) == [1, 3]  # constant throughput: stops after one size without growth
+    for m in prof["grows"].values():
+        assert m.first_call_ms == pytest.approx(2000.0) and max(m.samples_ms) < 2.0
+
+
+def test_saturated_rule() -> None:
+    assert not saturated([100, 200, 400], 0.05, 1)
+    assert saturated([100, 200, 204], 0.05, 1)
+    assert not saturated([100, 200, 204], 0.05, 2)
+    assert saturated([100, 200, 204, 190], 0.05, 2)
+    assert not saturated([100, 200, 204], 0.05, 0)  # disabled
+    assert not saturated([100, float("nan"), 300], 0.05, 1)  # an unmeasured size says nothing
+
+
+def test_median_ci_ranks_are_exact_and_distribution_free() -> None:
+    assert median_ci_ranks(5) is None
+    assert median_ci_ranks(6) == (0, 5)
+    assert median_ci_ranks(100) == (39, 60)
+    for n in (6, 10, 30, 101, 300):
+        lo, hi = median_ci_ranks(n)
+        coverage = sum(math.comb(n, i) for i in range(lo + 1, hi + 1)) / 2 ** n
+        assert coverage >= 0.95
+    lo, hi = median_ci_ranks(1000)
+    assert sum(math.comb(1000, i) for i in range(lo + 1, hi + 1)) / 2 ** 1000 >= 0.95
+
+
+def test_partial_config_takes_defaults_and_bad_one_fails_early() -> None:
+    clock = FakeClock()
+    old_style = dict(warmup_ms=0, min_warmup_calls=1, min_samples=10, max_samples=50, budget_ms=100, rel_precision=0.02)
+    m = measure_interleaved({"a": clock.stream(itertools.repeat(1.0))}, CPU, old_style, clock=clock)["a"]
+    assert m.count == 20 and m.repeats == 0  # min_window_ms defaults to 20 ms
+    with pytest.raises(ValueError, match="min_samples"):
+        measure_interleaved({"a": clock.stream(itertools.repeat(1.0))}, CPU, cfg(min_samples=20, max_samples=10))
+
+
+def test_summary_has_median_spread_and_count() -> None:
+    m = Measurement(samples_ms=[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0], first_call_ms=40.0)
+    s = m.summary()
+    assert (s["median_ms"], s["samples"], s["first_call_ms"]) == (6.0, 11, 40.0)
+    assert s["p10_ms"] == pytest.approx(2.0) and s["p90_ms"] == pytest.approx(10.0)
+
+
+def busy_wait(ms: float) -> Callable[[], None]:
+    def spin() -> None:
+        end = time.perf_counter() + ms / 1e3
+        while time.perf_counter() < end:
+            pass
+
+    return spin
+
+
+def test_times_a_callable_of_known_duration_on_cpu() -> None:
+    assert time_call(busy_wait(2.0), CPU) >= 2.0
+    m = measure_interleaved({"spin": busy_wait(2.0)}, CPU,
+                            dict(warmup_ms=5, min_warmup_calls=1, min_samples=15, max_samples=60, budget_ms=150,
+                                 rel_precision=0.02, max_repeats=1))["spin"]
+    assert 2.0 <= m.median <= 2.5, m.summary()
+    assert m.quantile(0.1) >= 2.0
+
+
+def test_profile_stage_writes_every_tuned_size(compose_cfg, tmp_path, caplog) -> None:
+    config = compose_cfg([*TINY, "model.batch_sizes=[1,8]"])
+    torch.manual_seed(0)
+    model = instantiate(config.model.build).eval()
+    inputs = OmegaConf.to_container(config.model.inputs, resolve=True)
+    ctx = RunContext(cfg=config, run_dir=tmp_path, device=CPU, model=model, inputs=inputs, tracker=NullTracker())
+    eager = backends.create("eager", {"kind": "eager"})
+    eager.build(model, {}, CPU, [1, 8])
+    ctx.backends = {"eager": eager}
+    with caplog.at_level(logging.WARNING, logger="stages.profile"):
+        profile_stage.run(ctx)
+    assert "padding" in caplog.text  # 1 and 8 both lie on the graph grid
+    rows = list(csv.DictReader((tmp_path / "profile.csv").open()))
+    assert [int(r["batch_size"]) for r in rows] == [1, 8]
+    for r in rows:
+        assert float(r["first_call_ms"]) > 0 and int(r["samples"]) >= 6 and r["noisy"] in ("True", "False")
+    assert set(ctx.profile["eager"]) == {1, 8}
+
+
+@pytest.mark.gpu
+def test_device_time_cross_check_on_cuda() -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    dev = torch.device("cuda")
+    x = torch.randn(1024, 1024, device=dev)
+
+    def mm() -> torch.Tensor:
+        return x @ x @ x
+
+    res = measure_interleaved({"mm": mm}, dev, cfg(warmup_ms=5, min_samples=10, max_samples=200, budget_ms=200),
+                              device_check=["mm"])
+    m = res["mm"]
+    assert m.device_ms > 0 and m.device_ms <= m.median * 1.05
+    assert device_time_ms(lambda: x.sum().item(), dev) is None  # a host sync cannot be captured
+    assert torch.isfinite((x @ x).sum()).item()  # and the failed capture left CUDA usable
