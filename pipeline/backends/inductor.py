@@ -1,13 +1,24 @@
-"""torch.compile with Inductor, set up by exactly one of mode, options or a named template."""
+"""torch.compile with Inductor, set up by exactly one of mode, options or a named template.
+
+Options reach torch only through ``torch.compile(options=...)``, which patches Inductor's config
+for this model's compiles alone; the global ``torch._inductor.config`` is never touched. A
+template is resolved to its options when the backend is created, and ``describe()`` stores those
+options, so a checkpoint rebuilds the same backend without the config tree.
+"""
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Dict, Mapping, Optional
 
 import torch
 from torch import nn
+from torch.utils._pytree import tree_map_only
 
+from pipeline import inductor_options, templates
 from pipeline.backends.base import Backend
+
+log = logging.getLogger(__name__)
 
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 # Modes that record CUDA graphs: they need a CUDA device.
@@ -25,33 +36,95 @@ def exclusive_setting(name: str, cfg: Mapping[str, Any]) -> Optional[str]:
     return given[0] if given else None
 
 
+def resolve_options(name: str, cfg: Mapping[str, Any]) -> Optional[Dict[str, Any]]:
+    """The validated, flat options this backend passes to torch.compile (None for a mode)."""
+    setting = exclusive_setting(name, cfg)
+    if setting == "options":
+        return inductor_options.validate(cfg["options"], f"backend {name!r} options")
+    if setting == "template":
+        template = templates.load(str(cfg["template"]))
+        return inductor_options.validate(
+            template.options, f"backend {name!r}: Inductor template {template.name!r} ({template.source})")
+    return None
+
+
 class InductorBackend(Backend):
     kind = "inductor"
+
+    def __init__(self, name: str, cfg: Mapping[str, Any]) -> None:
+        super().__init__(name, cfg)
+        self.options = resolve_options(name, self.cfg)
+        self._graphs = False  # set by build: CUDA graphs recorded on this device
+        self._clone = False
 
     @classmethod
     def check_config(cls, name: str, cfg: Mapping[str, Any]) -> None:
         super().check_config(name, cfg)
-        exclusive_setting(name, cfg)
         mode = cfg.get("mode")
         if mode is not None and mode not in MODES:
             raise ValueError(f"backend {name!r}: unknown Inductor mode {mode!r}; use one of {list(MODES)}")
+        resolve_options(name, cfg)
+
+    def effective_options(self) -> Dict[str, Any]:
+        """The options torch applies: the explicit or template options, or those the mode implies."""
+        if self.options is not None:
+            return dict(self.options)
+        from torch._inductor import list_mode_options
+
+        mode = self.cfg.get("mode")
+        return dict(list_mode_options(mode)) if mode else {}
+
+    @property
+    def records_cuda_graphs(self) -> bool:
+        """Whether Inductor records CUDA graphs for this backend (mode or triton.cudagraphs)."""
+        return bool(self.effective_options().get("triton.cudagraphs"))
 
     def unsupported_reason(self, device: torch.device) -> Optional[str]:
-        if self.cfg.get("mode") in GRAPH_MODES and device.type != "cuda":
-            return f"mode={self.cfg['mode']} records CUDA graphs and needs a CUDA device, not {device.type}"
-        return None
+        reason = inductor_options.unsupported_reason(self.effective_options(), device)
+        if reason is None:
+            return None
+        if self.cfg.get("mode"):
+            return f"mode={self.cfg['mode']} sets {reason}"
+        if self.cfg.get("template"):
+            return f"template {self.cfg['template']!r} sets {reason}"
+        return f"options set {reason}"
 
     def compile_kwargs(self) -> Dict[str, Any]:
         """Arguments for torch.compile; options go per compile, never into global Inductor config."""
         kwargs: Dict[str, Any] = {"backend": "inductor", "fullgraph": bool(self.cfg.get("fullgraph")),
                                   "dynamic": self.cfg.get("dynamic")}
-        if self.cfg.get("options"):
-            kwargs["options"] = dict(self.cfg["options"])
+        if self.options:
+            kwargs["options"] = dict(self.options)
         elif self.cfg.get("mode"):
             kwargs["mode"] = self.cfg["mode"]
         return kwargs
 
     def _build(self, model: nn.Module, sample: Dict[str, torch.Tensor], batch_sizes: list) -> None:
+        if self.options:
+            unused = inductor_options.ineffective(self.options, self.device)
+            if unused:
+                log.warning("backend %s: options without effect on %s: %s", self.name, self.device.type,
+                            "; ".join(f"{k} ({why})" for k, why in unused.items()))
+            pins = inductor_options.pinned(self.options)
+            if pins:
+                log.info("backend %s: %s already at Inductor's current value (kept as pins)", self.name, pins)
+        self._graphs = self.records_cuda_graphs and self.device.type == "cuda"
+        self._clone = self._graphs and bool(self.cfg.get("clone_outputs", True))
         self._fn = torch.compile(model, **self.compile_kwargs())
-        with self.autocast():
-            self._fn(**sample)  # compile now, so build_seconds holds the compile time
+        self(**sample)  # compile now, so build_seconds holds the compile time
+
+    def __call__(self, **inputs: torch.Tensor) -> Any:
+        if not self._graphs:
+            return super().__call__(**inputs)
+        # CUDA graphs: a new step per call; the next replay overwrites static outputs, so clone them.
+        torch.compiler.cudagraph_mark_step_begin()
+        out = super().__call__(**inputs)
+        return tree_map_only(torch.Tensor, torch.clone, out) if self._clone else out
+
+    def describe(self) -> Dict[str, Any]:
+        """The config with a template replaced by its resolved options: rebuilds without conf/."""
+        described = super().describe()
+        if self.cfg.get("template"):
+            described.update(template=None, options=dict(self.options or {}),
+                             description=f"{self.cfg.get('description', '')} [template {self.cfg['template']}]".strip())
+        return described
