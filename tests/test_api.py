@@ -28,7 +28,8 @@ class TwoInputs(nn.Module):
 
 
 def example(batch: int = 2):
-    return torch.randn(batch, 8), torch.randint(0, 10, (batch, 5))
+    """Features and token ids; the ids reach 9, so the spec draws ids in [0, 10)."""
+    return torch.randn(batch, 8), torch.arange(batch * 5).reshape(batch, 5) % 10
 
 
 def test_input_spec_names_positional_examples_after_forward_parameters():
