@@ -59,6 +59,8 @@ class BackendConfig:
     # Graph backend.
     compile_with_inductor: bool = False
     max_recorded_batch_size: int = 256
+    # Recorded batch sizes; null = 1, 2, 4 and every multiple of 8 (up to the cap).
+    grid: Optional[List[int]] = None
     clone_outputs: bool = True
 
 

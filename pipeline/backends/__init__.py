@@ -10,9 +10,10 @@ from typing import Any, Dict, Mapping, Type
 
 from pipeline.backends.base import Backend, BackendUnsupported
 from pipeline.backends.eager import EagerBackend
+from pipeline.backends.graph import GraphBackend
 from pipeline.backends.inductor import InductorBackend
 
-KINDS: Dict[str, Type[Backend]] = {cls.kind: cls for cls in (EagerBackend, InductorBackend)}
+KINDS: Dict[str, Type[Backend]] = {cls.kind: cls for cls in (EagerBackend, InductorBackend, GraphBackend)}
 
 
 def backend_class(name: str, cfg: Mapping[str, Any]) -> Type[Backend]:

@@ -78,6 +78,15 @@ class Backend:
         with torch.inference_mode(), self.autocast():
             return self._fn(**inputs)
 
+    def self_check(self, model: nn.Module, sample: Dict[str, torch.Tensor]) -> float:
+        """Worst relative error against eager over variants that calls at the tuned sizes do not all
+        reach (the graph backend: every recorded graph, full and padded); 0.0 where there are none."""
+        return 0.0
+
+    def stats(self) -> Dict[str, Any]:
+        """Build figures beyond build_seconds (e.g. compile and record seconds, pool memory), for logs."""
+        return {}
+
     def describe(self) -> Dict[str, Any]:
         """The config that rebuilds this backend (stored in checkpoints and logs)."""
         return {"name": self.name, **self.cfg}

@@ -1,0 +1,264 @@
+"""Device graphs over a batch-size grid: the host launches one graph instead of every kernel.
+
+Launch-bound models spend most of a call launching kernels one by one; replaying a recorded
+CUDA/XPU graph removes that cost. Graphs are recorded for a grid of batch sizes (``graph_plan``),
+largest first into one shared memory pool, on prefix views of one static buffer per input; a call
+copies its rows into the buffers, zero-pads to the smallest recorded size that holds it and
+returns only its real rows. ``compile_with_inductor`` records the kernels Inductor generates,
+compiled once for a dynamic batch dimension rather than once per size.
+
+``clone_outputs: false`` hands out views of the graphs' static outputs (no copy). They stay valid
+only until the next call of this backend: any later replay may overwrite them.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import time
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+
+import torch
+from torch import nn
+
+from pipeline import devices, graph_plan
+from pipeline.backends.base import Backend
+from pipeline.backends.inductor import InductorBackend
+from pipeline.compare import rel_error
+
+log = logging.getLogger(__name__)
+
+# Warm-up calls per recorded size before recording (the first one compiles or initialises).
+WARMUP_CALLS = 2
+# More compiles than this mean the batch dimension did not stay dynamic.
+EXPECTED_COMPILES = 3
+
+
+def map_outputs(fn: Callable[..., torch.Tensor], *outs: Any) -> Any:
+    """Apply ``fn`` to the matching tensors of parallel outputs, keeping their structure: a tensor,
+    tuple (named too), list, or mapping (dict, transformers ModelOutput). Other leaves pass through."""
+    first = outs[0]
+    if isinstance(first, torch.Tensor):
+        return fn(*outs)
+    if isinstance(first, Mapping):
+        new = copy.copy(first)
+        for key in first.keys():
+            new[key] = map_outputs(fn, *(o[key] for o in outs))
+        return new
+    if isinstance(first, (tuple, list)):
+        items = [map_outputs(fn, *parts) for parts in zip(*outs)]
+        return type(first)(*items) if hasattr(first, "_fields") else type(first)(items)
+    return first
+
+
+def take_rows(out: Any, rows: int, size: int, clone: bool) -> Any:
+    """The first ``rows`` rows of every batch-first output tensor of a ``size`` graph; cloned, or views."""
+
+    def one(t: torch.Tensor) -> torch.Tensor:
+        if rows != size and t.dim() and t.shape[0] == size:
+            t = t[:rows]
+        return t.clone() if clone else t
+
+    return map_outputs(one, out)
+
+
+def concat_chunks(parts: Sequence[Any], rows: Sequence[int]) -> Any:
+    """One output from the outputs of consecutive chunks, concatenated along the batch."""
+
+    def cat(*ts: torch.Tensor) -> torch.Tensor:
+        if any(t.dim() == 0 or t.shape[0] != r for t, r in zip(ts, rows)):
+            raise ValueError("an output tensor is not batch-first, so a batch above the largest recorded graph "
+                             "cannot be served in chunks; raise max_recorded_batch_size to cover it")
+        return torch.cat(ts)
+
+    return map_outputs(cat, *parts)
+
+
+def stage_inputs(static: Mapping[str, torch.Tensor], inputs: Mapping[str, torch.Tensor], start: int, rows: int,
+                 size: int) -> None:
+    """Copy rows ``start:start+rows`` of every input into its static buffer and zero the padding up to ``size``."""
+    if inputs.keys() != static.keys():
+        raise TypeError(f"graph inputs must be {sorted(static)}, got {sorted(inputs)}")
+    for name, buf in static.items():
+        src = inputs[name]
+        if src.shape[1:] != buf.shape[1:] or src.dtype != buf.dtype:
+            raise ValueError(f"input {name!r}: graphs were recorded for per-sample shape {tuple(buf.shape[1:])} "
+                             f"{buf.dtype}, got {tuple(src.shape[1:])} {src.dtype}; rebuild the backend for it")
+        buf[:rows].copy_(src[start:start + rows])
+        if rows < size:
+            buf[rows:size].zero_()
+
+
+def tile(t: torch.Tensor, rows: int) -> torch.Tensor:
+    """A fresh contiguous tensor of ``rows`` rows repeating ``t``'s rows (static buffers, checks)."""
+    return t[torch.arange(rows, device=t.device) % t.shape[0]]
+
+
+class Forward(nn.Module):
+    """Calls the model. Compiling this wrapper gives graph backends their own Dynamo cache: compiling
+    the model itself would share, and could exhaust, ``recompile_limit`` with every other backend
+    that compiles the same model (Dynamo then silently runs eager)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, **inputs: torch.Tensor) -> Any:
+        return self.model(**inputs)
+
+
+def compile_count() -> int:
+    """Graphs Dynamo has compiled in this process so far."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
+
+
+class GraphBackend(Backend):
+    kind = "graph"
+
+    def __init__(self, name: str, cfg: Mapping[str, Any]) -> None:
+        super().__init__(name, cfg)
+        self._clone = bool(self.cfg.get("clone_outputs", True))
+        # Inductor's side (options, templates, device support) is exactly the inductor backend's.
+        self._inductor = InductorBackend(name, cfg) if self.cfg.get("compile_with_inductor") else None
+        self._api: Any = None
+        self._model: Optional[nn.Module] = None
+        self._static: Dict[str, torch.Tensor] = {}
+        self._graphs: Dict[int, tuple] = {}
+        self._recorded: List[int] = []
+        self._pad: Dict[int, int] = {}
+        self._stats: Dict[str, Any] = {}
+
+    @classmethod
+    def check_config(cls, name: str, cfg: Mapping[str, Any]) -> None:
+        if cfg.get("compile_with_inductor"):
+            InductorBackend.check_config(name, cfg)
+            if InductorBackend(name, cfg).records_cuda_graphs:
+                raise ValueError(f"backend {name!r}: its Inductor setting records CUDA graphs of its own inside ours "
+                                 f"(mode reduce-overhead or max-autotune, or triton.cudagraphs); use mode=default, "
+                                 f"max-autotune-no-cudagraphs, or options without triton.cudagraphs")
+        else:
+            super().check_config(name, cfg)
+            given = [key for key in ("mode", "options", "template") if cfg.get(key) not in (None, {}, "")]
+            if given:
+                raise ValueError(f"backend {name!r} sets {' and '.join(given)}, which only apply with "
+                                 f"compile_with_inductor=true; set it or drop them")
+        try:
+            graph_plan.grid(1, int(cfg.get("max_recorded_batch_size", graph_plan.DEFAULT_CAP)), cfg.get("grid"))
+        except ValueError as exc:
+            raise ValueError(f"backend {name!r}: {exc}") from None
+
+    def unsupported_reason(self, device: torch.device) -> Optional[str]:
+        if device.type == "xpu" and not hasattr(torch.xpu, "XPUGraph"):
+            return f"torch {torch.__version__} has no torch.xpu.XPUGraph; XPU graphs need a newer torch"
+        if device.type not in ("cuda", "xpu"):
+            return (f"graph backends replay recorded device graphs, which need CUDA (torch.cuda.CUDAGraph) "
+                    f"or XPU (torch.xpu.XPUGraph); {device.type} has none")
+        return self._inductor.unsupported_reason(device) if self._inductor else None
+
+    def _compiled(self, model: nn.Module) -> Any:
+        if self._inductor is None:
+            return model
+        return torch.compile(Forward(model), **self._inductor.compile_kwargs())
+
+    def _build(self, model: nn.Module, sample: Dict[str, torch.Tensor], batch_sizes: list) -> None:
+        device = self.device
+        api = self._api = getattr(torch, device.type)  # torch.cuda or torch.xpu: the same graph API
+        graph_class = api.CUDAGraph if device.type == "cuda" else api.XPUGraph
+        cap = int(self.cfg.get("max_recorded_batch_size", graph_plan.DEFAULT_CAP))
+        recorded = graph_plan.sizes_to_record(batch_sizes, cap, self.cfg.get("grid"))
+        # Static buffers live outside the graph pool; every graph records on a prefix view of them.
+        self._static = {name: tile(t.to(device), recorded[-1]) for name, t in sample.items()}
+        views = {size: {name: buf[:size] for name, buf in self._static.items()} for size in recorded}
+        fn = self._compiled(model)
+        if self._inductor and self.cfg.get("dynamic") is None:
+            for inputs in views.values():  # one dynamic batch dimension: a few compiles, not one per size
+                for t in inputs.values():
+                    torch._dynamo.maybe_mark_dynamic(t, 0)
+
+        compiles, start = compile_count(), time.perf_counter()
+        side = api.Stream(device=device)  # warm up off the default stream, as graph capture requires
+        side.wait_stream(api.current_stream(device))
+        with api.stream(side), self.autocast():
+            for size in reversed(recorded):
+                for _ in range(WARMUP_CALLS):
+                    fn(**views[size])
+        api.current_stream(device).wait_stream(side)
+        devices.synchronize(device)
+        warmup_seconds = time.perf_counter() - start
+
+        api.empty_cache()
+        reserved = api.memory_reserved(device)
+        pool = api.graph_pool_handle()
+        start = time.perf_counter()
+        for size in reversed(recorded):  # largest first: smaller graphs reuse its memory in the pool
+            graph = graph_class()
+            with api.graph(graph, pool=pool), self.autocast():
+                out = fn(**views[size])
+            self._graphs[size] = (graph, out)
+        devices.synchronize(device)
+        record_seconds = time.perf_counter() - start
+        api.empty_cache()
+
+        self._model, self._fn = model, fn  # keep the weights and compiled kernels the graphs point at alive
+        self._recorded = recorded
+        self._pad = graph_plan.padding_table(recorded)
+        self._stats = {
+            "recorded_sizes": recorded,
+            "graphs": len(recorded),
+            "compile_seconds": warmup_seconds,  # warm-up runs, which hold every Inductor compile
+            "record_seconds": record_seconds,
+            "compiles": compile_count() - compiles,
+            "pool_bytes": api.memory_reserved(device) - reserved,
+            "static_input_bytes": sum(b.numel() * b.element_size() for b in self._static.values()),
+        }
+        if self._stats["compiles"] > EXPECTED_COMPILES:
+            log.warning("backend %s: %d compiles for %d graphs: the model specialises on the batch size, so graphs "
+                        "past Dynamo's recompile_limit record eager kernels; set a smaller grid", self.name,
+                        self._stats["compiles"], len(recorded))
+
+    def _replay(self, inputs: Mapping[str, torch.Tensor], start: int, rows: int, size: int, clone: bool) -> Any:
+        stage_inputs(self._static, inputs, start, rows, size)
+        graph, out = self._graphs[size]
+        graph.replay()
+        if self.device.type == "xpu":
+            self._api.current_stream(self.device).synchronize()  # the stream, never the device (driver crash)
+        return take_rows(out, rows, size, clone)
+
+    def __call__(self, **inputs: torch.Tensor) -> Any:
+        batch = int(next(iter(inputs.values())).shape[0])
+        size = self._pad.get(batch)
+        with torch.inference_mode():
+            if size is not None:
+                return self._replay(inputs, 0, batch, size, self._clone)
+            plan = graph_plan.chunk_plan(batch, self._recorded)
+            parts, start = [], 0
+            for rows, size in plan:  # each chunk is cloned: the next replay overwrites the static outputs
+                parts.append(self._replay(inputs, start, rows, size, clone=True))
+                start += rows
+            return concat_chunks(parts, [rows for rows, _ in plan])
+
+    def self_check(self, model: nn.Module, sample: Dict[str, torch.Tensor]) -> float:
+        """Every recorded graph against eager: eager runs once on the largest recorded batch, then each
+        graph is compared with the matching prefix of that output, full and padded (17 rows through 24)."""
+        largest = self._recorded[-1]
+        inputs = {name: tile(t.to(self.device), largest) for name, t in sample.items()}
+        with torch.inference_mode():
+            reference = model(**inputs)
+        errors: Dict[str, float] = {}
+        for i, size in enumerate(self._recorded):
+            smallest = self._recorded[i - 1] + 1 if i else 1  # the fewest rows this graph serves
+            for rows in sorted({size, smallest}, reverse=True):
+                out = self(**{name: t[:rows] for name, t in inputs.items()})
+                errors[f"graph {size} with {rows} rows"] = rel_error(out, take_rows(reference, rows, largest, False))
+        worst = max(errors, key=errors.get)
+        self._stats["self_check_worst"] = {"check": worst, "max_rel_error": errors[worst]}
+        return errors[worst]
+
+    def stats(self) -> Dict[str, Any]:
+        return dict(self._stats)
+
+    def describe(self) -> Dict[str, Any]:
+        """With Inductor, a template is stored as its resolved options, as the inductor backend does."""
+        return self._inductor.describe() if self._inductor else super().describe()

@@ -1,0 +1,174 @@
+"""The graph backend on CPU: grid, padding and chunk plans, multi-input padding, and the unsupported path."""
+
+from __future__ import annotations
+
+from collections import OrderedDict, namedtuple
+
+import pytest
+import torch
+
+from pipeline import backends as backend_registry
+from pipeline import graph_plan, runner
+from pipeline.backends.graph import GraphBackend, concat_chunks, stage_inputs, take_rows, tile
+from tests.conftest import TINY
+
+
+@pytest.mark.parametrize("largest, cap, expected", [
+    (256, 256, [1, 2, 4] + list(range(8, 257, 8))),
+    (1, 256, [1]),
+    (3, 256, [1, 2, 4]),
+    (17, 256, [1, 2, 4, 8, 16, 24]),
+    (64, 256, [1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64]),
+    (300, 256, [1, 2, 4] + list(range(8, 257, 8))),
+    (64, 32, [1, 2, 4, 8, 16, 24, 32]),
+    (100, 100, [1, 2, 4] + list(range(8, 97, 8))),
+    (9, 5, [1, 2, 4]),
+])
+def test_grid(largest, cap, expected):
+    assert graph_plan.grid(largest, cap) == expected
+
+
+def test_default_cap_gives_35_graphs():
+    assert len(graph_plan.grid(1000)) == 35
+
+
+def test_explicit_grid_is_sorted_capped_and_stops_at_the_first_that_holds():
+    assert graph_plan.grid(20, 64, [64, 1, 16, 32, 16]) == [1, 16, 32]
+    assert graph_plan.grid(200, 64, [1, 16, 32, 128]) == [1, 16, 32]
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"largest": 0}, "at least 1"),
+    ({"largest": 8, "cap": 0}, "max_recorded_batch_size"),
+    ({"largest": 8, "sizes": [0, 8]}, "positive"),
+    ({"largest": 8, "cap": 4, "sizes": [8, 16]}, "no grid size"),
+])
+def test_grid_errors(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        graph_plan.grid(**kwargs)
+
+
+def test_padding_table():
+    table = graph_plan.padding_table([1, 2, 4, 8, 16, 24])
+    assert sorted(table) == list(range(1, 25))
+    assert [table[b] for b in (1, 2, 3, 4, 5, 8, 9, 16, 17, 24)] == [1, 2, 4, 4, 8, 8, 16, 16, 24, 24]
+    assert graph_plan.padded_size(25, [1, 2, 4, 8, 16, 24]) is None
+
+
+def test_chunk_plan():
+    full = graph_plan.grid(256)
+    assert graph_plan.chunk_plan(17, full) == [(17, 24)]
+    assert graph_plan.chunk_plan(256, full) == [(256, 256)]
+    assert graph_plan.chunk_plan(300, full) == [(256, 256), (44, 48)]
+    assert graph_plan.chunk_plan(513, full) == [(256, 256), (256, 256), (1, 1)]
+    assert graph_plan.chunk_plan(300, [1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64]) == [(64, 64)] * 4 + [(44, 48)]
+    with pytest.raises(ValueError, match="at least 1"):
+        graph_plan.chunk_plan(0, full)
+
+
+def test_sizes_to_record():
+    assert graph_plan.sizes_to_record(range(1, 65)) == graph_plan.grid(64)
+    assert graph_plan.sizes_to_record([1, 3, 8, 17, 64]) == [1, 4, 8, 24, 64]
+    # A checkpoint's backend that owns sizes 9..16 records one graph.
+    assert graph_plan.sizes_to_record(range(9, 17)) == [16]
+    # Above the cap: the largest graph for full chunks, and the one that holds the rest.
+    assert graph_plan.sizes_to_record([300]) == [48, 256]
+    assert graph_plan.sizes_to_record([3, 10], sizes=[2, 8, 32]) == [8, 32]
+
+
+def test_stage_inputs_pads_every_input_with_zeros():
+    static = {"input_ids": torch.full((8, 5), 7, dtype=torch.int64), "attention_mask": torch.full((8, 5), 9)}
+    inputs = {"input_ids": torch.arange(30).view(6, 5), "attention_mask": torch.ones(6, 5, dtype=torch.int64)}
+    stage_inputs(static, inputs, start=3, rows=3, size=4)
+    assert torch.equal(static["input_ids"][:3], inputs["input_ids"][3:6])
+    assert torch.equal(static["attention_mask"][:3], torch.ones(3, 5, dtype=torch.int64))
+    for buf in static.values():
+        assert torch.equal(buf[3], torch.zeros(5, dtype=torch.int64))  # padding
+        assert (buf[4:] != 0).all()  # beyond the graph's size: untouched
+
+
+def test_stage_inputs_rejects_other_names_shapes_and_dtypes():
+    static = {"x": torch.zeros(4, 3)}
+    with pytest.raises(TypeError, match="inputs must be"):
+        stage_inputs(static, {"y": torch.zeros(2, 3)}, 0, 2, 2)
+    with pytest.raises(ValueError, match="per-sample shape"):
+        stage_inputs(static, {"x": torch.zeros(2, 1)}, 0, 2, 2)  # would broadcast silently
+    with pytest.raises(ValueError, match="float64"):
+        stage_inputs(static, {"x": torch.zeros(2, 3, dtype=torch.float64)}, 0, 2, 2)
+
+
+def test_take_rows_keeps_structure_and_cuts_only_batch_first_tensors():
+    Pair = namedtuple("Pair", "a b")
+    static = {"logits": torch.arange(8.0).view(4, 2), "pair": Pair(torch.ones(4), torch.tensor(3.0)),
+              "list": [torch.zeros(4, 1)], "none": None}
+    out = take_rows(static, rows=3, size=4, clone=True)
+    assert out["logits"].shape == (3, 2) and out["logits"].data_ptr() != static["logits"].data_ptr()
+    assert isinstance(out["pair"], Pair) and out["pair"].a.shape == (3,) and out["pair"].b.item() == 3.0
+    assert out["list"][0].shape == (3, 1) and out["none"] is None
+    view = take_rows(static["logits"], rows=3, size=4, clone=False)
+    assert view.data_ptr() == static["logits"].data_ptr()  # zero-copy
+
+
+def test_take_rows_on_a_transformers_model_output():
+    outputs = pytest.importorskip("transformers.modeling_outputs")
+    static = outputs.SequenceClassifierOutput(logits=torch.randn(8, 3), hidden_states=(torch.randn(8, 4, 2),))
+    out = take_rows(static, rows=5, size=8, clone=True)
+    assert type(out) is type(static) and out.logits.shape == (5, 3) and out["logits"].shape == (5, 3)
+    assert out.hidden_states[0].shape == (5, 4, 2) and out.loss is None
+
+
+def test_concat_chunks():
+    parts = [OrderedDict(y=torch.ones(4, 2)), OrderedDict(y=torch.zeros(3, 2))]
+    out = concat_chunks(parts, [4, 3])
+    assert isinstance(out, OrderedDict) and out["y"].shape == (7, 2) and out["y"][:4].eq(1).all()
+    with pytest.raises(ValueError, match="not batch-first"):
+        concat_chunks([torch.ones(2), torch.ones(2)], [4, 3])
+
+
+def test_tile_repeats_rows_into_fresh_memory():
+    t = torch.arange(3).view(3, 1)
+    assert tile(t, 7).flatten().tolist() == [0, 1, 2, 0, 1, 2, 0]
+    assert tile(t, 3).data_ptr() != t.data_ptr()
+
+
+def test_unsupported_on_cpu_before_any_work():
+    backend = backend_registry.create("graph", {"kind": "graph"})
+    assert isinstance(backend, GraphBackend)
+    assert "CUDA" in backend.unsupported_reason(torch.device("cpu"))
+
+
+@pytest.mark.parametrize("cfg, message", [
+    ({"kind": "graph", "mode": "default"}, "compile_with_inductor"),
+    ({"kind": "graph", "compile_with_inductor": True, "mode": "reduce-overhead"}, "records CUDA graphs"),
+    ({"kind": "graph", "compile_with_inductor": True, "options": {"triton.cudagraphs": True}}, "records CUDA graphs"),
+    ({"kind": "graph", "compile_with_inductor": True, "mode": "default", "options": {"a": 1}}, "mutually exclusive"),
+    ({"kind": "graph", "compile_with_inductor": True, "template": "cudagraphs"}, "records CUDA graphs"),
+    ({"kind": "graph", "max_recorded_batch_size": 0}, "max_recorded_batch_size"),
+    ({"kind": "graph", "grid": [0, 8]}, "positive"),
+])
+def test_config_errors_name_the_backend(cfg, message):
+    with pytest.raises(ValueError, match=message):
+        backend_registry.create("g", cfg)
+
+
+def test_graph_inductor_stores_a_template_as_its_options():
+    cfg = {"kind": "graph", "compile_with_inductor": True, "template": "freezing"}
+    described = backend_registry.create("g", cfg).describe()
+    assert described["kind"] == "graph" and described["template"] is None and described["options"]
+    backend_registry.create("g", {k: v for k, v in described.items() if k != "name"})  # rebuilt without conf/
+
+
+def test_backend_sets_compose(compose_cfg):
+    assert list(compose_cfg(["backends=gpu"]).backends) == ["eager", "inductor", "graph", "graph_inductor"]
+    cfg = compose_cfg(["backends=[graph_inductor]"])
+    assert cfg.backends.graph_inductor.compile_with_inductor and cfg.backends.graph_inductor.kind == "graph"
+
+
+def test_graph_is_skipped_on_cpu_and_the_run_goes_on(compose_cfg, tmp_path):
+    cfg = compose_cfg(TINY + ["backends=[eager,graph,graph_inductor]", "device=cpu"])
+    ctx = runner.run(cfg, tmp_path)
+    for name in ("graph", "graph_inductor"):
+        assert ctx.outcomes[name].status == "skipped"
+        assert "CUDA" in ctx.outcomes[name].reason
+    assert ctx.outcomes["eager"].status == "ok"
+    assert set(ctx.backends) == {"eager"} and ctx.validation
