@@ -25,6 +25,7 @@ import json
 import math
 import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
@@ -87,10 +88,20 @@ def python_probe_ms(calls: int = 200) -> Dict[str, float]:
     return {"median_ms": statistics.median(times), "mean_ms": statistics.fmean(times), "p90_ms": times[int(0.9 * calls)]}
 
 
+# A spinner also stops by itself once its parent is gone or after a deadline, so a killed bench
+# never leaves the machine loaded.
+SPIN = """import os, sys, time
+parent, end = os.getppid(), time.monotonic() + float(sys.argv[1])
+while os.getppid() == parent and time.monotonic() < end:
+    for _ in range(10000):
+        pass
+"""
+
+
 @contextlib.contextmanager
-def cpu_load(processes: int) -> Iterator[Dict[str, Any]]:
+def cpu_load(processes: int, deadline_s: float = 300.0) -> Iterator[Dict[str, Any]]:
     """One spinning Python process per core, killed (each by its own handle) on the way out."""
-    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(processes)]
+    procs = [subprocess.Popen([sys.executable, "-c", SPIN, str(deadline_s)]) for _ in range(processes)]
     info: Dict[str, Any] = {"processes": processes}
     try:
         time.sleep(2.0)  # let them all start spinning
@@ -206,6 +217,9 @@ def print_summary(name: str, r: Mapping[str, Any]) -> None:
     print(f"\n== {name}: repeatable within 5%: {r['ok']['repeatable_within_5pct']} "
           f"(worst {r['repeatability']['worst_rel_diff']:.1%}); regret <= 1.05: {r['ok']['regret_le_1.05']} "
           f"(worst {r['regret_loaded_route']['worst_regret']:.3f})")
+    for backend, outcome in r["capture"].items():
+        if outcome["status"] != "ok":
+            print(f"  {backend}: {outcome['status']}: {outcome['reason'][:200]}")
     sizes = r["batch_sizes"]
     print(f"{'backend':<16}{'run':<9}" + "".join(f"{'bs' + str(bs):>10}" for bs in sizes))
     for backend in r["runs"]["quiet_1"]:
@@ -242,6 +256,7 @@ def main() -> None:
     if args.device == "cuda" and not torch.cuda.is_available():
         sys.exit("bench/timing.py needs a CUDA device (or --device cpu for a smoke run)")
     args.out.mkdir(parents=True, exist_ok=True)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the finally blocks: stop the load
     start = time.perf_counter()
     load_processes = host_cores()
     print(f"timing bench on {devices.name(torch.device(args.device))} (torch {torch.__version__}); "
