@@ -160,6 +160,7 @@ def test_graph_inductor_stores_a_template_as_its_options():
 
 def test_backend_sets_compose(compose_cfg):
     assert list(compose_cfg(["backends=gpu"]).backends) == ["eager", "inductor", "graph", "graph_inductor"]
+    assert list(compose_cfg(["backends=gpu_all"]).backends)[-1] == "inductor_reduce_overhead"
     cfg = compose_cfg(["backends=[graph_inductor]"])
     assert cfg.backends.graph_inductor.compile_with_inductor and cfg.backends.graph_inductor.kind == "graph"
 
