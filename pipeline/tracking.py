@@ -1,19 +1,41 @@
 """MLflow tracking: one run per job, each stage's results logged as soon as the stage ends.
 
 The store is always explicit (``sqlite:///outputs/mlflow.db`` by default, or a server URL):
-current MLflow refuses the plain-file store.
+current MLflow refuses the plain-file store. In a multirun sweep each job's run is a child of the
+sweep's parent run (see :mod:`pipeline.sweep`); the job finds the parent through a file in the
+sweep directory, so this works for jobs in other processes and on other machines alike.
+
+Many processes may write one SQLite file: every write takes an exclusive file lock next to the
+database (one writer at a time) and a write that still meets ``database is locked`` is retried
+with backoff, then fails with a message that points at ``tracking=server``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import math
+import os
+import random
+import socket
+import time
 from pathlib import Path
-from typing import Any, Dict, Iterable, Mapping, Optional
+from typing import Any, Callable, Dict, Iterable, Iterator, Mapping, Optional, TypeVar
 
 from omegaconf import DictConfig, OmegaConf
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+# Written by the sweep callback into the sweep directory; read by every job of the sweep.
+PARENT_FILE = "mlflow_parent.json"
+# MLflow tag that links a child run to its parent (the UI nests runs by it).
+PARENT_TAG = "mlflow.parentRunId"
+SWEEP_TAG = "tweakpipe.sweep"
+SERVER_HINT = ("many processes writing one SQLite file: run a tracking server instead, e.g.\n"
+               "  mlflow server --backend-store-uri sqlite:///outputs/mlflow.db --host 0.0.0.0 --port 5000\n"
+               "  python -m pipeline -m tracking=server tracking.uri=http://HOST:5000 ...   (conf/tracking/server.yaml)")
 
 
 def flatten(cfg: Mapping[str, Any], prefix: str = "") -> Dict[str, Any]:
@@ -28,13 +50,141 @@ def flatten(cfg: Mapping[str, Any], prefix: str = "") -> Dict[str, Any]:
     return flat
 
 
+def sqlite_path(uri: str) -> Optional[Path]:
+    """The database file of a ``sqlite:///`` URI, or None for a server."""
+    return Path(uri[len("sqlite:///"):]).expanduser() if uri.startswith("sqlite:///") else None
+
+
 def ensure_store(uri: str) -> None:
     """Create the folder of a local SQLite store, so the first run on a fresh clone works."""
-    if uri.startswith("sqlite:///"):
-        Path(uri[len("sqlite:///"):]).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    db = sqlite_path(uri)
+    if db is not None:
+        db.parent.mkdir(parents=True, exist_ok=True)
     elif uri.startswith("file:") or "://" not in uri:
         raise ValueError(f"tracking.uri={uri!r}: use sqlite:///path/to/mlflow.db or a server URL "
                          f"(http://host:port); MLflow refuses the plain-file store")
+
+
+def is_locked_error(exc: BaseException) -> bool:
+    """SQLite's busy error, however MLflow or SQLAlchemy wrapped it."""
+    text = f"{exc} {exc.__cause__ or ''} {exc.__context__ or ''}".lower()
+    return "database is locked" in text or "database table is locked" in text
+
+
+class StoreGuard:
+    """Runs store writes one at a time across processes (SQLite) and retries a locked database.
+
+    A server URI needs neither: the guard then just calls through.
+    """
+
+    def __init__(self, uri: str, max_wait_s: float = 120.0) -> None:
+        db = sqlite_path(uri)
+        self.uri = uri
+        self.lock_path = db.with_name(db.name + ".lock") if db is not None else None
+        self.max_wait_s = max_wait_s
+
+    @contextlib.contextmanager
+    def exclusive(self, deadline: float) -> Iterator[None]:
+        """An exclusive ``flock`` on ``<db>.lock``, polled with backoff until ``deadline``."""
+        if self.lock_path is None:
+            yield
+            return
+        import fcntl
+
+        self.lock_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.lock_path, "a") as fh:
+            delay = 0.01
+            while True:
+                try:
+                    fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"MLflow store {self.uri}: another process held {self.lock_path} "
+                                           f"for more than {self.max_wait_s:.0f}s; {SERVER_HINT}") from None
+                    time.sleep(delay * random.uniform(1.0, 2.0))
+                    delay = min(delay * 2, 1.0)
+            try:
+                yield
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+
+    def __call__(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        deadline = time.monotonic() + self.max_wait_s
+        delay = 0.1
+        while True:
+            try:
+                with self.exclusive(deadline):
+                    return fn(*args, **kwargs)
+            except Exception as exc:
+                if not is_locked_error(exc):
+                    raise
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"MLflow store {self.uri} stayed locked for more than "
+                                       f"{self.max_wait_s:.0f}s; {SERVER_HINT}") from exc
+                log.warning("mlflow: %s is locked; retrying in %.1fs", self.uri, delay)
+                time.sleep(delay * random.uniform(1.0, 2.0))
+                delay = min(delay * 2, 5.0)
+
+
+def open_experiment(uri: str, name: str, guard: StoreGuard) -> str:
+    """The experiment's id, created if missing.
+
+    A SQLite store keeps its artifacts beside the database (``<db dir>/mlartifacts``) instead of
+    MLflow's default ``./mlruns`` under whatever directory the job started in.
+    """
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    ensure_store(uri)
+    client = MlflowClient(tracking_uri=uri)
+
+    def get_or_create() -> str:
+        found = client.get_experiment_by_name(name)
+        if found is not None:
+            return found.experiment_id
+        db = sqlite_path(uri)
+        location = (db.parent.resolve() / "mlartifacts").as_uri() if db is not None else None
+        try:
+            return client.create_experiment(name, artifact_location=location)
+        except MlflowException:  # created meanwhile by another process sharing a server
+            found = client.get_experiment_by_name(name)
+            if found is None:
+                raise
+            return found.experiment_id
+
+    return guard(get_or_create)
+
+
+def read_parent(sweep_dir: Path) -> Optional[Dict[str, str]]:
+    """The parent run the sweep callback recorded in ``sweep_dir``, or None."""
+    path = Path(sweep_dir) / PARENT_FILE
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def hydra_job_tags(uri: str) -> Dict[str, str]:
+    """Tags of the Hydra job this process runs: its overrides, job number and, in a sweep, the parent run."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if not HydraConfig.initialized():
+        return {}  # the Python API: no Hydra job
+    hc = HydraConfig.get()
+    tags = {"hydra.overrides": " ".join(hc.overrides.task) or "(none)", "pid": str(os.getpid()),
+            "host": socket.gethostname()}
+    if hc.mode != RunMode.MULTIRUN:
+        return tags
+    tags.update({"hydra.job.num": str(hc.job.num), "sweep_dir": str(hc.sweep.dir)})
+    parent = read_parent(Path(hc.sweep.dir))
+    if parent is None:
+        log.warning("mlflow: no %s in %s; this job's run has no parent (is pipeline.sweep.MlflowSweep in "
+                    "hydra.callbacks?)", PARENT_FILE, hc.sweep.dir)
+    elif parent["tracking_uri"] != uri:
+        log.warning("mlflow: the sweep's parent run is in %s, this job logs to %s; no parent link",
+                    parent["tracking_uri"], uri)
+    else:
+        tags[PARENT_TAG] = parent["run_id"]
+    return tags
 
 
 class NullTracker:
@@ -52,27 +202,37 @@ class NullTracker:
 
 
 class MlflowTracker(NullTracker):
-    """Logs to the store named by ``tracking.uri``."""
+    """Logs to the store named by ``tracking.uri``; every write goes through a :class:`StoreGuard`."""
 
     def __init__(self, tcfg: Mapping[str, Any]) -> None:
         import mlflow
 
         self.mlflow = mlflow
         self.tcfg = tcfg
-        ensure_store(tcfg["uri"])
+        self.guard = StoreGuard(tcfg["uri"])
+        self.experiment_id = open_experiment(tcfg["uri"], tcfg["experiment"], self.guard)
         mlflow.set_tracking_uri(tcfg["uri"])
-        mlflow.set_experiment(tcfg["experiment"])
+        self.medians: Dict[str, Dict[int, float]] = {}
+        self.title = ""
 
     def start(self, cfg: DictConfig, run_dir: Path) -> None:
         resolved = OmegaConf.to_container(cfg, resolve=True)
-        run = self.mlflow.start_run(run_name=self.tcfg.get("run_name") or f"{cfg.model.name}")
+        tags = {"model": cfg.model.name, "stages": ",".join(cfg.stages), "backends": ",".join(cfg.backends),
+                "run_dir": str(run_dir), **hydra_job_tags(self.tcfg["uri"])}
+        name = self.tcfg.get("run_name") or cfg.model.name
+        if "hydra.job.num" in tags and not self.tcfg.get("run_name"):
+            name = f"{tags['hydra.job.num']}_{name}"
+        run = self.guard(self.mlflow.start_run, experiment_id=self.experiment_id, run_name=name, tags=tags)
         self.run_id = run.info.run_id
+        self.title = f"{cfg.model.name} ({cfg.device})"
         params = {k: str(v)[:6000] for k, v in flatten(resolved).items()}
-        self.mlflow.log_params(params)
-        self.mlflow.set_tags({"model": cfg.model.name, "stages": ",".join(cfg.stages),
-                              "backends": ",".join(cfg.backends), "run_dir": str(run_dir)})
+        self.guard(self.mlflow.log_params, params)
         self.log_artifact(run_dir / "config.yaml")
-        log.info("mlflow: run %s in %s", self.run_id, self.tcfg["uri"])
+        log.info("mlflow: run %s in %s%s", self.run_id, self.tcfg["uri"],
+                 f" (child of {tags[PARENT_TAG]})" if PARENT_TAG in tags else "")
+
+    def stage_done(self, stage: str) -> None:
+        self.guard(self.mlflow.set_tag, f"stage.{stage}", "done")
 
     def log_capture(self, outcomes: Mapping[str, Any], path: Path) -> None:
         metrics = {}
@@ -81,9 +241,11 @@ class MlflowTracker(NullTracker):
                 metrics[f"compile_s/{name}"] = o.build_seconds
                 metrics[f"max_rel_error/{name}"] = o.max_rel_error
                 metrics[f"peak_memory_mb/{name}"] = o.peak_memory_bytes / 2**20
-        self.mlflow.log_metrics(metrics)
-        self.mlflow.set_tags({f"backend_status.{n}": f"{o.status}: {o.reason}"[:5000] for n, o in outcomes.items()})
+        self.guard(self.mlflow.log_metrics, metrics)
+        self.guard(self.mlflow.set_tags,
+                   {f"backend_status.{n}": f"{o.status}: {o.reason}"[:5000] for n, o in outcomes.items()})
         self.log_artifact(path)
+        self.stage_done("capture")
 
     def log_profile(self, profile: Mapping[str, Mapping[int, Any]], path: Path) -> None:
         metrics = {}
@@ -92,23 +254,41 @@ class MlflowTracker(NullTracker):
                 if m.count and not math.isnan(m.median):
                     metrics[f"latency_ms/{name}/bs{bs}"] = m.median
                     metrics[f"throughput/{name}/bs{bs}"] = bs / (m.median / 1e3)
-        self.mlflow.log_metrics(metrics)
+                    self.medians.setdefault(name, {})[int(bs)] = m.median
+        self.guard(self.mlflow.log_metrics, metrics)
         self.log_artifact(path)
+        self.log_plot(path.parent, route=None)
+        self.stage_done("profile")
 
     def log_route(self, route: Iterable[Any], path: Path) -> None:
-        self.mlflow.set_tag("route", "; ".join(f"{r.lo}-{r.hi or 'inf'}:{r.backend}" for r in route))
+        route = list(route)
+        self.guard(self.mlflow.set_tags, {
+            "route": "; ".join(f"{r.lo}-{r.hi or 'inf'}:{r.backend}" for r in route),
+            "route_json": json.dumps([{"lo": r.lo, "hi": r.hi, "backend": r.backend} for r in route]),
+        })
         self.log_artifact(path)
+        self.log_plot(path.parent, route=route)
+        self.stage_done("route")
+
+    def log_plot(self, run_dir: Path, route: Optional[list]) -> None:
+        """Latency against batch size, one line per backend; redrawn with the routed ranges after route."""
+        if not self.medians:
+            return
+        from pipeline.plots import latency_plot
+
+        self.log_artifact(latency_plot(self.medians, route, run_dir / "latency.png", self.title))
 
     def log_validation(self, validation: Mapping[str, Any], path: Path) -> None:
-        self.mlflow.log_metric("validation_ok", float(validation["ok"]))
+        self.guard(self.mlflow.log_metric, "validation_ok", float(validation["ok"]))
         self.log_artifact(path)
+        self.stage_done("validate")
 
     def log_artifact(self, path: Path, folder: Optional[str] = None) -> None:
         if path.exists():
-            self.mlflow.log_artifact(str(path), artifact_path=folder)
+            self.guard(self.mlflow.log_artifact, str(path), artifact_path=folder)
 
     def finish(self, status: str) -> None:
-        self.mlflow.end_run(status=status)
+        self.guard(self.mlflow.end_run, status=status)
 
 
 def make_tracker(tcfg: Mapping[str, Any]) -> NullTracker:

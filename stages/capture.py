@@ -15,7 +15,7 @@ import traceback
 import torch
 
 from pipeline import backends as backend_registry
-from pipeline import devices
+from pipeline import devices, progress
 from pipeline.backends import BackendUnsupported
 from pipeline.compare import rel_error, tolerance
 from pipeline.context import BackendOutcome, RunContext
@@ -71,7 +71,7 @@ def capture_one(ctx: RunContext, name: str, cfg: dict, reference: dict) -> Backe
 
 def run(ctx: RunContext) -> None:
     reference = reference_outputs(ctx)
-    for name, cfg in ctx.cfg.backends.items():
+    for name, cfg in progress.track(ctx.cfg.backends.items(), "capture", len(ctx.cfg.backends), label=lambda kv: kv[0]):
         outcome = capture_one(ctx, name, dict(cfg), reference)
         ctx.outcomes[name] = outcome
         level = logging.INFO if outcome.status == "ok" else logging.WARNING

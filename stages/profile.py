@@ -12,6 +12,7 @@ import csv
 import logging
 from typing import List
 
+from pipeline import progress
 from pipeline.backends import Backend
 from pipeline.context import RunContext
 from pipeline.models import make_inputs
@@ -48,10 +49,12 @@ def run(ctx: RunContext) -> None:
                if pcfg.device_check and ctx.device.type == "cuda" else [])
 
     def fns_at(bs: int) -> dict:
+        bar.next(f"bs={bs} ({', '.join(ctx.backends)})")
         inputs = make_inputs(ctx.inputs, bs, ctx.device, ctx.cfg.seed)
         return {name: (lambda b=backend: b(**inputs)) for name, backend in ctx.backends.items()}
 
-    ctx.profile.update(profile_sizes(fns_at, sizes, ctx.device, pcfg, device_check=checked))
+    with progress.steps("profile", len(sizes)) as bar:
+        ctx.profile.update(profile_sizes(fns_at, sizes, ctx.device, pcfg, device_check=checked))
     path = ctx.run_dir / "profile.csv"
     noisy = []
     with path.open("w", newline="") as f:

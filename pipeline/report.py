@@ -1,0 +1,220 @@
+"""``python -m pipeline.report``: the seed-style latency table, built from MLflow.
+
+Rows are model x backend plus the routed ``auto``; columns are batch sizes; cells are median
+latency in ms. ``auto`` is a measured ``latency_ms/auto/bs<N>`` where a run logged one, otherwise
+the latency of the backend the route picked at that size. The runs come from a sweep (its parent
+run), an experiment (the newest run of each model) or a list of run ids. The table is printed
+and written as Markdown and CSV::
+
+    python -m pipeline.report                                  # the newest sweep in outputs/mlflow.db
+    python -m pipeline.report --sweep <parent run id> --out outputs/reports/seed
+    python -m pipeline.report --experiment tweakpipe --uri http://127.0.0.1:5000
+    python -m pipeline.report --runs <run id> <run id>
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+from pipeline.routing import Range, backend_for
+from pipeline.tracking import PARENT_TAG, SWEEP_TAG
+
+METRIC = re.compile(r"^latency_ms/(?P<backend>[^/]+)/bs(?P<bs>\d+)$")
+AUTO = "auto"
+
+
+@dataclass
+class Row:
+    model: str
+    backend: str
+    ms: Dict[int, float]
+
+
+@dataclass
+class Table:
+    sizes: List[int] = field(default_factory=list)
+    rows: List[Row] = field(default_factory=list)
+    title: str = "median latency (ms) by batch size"
+
+
+def latencies(run) -> Dict[str, Dict[int, float]]:
+    """backend -> batch size -> ms from a run's ``latency_ms/<backend>/bs<N>`` metrics."""
+    out: Dict[str, Dict[int, float]] = {}
+    for key, value in run.data.metrics.items():
+        m = METRIC.match(key)
+        if m and not math.isnan(value):
+            out.setdefault(m["backend"], {})[int(m["bs"])] = value
+    return out
+
+
+def route_of(run) -> Optional[List[Range]]:
+    """The route a run logged (tag ``route_json``), or None if the route stage did not run."""
+    text = run.data.tags.get("route_json")
+    return [Range(r["lo"], r["hi"], r["backend"]) for r in json.loads(text)] if text else None
+
+
+def auto_row(lat: Dict[str, Dict[int, float]], route: Optional[List[Range]]) -> Dict[int, float]:
+    """Measured auto latencies where logged, else the routed backend's latency at each size."""
+    if AUTO in lat:
+        return dict(lat[AUTO])
+    if not route:
+        return {}
+    sizes = sorted({bs for per in lat.values() for bs in per})
+    return {bs: lat[backend_for(route, bs)][bs] for bs in sizes if bs in lat.get(backend_for(route, bs), {})}
+
+
+def labels(runs: Sequence) -> List[str]:
+    """Row labels: the model name, plus what sets its runs apart (overrides, else the run id) where models repeat."""
+    models = [r.data.tags.get("model", r.info.run_name or r.info.run_id) for r in runs]
+    overrides = [set(r.data.tags.get("hydra.overrides", "").split()) for r in runs]
+    out = []
+    for run, model, own in zip(runs, models, overrides):
+        if models.count(model) == 1:
+            out.append(model)
+            continue
+        shared = set.intersection(*(o for m, o in zip(models, overrides) if m == model))
+        rest = [o for o in run.data.tags.get("hydra.overrides", "").split() if o not in shared]
+        out.append(f"{model} [{' '.join(rest)}]" if rest else f"{model} [{run.info.run_id[:8]}]")
+    return [lab if out.count(lab) == 1 else f"{lab} [{run.info.run_id[:8]}]" for lab, run in zip(out, runs)]
+
+
+def build(runs: Sequence) -> Table:
+    """The table over ``runs`` in the order given (sweeps: job order)."""
+    table = Table()
+    sizes = set()
+    for run, label in zip(runs, labels(runs)):
+        lat = latencies(run)
+        if not lat:
+            continue
+        order = [b for b in run.data.tags.get("backends", "").split(",") if b in lat]
+        order += sorted(b for b in lat if b not in order and b != AUTO)
+        for backend in order:
+            table.rows.append(Row(label, backend, lat[backend]))
+        auto = auto_row(lat, route_of(run))
+        if auto:
+            table.rows.append(Row(label, AUTO, auto))
+        sizes.update(bs for per in lat.values() for bs in per)
+    table.sizes = sorted(sizes)
+    return table
+
+
+def cell(ms: Optional[float]) -> str:
+    return "" if ms is None else f"{ms:.2f}" if ms >= 0.1 else f"{ms:.4f}"
+
+
+def markdown(table: Table) -> str:
+    head = ["model", "backend", *map(str, table.sizes)]
+    lines = [f"{table.title}\n", "| " + " | ".join(head) + " |", "|" + "---|" * 2 + "---:|" * len(table.sizes)]
+    for r in table.rows:
+        lines.append("| " + " | ".join([r.model, r.backend, *(cell(r.ms.get(bs)) for bs in table.sizes)]) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write(table: Table, stem: Path) -> List[Path]:
+    """``<stem>.md`` and ``<stem>.csv`` (full precision); returns both paths."""
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    md, csv_path = stem.with_suffix(".md"), stem.with_suffix(".csv")
+    md.write_text(markdown(table))
+    with csv_path.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["model", "backend", *table.sizes])
+        for r in table.rows:
+            writer.writerow([r.model, r.backend, *(r.ms.get(bs, "") for bs in table.sizes)])
+    return [md, csv_path]
+
+
+def show(table: Table) -> None:
+    """Print the table to the terminal."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table as RichTable
+
+    out = RichTable(title=table.title)
+    out.add_column("model")
+    out.add_column("backend")
+    for bs in table.sizes:
+        out.add_column(str(bs), justify="right")
+    for r in table.rows:
+        out.add_row(escape(r.model), f"[bold]{r.backend}[/bold]" if r.backend == AUTO else escape(r.backend),
+                    *(cell(r.ms.get(bs)) for bs in table.sizes))
+    Console(width=max(100, 24 + 10 * len(table.sizes))).print(out)
+
+
+def runs_of_sweep(client, parent_id: str) -> list:
+    """The child runs of a sweep's parent run, in job order."""
+    parent = client.get_run(parent_id)
+    runs = client.search_runs([parent.info.experiment_id], f"tags.`{PARENT_TAG}` = '{parent_id}'", max_results=10000)
+    return sorted(runs, key=lambda r: (int(r.data.tags.get("hydra.job.num", 0)), r.info.start_time))
+
+
+def latest_sweep(client, experiment: str) -> str:
+    """The newest sweep parent run in ``experiment``."""
+    exp = experiment_or_fail(client, experiment)
+    found = client.search_runs([exp.experiment_id], f"tags.`{SWEEP_TAG}` = '1'", max_results=1,
+                               order_by=["attributes.start_time DESC"])
+    if not found:
+        raise SystemExit(f"no sweep in experiment {experiment!r}; run one with python -m pipeline -m ..., "
+                         f"or pass --experiment/--runs")
+    return found[0].info.run_id
+
+
+def experiment_or_fail(client, name: str):
+    exp = client.get_experiment_by_name(name)
+    if exp is None:
+        names = [e.name for e in client.search_experiments()]
+        raise SystemExit(f"no experiment {name!r} in this store; it has {names}")
+    return exp
+
+
+def runs_of_experiment(client, name: str) -> list:
+    """The newest finished run of each model in the experiment (sweep parents excluded)."""
+    exp = experiment_or_fail(client, name)
+    newest: Dict[str, object] = {}
+    for run in client.search_runs([exp.experiment_id], "attributes.status = 'FINISHED'", max_results=10000,
+                                  order_by=["attributes.start_time DESC"]):
+        if run.data.tags.get(SWEEP_TAG) != "1":
+            newest.setdefault(run.data.tags.get("model", run.info.run_id), run)
+    return sorted(newest.values(), key=lambda r: r.data.tags.get("model", ""))
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m pipeline.report", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--uri", default=os.environ.get("MLFLOW_TRACKING_URI", "sqlite:///outputs/mlflow.db"),
+                        help="tracking store (default: $MLFLOW_TRACKING_URI or sqlite:///outputs/mlflow.db)")
+    parser.add_argument("--experiment", default=None, help="all models of this experiment (newest run each)")
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--sweep", metavar="PARENT_RUN_ID", help="a sweep's parent run id, or 'latest' (default)")
+    group.add_argument("--runs", nargs="+", metavar="RUN_ID", help="these runs, in this order")
+    parser.add_argument("--out", type=Path, default=None, help="folder for report.md and report.csv "
+                        "(default: outputs/reports/<sweep id, experiment or first run id>)")
+    args = parser.parse_args(argv)
+
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=args.uri)
+    if args.runs:
+        runs, label = [client.get_run(r) for r in args.runs], f"runs-{args.runs[0][:8]}"
+    elif args.experiment and not args.sweep:
+        runs, label = runs_of_experiment(client, args.experiment), args.experiment
+    else:
+        sweep = args.sweep if args.sweep not in (None, "latest") else latest_sweep(client, args.experiment or "tweakpipe")
+        runs, label = runs_of_sweep(client, sweep), f"sweep-{sweep[:8]}"
+    table = build(runs)
+    if not table.rows:
+        raise SystemExit(f"none of the {len(runs)} run(s) has latency_ms/<backend>/bs<N> metrics; "
+                         f"did their profile stage run?")
+    show(table)
+    for path in write(table, (args.out or Path("outputs/reports") / label) / "report"):
+        print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,111 @@
+"""Helpers for the tracking tests: a ready SQLite store, a real ``mlflow server``, sweeps in subprocesses."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Dict, Iterator, List, Sequence
+
+ROOT = Path(__file__).resolve().parents[1]
+# Two quick jobs of the tiny model, eager only: no compile, seconds each.
+SWEEP = ["model=tiny_mlp", "profile=quick", "backends=[eager]", "seed=0,1"]
+
+
+def clean_env() -> Dict[str, str]:
+    """The test's environment without MLFLOW_* settings that would send runs elsewhere."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def init_store(db: Path) -> None:
+    """Create MLflow's tables once (their migrations take seconds); tests copy the file."""
+    from mlflow.tracking import MlflowClient
+
+    MlflowClient(tracking_uri=f"sqlite:///{db}").search_experiments()
+
+
+def copy_store(template: Path, folder: Path) -> str:
+    """A fresh store in ``folder`` from the initialised template; returns its URI."""
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copy(template, folder / "mlflow.db")
+    return f"sqlite:///{folder / 'mlflow.db'}"
+
+
+def run_pipeline(args: Sequence[str], timeout: float = 120) -> subprocess.CompletedProcess:
+    """``python -m pipeline ARGS`` from the repository root (where Hydra finds the launcher plugin)."""
+    proc = subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=ROOT, env=clean_env(),
+                          capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, f"pipeline failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}"
+    return proc
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def mlflow_server(folder: Path, template: Path, timeout: float = 90) -> Iterator[str]:
+    """A real ``mlflow server`` on 127.0.0.1 and a free port, over a fresh SQLite store; yields its URL."""
+    uri = copy_store(template, folder)
+    port = free_port()
+    log = (folder / "server.log").open("w")
+    proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri", uri,
+                             "--artifacts-destination", str(folder / "artifacts"), "--host", "127.0.0.1",
+                             "--port", str(port), "--workers", "1"],
+                            cwd=folder, env=clean_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"mlflow server exited ({proc.returncode}):\n{(folder / 'server.log').read_text()}")
+            try:
+                with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"mlflow server not up after {timeout}s:\n{(folder / 'server.log').read_text()}")
+            time.sleep(0.5)
+        yield url
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        log.close()
+
+
+def sweep_runs(uri: str, experiment: str = "tweakpipe") -> tuple:
+    """``(parent, children)`` of the one sweep in ``experiment``; fails unless there is exactly one parent."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.get_experiment_by_name(experiment)
+    runs = client.search_runs([exp.experiment_id], max_results=1000)
+    parents = [r for r in runs if r.data.tags.get("tweakpipe.sweep") == "1"]
+    assert len(parents) == 1, f"expected one sweep parent, found {len(parents)}"
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parents[0].info.run_id]
+    assert len(runs) == 1 + len(children), "runs outside the sweep"
+    return parents[0], sorted(children, key=lambda r: int(r.data.tags["hydra.job.num"]))
+
+
+def artifact_names(uri: str, run_id: str) -> List[str]:
+    from mlflow.tracking import MlflowClient
+
+    return sorted(a.path for a in MlflowClient(tracking_uri=uri).list_artifacts(run_id))

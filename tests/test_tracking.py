@@ -1,0 +1,214 @@
+"""Tracking for sweeps: parent and child runs in SQLite and on a real server, parallel jobs, the report."""
+
+from __future__ import annotations
+
+import csv
+import fcntl
+import os
+import pty
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from mlflow_helpers import ROOT, SWEEP, artifact_names, clean_env, copy_store, init_store, mlflow_server, \
+    run_pipeline, sweep_runs
+from pipeline import report
+from pipeline.plots import latency_plot
+from pipeline.routing import Range
+from pipeline.tracking import StoreGuard, open_experiment
+
+JOB_ARTIFACTS = {"capture.json", "config.yaml", "latency.png", "profile.csv", "route.json", "validation.json"}
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    db = tmp_path_factory.mktemp("template") / "mlflow.db"
+    init_store(db)
+    return db
+
+
+def check_sweep(uri: str, jobs: int = 2) -> tuple:
+    """One finished parent, ``jobs`` finished children with metrics, tags, the plot and the tables."""
+    parent, children = sweep_runs(uri)
+    assert parent.info.status == "FINISHED"
+    assert len(children) == jobs
+    for num, child in enumerate(children):
+        assert child.info.status == "FINISHED"
+        m, tags = child.data.metrics, child.data.tags
+        assert {f"latency_ms/eager/bs{bs}" for bs in (1, 3, 8)} <= set(m)
+        assert {f"throughput/eager/bs{bs}" for bs in (1, 3, 8)} <= set(m)
+        assert "compile_s/eager" in m and "peak_memory_mb/eager" in m and m["validation_ok"] == 1.0
+        assert child.data.params["model.name"] == "tiny_mlp"
+        assert f"seed={num}" in tags["hydra.overrides"].split() and tags["hydra.job.num"] == str(num)
+        assert tags["stages"] == "capture,profile,route,validate"
+        assert all(tags[f"stage.{s}"] == "done" for s in ("capture", "profile", "route", "validate"))
+        assert JOB_ARTIFACTS <= set(artifact_names(uri, child.info.run_id))
+    assert {"report.md", "report.csv"} <= set(artifact_names(uri, parent.info.run_id))
+    return parent, children
+
+
+# ---- fast: the pieces -------------------------------------------------------------------------
+
+
+def test_guard_waits_for_another_writer_then_points_at_the_server(tmp_path: Path) -> None:
+    guard = StoreGuard(f"sqlite:///{tmp_path / 'mlflow.db'}", max_wait_s=5)
+    holder = open(guard.lock_path, "a")
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    threading.Timer(0.3, fcntl.flock, (holder, fcntl.LOCK_UN)).start()
+    start = time.monotonic()
+    assert guard(lambda: "written") == "written"
+    assert time.monotonic() - start >= 0.25
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    with pytest.raises(RuntimeError, match="tracking=server"):
+        StoreGuard(guard.uri, max_wait_s=0.2)(lambda: None)
+    holder.close()
+
+
+def test_guard_retries_a_locked_database_only(tmp_path: Path) -> None:
+    calls = []
+
+    def flaky() -> str:
+        calls.append(1)
+        if len(calls) < 3:
+            raise sqlite3.OperationalError("database is locked")
+        return "ok"
+
+    guard = StoreGuard(f"sqlite:///{tmp_path / 'mlflow.db'}", max_wait_s=10)
+    assert guard(flaky) == "ok" and len(calls) == 3
+    with pytest.raises(ValueError):
+        guard(lambda: (_ for _ in ()).throw(ValueError("not a lock")))
+
+
+def test_plot_is_a_png(tmp_path: Path) -> None:
+    medians = {"eager": {1: 1.1, 3: 1.7, 8: 3.4}, "inductor": {1: 0.8, 3: 1.3, 8: 2.7}}
+    path = latency_plot(medians, [Range(1, 1, "eager"), Range(2, None, "inductor")], tmp_path / "p.png", "m")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
+
+
+def test_report_table_auto_is_the_route_or_a_measured_auto(tmp_path: Path, template: Path) -> None:
+    uri = copy_store(template, tmp_path)
+    client = MlflowClient(tracking_uri=uri)
+    exp = open_experiment(uri, "tweakpipe", StoreGuard(uri))
+    routed = client.create_run(exp, tags={"model": "resnet18", "backends": "eager,inductor",
+                                          "route_json": '[{"lo": 1, "hi": 3, "backend": "eager"}, '
+                                                        '{"lo": 4, "hi": null, "backend": "inductor"}]'})
+    measured = client.create_run(exp, tags={"model": "vit_b_16", "backends": "eager"})
+    for bs, (e, i) in {1: (1.0, 2.0), 3: (1.5, 2.5), 8: (4.0, 3.0)}.items():
+        client.log_metric(routed.info.run_id, f"latency_ms/eager/bs{bs}", e)
+        client.log_metric(routed.info.run_id, f"latency_ms/inductor/bs{bs}", i)
+        client.log_metric(measured.info.run_id, f"latency_ms/eager/bs{bs}", e)
+        client.log_metric(measured.info.run_id, f"latency_ms/auto/bs{bs}", e / 2)
+    table = report.build([client.get_run(routed.info.run_id), client.get_run(measured.info.run_id)])
+    rows = {(r.model, r.backend): r.ms for r in table.rows}
+    assert table.sizes == [1, 3, 8]
+    assert list(rows) == [("resnet18", "eager"), ("resnet18", "inductor"), ("resnet18", "auto"),
+                          ("vit_b_16", "eager"), ("vit_b_16", "auto")]
+    assert rows[("resnet18", "auto")] == {1: 1.0, 3: 1.5, 8: 3.0}
+    assert rows[("vit_b_16", "auto")] == {1: 0.5, 3: 0.75, 8: 2.0}
+    md, csv_path = report.write(table, tmp_path / "out" / "report")
+    assert "| resnet18 | auto | 1.00 | 1.50 | 3.00 |" in md.read_text()
+    assert list(csv.reader(csv_path.open()))[3] == ["resnet18", "auto", "1.0", "1.5", "3.0"]
+
+
+@pytest.mark.parametrize("ci", ["", "true"])
+def test_progress_shows_in_a_terminal_only_outside_ci(ci: str) -> None:
+    code = ("from pipeline import progress\nimport time\n"
+            "for x in progress.track(['alpha', 'beta'], 'capture', 2):\n    time.sleep(0.3)\n")
+    env = {**clean_env(), "CI": ci, "TERM": "xterm"}
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=slave, stderr=slave, env=env, cwd=ROOT)
+    os.close(slave)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    proc.wait(timeout=30)
+    os.close(master)
+    assert proc.returncode == 0, out.decode(errors="replace")
+    assert (b"beta" in out) == (ci == "")
+    piped = subprocess.run([sys.executable, "-c", code], capture_output=True, env=env, cwd=ROOT, timeout=30)
+    assert piped.stdout == b"" and piped.returncode == 0
+
+
+# ---- slow: sweeps in subprocesses -------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_sweep_into_sqlite_is_one_parent_with_children(tmp_path: Path, template: Path) -> None:
+    uri = copy_store(template, tmp_path)
+    run_pipeline(["-m", *SWEEP, f"tracking.uri={uri}", f"hydra.sweep.dir={tmp_path / 'sweep'}"])
+    parent, _ = check_sweep(uri)
+    assert (tmp_path / "sweep" / "mlflow_parent.json").exists()
+    assert (tmp_path / "sweep" / "report.md").exists()
+    assert parent.data.tags["sweep_dir"] == str(tmp_path / "sweep")
+
+
+@pytest.mark.slow
+def test_single_run_has_no_parent(tmp_path: Path, template: Path) -> None:
+    uri = copy_store(template, tmp_path)
+    run_pipeline(["model=tiny_mlp", "profile=quick", "backends=[eager]", f"tracking.uri={uri}",
+                  f"hydra.run.dir={tmp_path / 'run'}"])
+    client = MlflowClient(tracking_uri=uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("tweakpipe").experiment_id])
+    assert run.info.status == "FINISHED" and "mlflow.parentRunId" not in run.data.tags
+    assert "latency_ms/eager/bs8" in run.data.metrics and "latency.png" in artifact_names(uri, run.info.run_id)
+
+
+@pytest.mark.slow
+def test_sweep_against_a_real_mlflow_server(tmp_path: Path, template: Path) -> None:
+    with mlflow_server(tmp_path / "server", template) as url:
+        run_pipeline(["-m", *SWEEP, "tracking=server", f"tracking.uri={url}",
+                      f"hydra.sweep.dir={tmp_path / 'sweep'}"])
+        check_sweep(url)
+
+
+@pytest.mark.slow
+def test_parallel_fresh_processes_lose_no_run_and_report(tmp_path: Path, template: Path) -> None:
+    uri = copy_store(template, tmp_path)
+    # A second of warm-up per batch size keeps both jobs busy long enough to see them overlap.
+    proc = run_pipeline(["-m", *SWEEP, "profile.warmup_ms=1000", "hydra/launcher=joblib_fresh",
+                         "hydra.launcher.n_jobs=2", f"tracking.uri={uri}", f"hydra.sweep.dir={tmp_path / 'sweep'}"])
+    assert "a fresh process each" in proc.stdout + proc.stderr
+    parent, children = check_sweep(uri)
+    pids = {c.data.tags["pid"] for c in children}
+    assert len(pids) == 2, f"both jobs ran in one process: {pids}"
+    assert max(c.info.start_time for c in children) < min(c.info.end_time for c in children), "jobs did not overlap"
+
+    out = subprocess.run([sys.executable, "-m", "pipeline.report", "--uri", uri, "--sweep", parent.info.run_id,
+                          "--out", str(tmp_path / "report")], cwd=ROOT, env=clean_env(), capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "tiny_mlp [seed=0]" in out.stdout and "tiny_mlp [seed=1]" in out.stdout and "auto" in out.stdout
+    rows = list(csv.DictReader((tmp_path / "report" / "report.csv").open()))
+    assert [(r["model"], r["backend"]) for r in rows] == [
+        ("tiny_mlp [seed=0]", "eager"), ("tiny_mlp [seed=0]", "auto"),
+        ("tiny_mlp [seed=1]", "eager"), ("tiny_mlp [seed=1]", "auto")]
+    for child, (eager, auto) in zip(children, zip(rows[::2], rows[1::2])):
+        for bs in ("1", "3", "8"):
+            assert float(eager[bs]) == pytest.approx(child.data.metrics[f"latency_ms/eager/bs{bs}"])
+            assert auto[bs] == eager[bs]  # the only backend owns the whole route
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert md.count("| tiny_mlp [seed=") == 4
+
+
+def test_launcher_configs_compose() -> None:
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        fresh = compose("config", overrides=["hydra/launcher=joblib_fresh"], return_hydra_config=True)
+        assert fresh.hydra.launcher._target_.endswith("FreshProcessLauncher") and fresh.hydra.launcher.n_jobs == 0
+        assert fresh.hydra.callbacks.mlflow_sweep._target_ == "pipeline.sweep.MlflowSweep"
+        pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="pip install -e '.[slurm]'")
+        slurm = compose("config", overrides=["hydra/launcher=slurm"], return_hydra_config=True)
+        assert slurm.hydra.launcher._target_.endswith("SlurmLauncher") and slurm.hydra.launcher.gpus_per_node == 1
