@@ -187,6 +187,20 @@ def hydra_job_tags(uri: str) -> Dict[str, str]:
     return tags
 
 
+def device_tags() -> Dict[str, str]:
+    """Which GPU this job holds: the launcher's ``CUDA_VISIBLE_DEVICES`` and the device's own id."""
+    tags = {}
+    if "CUDA_VISIBLE_DEVICES" in os.environ:
+        tags["cuda_visible_devices"] = os.environ["CUDA_VISIBLE_DEVICES"]
+    import torch
+
+    if torch.cuda.is_initialized():
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        tags["gpu"] = " ".join(str(x) for x in (props.name, getattr(props, "uuid", ""), getattr(props, "pci_bus_id", ""))
+                               if str(x))
+    return tags
+
+
 class NullTracker:
     """``tracking=off``: every call is a no-op; the run directory still holds all the files."""
 
@@ -218,7 +232,7 @@ class MlflowTracker(NullTracker):
     def start(self, cfg: DictConfig, run_dir: Path) -> None:
         resolved = OmegaConf.to_container(cfg, resolve=True)
         tags = {"model": cfg.model.name, "stages": ",".join(cfg.stages), "backends": ",".join(cfg.backends),
-                "run_dir": str(run_dir), **hydra_job_tags(self.tcfg["uri"])}
+                "run_dir": str(run_dir), **hydra_job_tags(self.tcfg["uri"]), **device_tags()}
         name = self.tcfg.get("run_name") or cfg.model.name
         if "hydra.job.num" in tags and not self.tcfg.get("run_name"):
             name = f"{tags['hydra.job.num']}_{name}"

@@ -212,3 +212,22 @@ def test_launcher_configs_compose() -> None:
         pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="pip install -e '.[slurm]'")
         slurm = compose("config", overrides=["hydra/launcher=slurm"], return_hydra_config=True)
         assert slurm.hydra.launcher._target_.endswith("SlurmLauncher") and slurm.hydra.launcher.gpus_per_node == 1
+
+
+def gpu_count() -> int:
+    import torch
+
+    return torch.cuda.device_count()
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.skipif(gpu_count() < 2, reason="needs 2 CUDA GPUs")
+def test_two_gpus_run_one_job_each_at_the_same_time(tmp_path: Path, template: Path) -> None:
+    uri = copy_store(template, tmp_path)
+    run_pipeline(["-m", *SWEEP, "device=cuda", "profile.warmup_ms=1000", "hydra/launcher=joblib_fresh",
+                  f"tracking.uri={uri}", f"hydra.sweep.dir={tmp_path / 'sweep'}"], timeout=300)
+    _, children = check_sweep(uri)
+    assert len({c.data.tags["cuda_visible_devices"] for c in children}) == 2
+    assert len({c.data.tags["gpu"] for c in children}) == 2, [c.data.tags["gpu"] for c in children]
+    assert max(c.info.start_time for c in children) < min(c.info.end_time for c in children), "jobs did not overlap"

@@ -1,0 +1,71 @@
+"""The MLflow UI, in headless Chromium, shows a sweep's experiment and its child runs.
+
+A real ``mlflow server`` serves a real 2-job sweep; Debian's ``/usr/bin/chromium`` renders the
+pages (``--dump-dom`` after a virtual time budget) and keeps screenshots under
+``outputs/test-artifacts/browser/``.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from mlflow_helpers import ROOT, SWEEP, init_store, mlflow_server, run_pipeline, sweep_runs
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARTIFACTS = ROOT / "outputs" / "test-artifacts" / "browser"
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium: apt-get install -y chromium"),
+]
+
+
+def chromium(url: str, profile: Path, *args: str) -> str:
+    """Run headless Chromium on ``url`` with a fresh profile; returns its stdout."""
+    shutil.rmtree(profile, ignore_errors=True)
+    proc = subprocess.run([str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                           "--no-first-run", "--disable-background-networking", "--disable-component-update",
+                           "--disable-sync", f"--user-data-dir={profile}", "--window-size=1600,1000",
+                           "--virtual-time-budget=20000", *args, url],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
+def page_text(url: str, profile: Path) -> str:
+    """The rendered page's visible text (scripts and styles dropped, whitespace collapsed)."""
+    dom = chromium(url, profile, "--dump-dom")
+    dom = re.sub(r"<(script|style)\b.*?</\1>", " ", dom, flags=re.S)
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", dom))
+
+
+def test_mlflow_ui_shows_the_sweep(tmp_path: Path) -> None:
+    template = tmp_path / "template.db"
+    init_store(template)
+    with mlflow_server(tmp_path / "server", template) as url:
+        run_pipeline(["-m", *SWEEP, "tracking=server", f"tracking.uri={url}",
+                      f"hydra.sweep.dir={tmp_path / 'browser_sweep'}"])
+        parent, children = sweep_runs(url)
+        experiment = parent.info.experiment_id
+        profile = tmp_path / "chromium"
+
+        runs_page = page_text(f"{url}/#/experiments/{experiment}/runs", profile)
+        assert "tweakpipe" in runs_page and parent.info.run_name in runs_page, runs_page[:3000]
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        shot = ARTIFACTS / "experiment_runs.png"
+        chromium(f"{url}/#/experiments/{experiment}/runs", profile, f"--screenshot={shot}")
+        assert shot.read_bytes()[:4] == b"\x89PNG" and shot.stat().st_size > 20_000
+
+        for child in children:
+            child_page = page_text(f"{url}/#/experiments/{experiment}/runs/{child.info.run_id}", profile)
+            assert child.info.run_name in child_page, child_page[:3000]
+            assert f"Parent run {parent.info.run_name}" in child_page, child_page[:3000]
+            assert "latency_ms/eager/bs1" in child_page
+        shot = ARTIFACTS / "child_run.png"
+        chromium(f"{url}/#/experiments/{experiment}/runs/{children[0].info.run_id}", profile, f"--screenshot={shot}")
+        assert shot.stat().st_size > 20_000
