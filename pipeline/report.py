@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from pipeline.routing import Range, backend_for
-from pipeline.tracking import PARENT_TAG, SWEEP_TAG
+from pipeline.tracking import PARENT_TAG, SWEEP_TAG, sqlite_path
 
 METRIC = re.compile(r"^latency_ms/(?P<backend>[^/]+)/bs(?P<bs>\d+)$")
 AUTO = "auto"
@@ -199,6 +199,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
 
     from mlflow.tracking import MlflowClient
 
+    db = sqlite_path(args.uri)
+    if db is not None and not db.exists():
+        raise SystemExit(f"no MLflow store at {db}; pass --uri (sqlite:///path/to/mlflow.db or a server URL)")
     client = MlflowClient(tracking_uri=args.uri)
     if args.runs:
         runs, label = [client.get_run(r) for r in args.runs], f"runs-{args.runs[0][:8]}"
