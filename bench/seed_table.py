@@ -7,6 +7,9 @@ ratios in a row come from one measurement. Writes ``seed-table-<tag>.json`` and 
 
     python bench/seed_table.py --out bench/results --tag h200                  # fp32
     python bench/seed_table.py --out bench/results --tag h200-bf16 --autocast bfloat16
+
+Models can be split over GPUs (``--models``, one process per GPU, distinct ``--tag``) and the parts
+joined afterwards with ``--combine part1.json part2.json --tag h200``.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import math
 import platform
 import sys
 import time
+import traceback
 from pathlib import Path
 from typing import Dict, List
 
@@ -38,10 +42,10 @@ SIZES = [1, 3, 8, 17, 64]
 PEER = "inductor_reduce_overhead"
 
 
-def overrides_for(model: str, profile: str, autocast: str, out: Path) -> List[str]:
-    ov = [f"model={model}", f"backends=[{','.join(BACKENDS)}]", f"profile={profile}",
+def overrides_for(model: str, profile: str, autocast: str, out: Path, device: str, tag: str) -> List[str]:
+    ov = [f"model={model}", f"device={device}", f"backends=[{','.join(BACKENDS)}]", f"profile={profile}",
           f"model.batch_sizes=[{','.join(map(str, SIZES))}]", "tracking=sqlite",
-          f"tracking.uri=sqlite:///{out}/mlflow.db", f"tracking.experiment=seed_table{'_' + autocast if autocast else ''}"]
+          f"tracking.uri=sqlite:///{out}/mlflow-{tag}.db", f"tracking.experiment=seed_table{'_' + autocast if autocast else ''}"]
     if autocast:
         for b in BACKENDS:
             ov += [f"backends.{b}.autocast_enabled=true", f"backends.{b}.autocast_dtype={autocast}"]
@@ -49,7 +53,7 @@ def overrides_for(model: str, profile: str, autocast: str, out: Path) -> List[st
 
 
 def bench_model(model: str, args: argparse.Namespace, out: Path) -> Dict:
-    cfg = compose_config(overrides_for(model, args.profile, args.autocast, out))
+    cfg = compose_config(overrides_for(model, args.profile, args.autocast, out, args.device, args.tag))
     run_dir = out / "runs" / f"{model}{'_' + args.autocast if args.autocast else ''}"
     start = time.perf_counter()
     ctx = run(cfg, run_dir)
@@ -63,6 +67,8 @@ def bench_model(model: str, args: argparse.Namespace, out: Path) -> Dict:
         inputs = make_inputs(ctx.inputs, bs, ctx.device, cfg.seed)
         fns = {name: (lambda b=b: b(**inputs)) for name, b in ctx.backends.items()}
         fns["auto"] = lambda: auto(**inputs)
+        for name, b in auto.backends.items():  # the loaded backends without the router: its overhead, apart
+            fns[f"auto_direct:{name}"] = lambda b=b: b(**inputs)
         for name, m in measure_interleaved(fns, ctx.device, cfg.profile).items():
             cells.setdefault(name, {})[bs] = m.summary()
     row = {
@@ -72,14 +78,16 @@ def bench_model(model: str, args: argparse.Namespace, out: Path) -> Dict:
         "route": [r.to_dict() for r in ctx.route],
         "validation_ok": ctx.validation.get("ok"),
         "outcomes": {n: o.to_dict() for n, o in ctx.outcomes.items()},
-        "backend_stats": {n: b.stats() for n, b in ctx.backends.items() if hasattr(b, "stats")},
+        "backend_stats": {n: b.stats() for n, b in ctx.backends.items()},
+        "loaded_backend_stats": {n: b.stats() for n, b in auto.backends.items()},
         "stage_seconds": ctx.stage_seconds,
         "cells": cells,
     }
     del auto, ctx
     gc.collect()
     torch._dynamo.reset()
-    torch.cuda.empty_cache()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
     return row
 
 
@@ -89,7 +97,7 @@ def ratios(row: Dict) -> Dict[int, Dict[str, float]]:
     cells = row["cells"]
     for bs in SIZES:
         auto = cells["auto"][bs]["median_ms"]
-        singles = {b: c[bs]["median_ms"] for b, c in cells.items() if b != "auto" and bs in c}
+        singles = {b: c[bs]["median_ms"] for b, c in cells.items() if not b.startswith("auto") and bs in c}
         out[bs] = {"auto_over_best": auto / min(singles.values()),
                    "auto_over_eager": auto / singles["eager"] if "eager" in singles else math.nan,
                    "auto_over_peer": auto / singles[PEER] if PEER in singles else math.nan}
@@ -128,6 +136,25 @@ def summary(rows: List[Dict]) -> Dict[str, float]:
     }
 
 
+def write(out: Path, tag: str, meta: Dict, rows: List[Dict]) -> str:
+    """Write the JSON and Markdown tables for ``rows``; returns the Markdown."""
+    result = {**meta, "rows": rows, "summary": summary(rows)}
+    (out / f"seed-table-{tag}.json").write_text(json.dumps(result, indent=2, default=str))
+    md = markdown(rows, f"{result['device']}, {result['dtype']}, torch {result['torch']}")
+    md += f"\nSummary: {json.dumps(result['summary'])}\n\nCommand: `{result['command']}`\n"
+    (out / f"seed-table-{tag}.md").write_text(md)
+    return md
+
+
+def combine(parts: List[Path], out: Path, tag: str) -> None:
+    """Join per-GPU parts (same device, dtype and torch) into one table, in MODELS order."""
+    loaded = [json.loads(p.read_text()) for p in parts]
+    rows = sorted((r for part in loaded for r in part["rows"]), key=lambda r: MODELS.index(r["model"]))
+    meta = {k: loaded[0][k] for k in ("device", "torch", "python", "dtype")}
+    meta["command"] = " ; ".join(part["command"] for part in loaded)
+    print(write(out, tag, meta, rows))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", type=Path, required=True)
@@ -135,20 +162,26 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", default=MODELS)
     parser.add_argument("--profile", default="default")
     parser.add_argument("--autocast", default="", choices=["", "bfloat16", "float16"])
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--combine", nargs="+", type=Path, help="join these part JSONs instead of running")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    rows = []
+    if args.combine:
+        combine(args.combine, args.out, args.tag)
+        return
+    meta = {"device": devices.name(torch.device(args.device)), "torch": torch.__version__,
+            "python": platform.python_version(), "dtype": args.autocast or "float32", "command": " ".join(sys.argv)}
+    rows: List[Dict] = []
     for model in args.models:
         print(f"== {model}", flush=True)
-        rows.append(bench_model(model, args, args.out))
-        result = {"device": devices.name(torch.device("cuda")), "torch": torch.__version__,
-                  "python": platform.python_version(), "dtype": args.autocast or "float32",
-                  "command": " ".join(sys.argv), "rows": rows, "summary": summary(rows)}
-        (args.out / f"seed-table-{args.tag}.json").write_text(json.dumps(result, indent=2, default=str))
-        md = markdown(rows, f"{result['device']}, {result['dtype']}, torch {torch.__version__}")
-        (args.out / f"seed-table-{args.tag}.md").write_text(md + f"\nSummary: {json.dumps(result['summary'])}\n")
-    print(md)
-    print(json.dumps(summary(rows), indent=2))
+        try:
+            rows.append(bench_model(model, args, args.out))
+        except Exception as exc:  # recorded; a later model may still run (unless the device context is lost)
+            traceback.print_exc()
+            meta.setdefault("failed", {})[model] = f"{type(exc).__name__}: {exc}"[:2000]
+        if rows:
+            md = write(args.out, args.tag, meta, rows)  # after every model: a killed run keeps what it measured
+            print(md)
 
 
 if __name__ == "__main__":

@@ -37,6 +37,9 @@ def rel_error(out: Any, ref: Any) -> float:
         if o.shape != r.shape:
             raise ValueError(f"output shape {tuple(o.shape)} differs from eager's {tuple(r.shape)}")
         o, r = o.detach().float().cpu(), r.detach().float().cpu()
+        if not torch.isfinite(r).all():
+            raise ValueError("eager's own output is not finite (NaN or inf), so nothing can be checked against it; "
+                             "check the model and its sample inputs (model.inputs)")
         if not torch.isfinite(o).all():
             return float("inf")
         scale = max(r.abs().max().item(), 1e-6)

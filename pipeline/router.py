@@ -41,6 +41,9 @@ class RoutedModule(nn.Module):
         self.record = record
         self.input_names = list(record.inputs)
         self._locks = {name: threading.Lock() for name in self.backends}
+        # Hot-path tables: per-sample shapes to check, and the owner of every size up to the last range's start.
+        self._shapes = {n: torch.Size(spec["shape"]) for n, spec in record.inputs.items()}
+        self._owner = [None] + [backend_for(self.route, bs) for bs in range(1, self.route[-1].lo + 1)]
 
     def bind(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Dict[str, torch.Tensor]:
         """Positional and keyword arguments as the model's named inputs."""
@@ -54,12 +57,25 @@ class RoutedModule(nn.Module):
             raise TypeError(f"inputs must be {self.input_names}; unknown {sorted(unknown)}, missing {sorted(missing)}")
         return inputs
 
+    def check_shapes(self, inputs: Mapping[str, torch.Tensor]) -> int:
+        """The batch size, after checking every input against the per-sample shapes it was tuned for."""
+        batch = None
+        for name, t in inputs.items():
+            if t.shape[1:] != self._shapes[name]:
+                raise ValueError(f"input {name!r} has per-sample shape {tuple(t.shape[1:])}, but this model was tuned "
+                                 f"for {tuple(self._shapes[name])}; tune again with that shape in model.inputs")
+            if batch is not None and t.shape[0] != batch:
+                raise ValueError(f"inputs disagree on the batch size: {name!r} has {t.shape[0]}, others {batch}")
+            batch = t.shape[0]
+        if batch < 1:
+            raise ValueError(f"batch size must be at least 1, got {batch}")
+        return batch
+
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        inputs = self.bind(args, kwargs)
-        batch_size = int(next(iter(inputs.values())).shape[0])
-        if batch_size < 1:
-            raise ValueError(f"batch size must be at least 1, got {batch_size}")
-        name = backend_for(self.route, batch_size)
+        inputs = kwargs if not args and len(kwargs) == len(self.input_names) and all(
+            n in kwargs for n in self.input_names) else self.bind(args, kwargs)
+        batch_size = self.check_shapes(inputs)
+        name = self._owner[batch_size] if batch_size < len(self._owner) else self.route[-1].backend
         with self._locks[name]:
             return self.backends[name](**inputs)
 

@@ -137,9 +137,9 @@ def open_experiment(uri: str, name: str, guard: StoreGuard) -> str:
     from mlflow.tracking import MlflowClient
 
     ensure_store(uri)
-    client = MlflowClient(tracking_uri=uri)
 
-    def get_or_create() -> str:
+    def get_or_create() -> str:  # under the guard: a fresh SQLite store is created (migrated) by one process
+        client = MlflowClient(tracking_uri=uri)
         found = client.get_experiment_by_name(name)
         if found is not None:
             return found.experiment_id
