@@ -150,6 +150,8 @@ def combine(parts: List[Path], out: Path, tag: str) -> None:
     """Join per-GPU parts (same device, dtype and torch) into one table, in MODELS order."""
     loaded = [json.loads(p.read_text()) for p in parts]
     rows = sorted((r for part in loaded for r in part["rows"]), key=lambda r: MODELS.index(r["model"]))
+    for row in rows:  # JSON turned the batch-size keys into strings
+        row["cells"] = {b: {int(bs): c for bs, c in per.items()} for b, per in row["cells"].items()}
     meta = {k: loaded[0][k] for k in ("device", "torch", "python", "dtype")}
     meta["command"] = " ; ".join(part["command"] for part in loaded)
     print(write(out, tag, meta, rows))
