@@ -8,20 +8,20 @@ ratios in a row come from one measurement. Writes ``seed-table-<tag>.json`` and 
     python bench/seed_table.py --out bench/results --tag h200                  # fp32
     python bench/seed_table.py --out bench/results --tag h200-bf16 --autocast bfloat16
 
-Models can be split over GPUs (``--models``, one process per GPU, distinct ``--tag``) and the parts
-joined afterwards with ``--combine part1.json part2.json --tag h200``.
+Each model is tuned in a process of its own (``seed-table-<tag>.<model>.json``), and the parts are
+joined into ``seed-table-<tag>``. Models can be split over GPUs (``--models``, one command per GPU,
+distinct ``--tag``) and joined afterwards with ``--combine part1.json part2.json --tag h200``.
 """
 
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import math
 import platform
+import subprocess
 import sys
 import time
-import traceback
 from pathlib import Path
 from typing import Dict, List
 
@@ -83,11 +83,6 @@ def bench_model(model: str, args: argparse.Namespace, out: Path) -> Dict:
         "stage_seconds": ctx.stage_seconds,
         "cells": cells,
     }
-    del auto, ctx
-    gc.collect()
-    torch._dynamo.reset()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
     return row
 
 
@@ -147,9 +142,10 @@ def write(out: Path, tag: str, meta: Dict, rows: List[Dict]) -> str:
 
 
 def combine(parts: List[Path], out: Path, tag: str) -> None:
-    """Join per-GPU parts (same device, dtype and torch) into one table, in MODELS order."""
+    """Join parts (same device, dtype and torch) into one table, the seed's models first in their order."""
     loaded = [json.loads(p.read_text()) for p in parts]
-    rows = sorted((r for part in loaded for r in part["rows"]), key=lambda r: MODELS.index(r["model"]))
+    order = {m: i for i, m in enumerate(MODELS)}
+    rows = sorted((r for part in loaded for r in part["rows"]), key=lambda r: order.get(r["model"], len(MODELS)))
     for row in rows:  # JSON turned the batch-size keys into strings
         row["cells"] = {b: {int(bs): c for bs, c in per.items()} for b, per in row["cells"].items()}
     meta = {k: loaded[0][k] for k in ("device", "torch", "python", "dtype")}
@@ -171,19 +167,32 @@ def main() -> None:
     if args.combine:
         combine(args.combine, args.out, args.tag)
         return
+    if len(args.models) > 1:
+        run_each_in_its_own_process(args)
+        return
     meta = {"device": devices.name(torch.device(args.device)), "torch": torch.__version__,
             "python": platform.python_version(), "dtype": args.autocast or "float32", "command": " ".join(sys.argv)}
-    rows: List[Dict] = []
+    print(write(args.out, args.tag, meta, [bench_model(args.models[0], args, args.out)]))
+
+
+def run_each_in_its_own_process(args: argparse.Namespace) -> None:
+    """One process per model, as a sweep's fresh-process launcher does: on the H200, a second model
+    tuned in a process that had already tuned one hit an illegal memory access. A failed model is
+    reported and the others go on; the parts are then joined."""
+    parts, failed = [], []
     for model in args.models:
+        tag = f"{args.tag}.{model}"
+        argv = [sys.executable, __file__, "--out", str(args.out), "--tag", tag, "--models", model,
+                "--profile", args.profile, "--device", args.device] + (["--autocast", args.autocast] if args.autocast else [])
         print(f"== {model}", flush=True)
-        try:
-            rows.append(bench_model(model, args, args.out))
-        except Exception as exc:  # recorded; a later model may still run (unless the device context is lost)
-            traceback.print_exc()
-            meta.setdefault("failed", {})[model] = f"{type(exc).__name__}: {exc}"[:2000]
-        if rows:
-            md = write(args.out, args.tag, meta, rows)  # after every model: a killed run keeps what it measured
-            print(md)
+        if subprocess.run(argv).returncode == 0:
+            parts.append(args.out / f"seed-table-{tag}.json")
+        else:
+            failed.append(model)
+    if parts:
+        combine(parts, args.out, args.tag)
+    if failed:
+        sys.exit(f"failed: {failed}; see their output above")
 
 
 if __name__ == "__main__":

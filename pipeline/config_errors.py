@@ -38,7 +38,8 @@ def explain_unknown_choices(overrides: Sequence[str], config_dirs: Iterable[Path
     problems = []
     for override in overrides:
         match = _CHOICE.match(override.strip())
-        if not match or not (Path(dirs[0]) / match["group"]).is_dir():
+        # hydra/* groups also hold configs that installed plugins ship (hydra/launcher=joblib): not ours to judge.
+        if not match or match["group"].startswith("hydra/") or not (Path(dirs[0]) / match["group"]).is_dir():
             continue
         available = group_options(match["group"], dirs)
         values = [v.strip() for v in match["values"].split(",") if v.strip() and v.strip() != "null"]

@@ -45,6 +45,11 @@ def check_config(cfg: DictConfig) -> None:
                          f"e.g. model.batch_sizes=[1,8,64]")
     if not cfg.backends:
         raise ValueError("no backends selected; e.g. 'backends=[eager,inductor]'")
+    if cfg.route.strategy == "one_backend" and (OmegaConf.is_missing(cfg.route, "backend") or not cfg.route.backend):
+        raise ValueError("route=one_backend needs the backend to deploy: route.backend=<name>")
+    if cfg.route.strategy == "one_backend" and cfg.route.backend not in cfg.backends:
+        raise ValueError(f"route.backend={cfg.route.backend} is not among the selected backends {list(cfg.backends)}; "
+                         f"pick one of them or add it to backends")
     for name, bcfg in cfg.backends.items():
         backend_registry.create(name, OmegaConf.to_container(bcfg, resolve=True))
 
@@ -77,6 +82,7 @@ def run(cfg: DictConfig, run_dir: Path, model: Optional[torch.nn.Module] = None)
             start = time.perf_counter()
             functions[stage](ctx)
             ctx.stage_seconds[stage] = time.perf_counter() - start
+            ctx.tracker.stage_done(stage, ctx.stage_seconds[stage])
         status = "FINISHED"
     finally:
         for log_file in run_dir.glob("*.log"):

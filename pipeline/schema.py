@@ -36,8 +36,6 @@ class ModelConfig:
     build: Dict[str, Any] = MISSING
     inputs: Dict[str, InputSpec] = MISSING
     batch_sizes: List[int] = MISSING
-    # Extra batch sizes that validation runs but profiling does not (untuned sizes).
-    validate_batch_sizes: List[int] = field(default_factory=list)
 
 
 @dataclass
@@ -138,8 +136,6 @@ class Config:
     device: str = "auto"
     seed: int = 0
     stages: List[str] = field(default_factory=lambda: list(STAGE_NAMES))
-    # Reference backend every output is compared with.
-    reference: str = "eager"
 
 
 def register_configs() -> None:

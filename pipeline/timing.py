@@ -8,7 +8,7 @@ At each batch size, for each callable:
 
 1. The first call (compile, graph record, allocator warm-up) is kept apart as ``first_call_ms``,
    then warm-up calls run for ``warmup_ms`` (at least ``min_warmup_calls``). None of them counts.
-2. A *window* of rounds runs the callables interleaved, A B C A B C ..., so drift of the machine
+2. A *window* of rounds runs the callables interleaved, A B C B C A C A B ..., so drift of the machine
    hits all of them alike. A callable leaves the rounds at ``max_samples``, or, after
    ``min_samples``, once it has spent ``budget_ms`` or (having spent ``min_window_ms``) its median
    is known to ``rel_precision`` at 95% confidence. Python's cyclic collector is held off
@@ -292,14 +292,22 @@ def _collector_held() -> Iterator[None]:
 
 def _run_window(fns: Mapping[str, Callable[[], Any]], device: torch.device, s: Settings,
                 clock: Clock) -> Dict[str, List[float]]:
-    """Rounds A B C A B C ... until each callable's own stop rule ends it; samples in time order."""
+    """Rounds until each callable's own stop rule ends it; samples in time order.
+
+    Every callable runs once per round, and the order rotates (A B C, B C A, C A B, ...): whatever
+    a call leaves behind (warm or cold CPU and GPU caches, clocks) then falls on every callable's
+    predecessor alike instead of always on the same one.
+    """
     samples: Dict[str, List[float]] = {n: [] for n in fns}
     ordered: Dict[str, List[float]] = {n: [] for n in fns}
     spent = {n: 0.0 for n in fns}
     active = list(fns)
+    rounds = 0
     with _collector_held():
         while active:
-            for name in active:
+            shift = rounds % len(active)
+            rounds += 1
+            for name in active[shift:] + active[:shift]:
                 t = time_call(fns[name], device, clock)
                 samples[name].append(t)
                 bisect.insort(ordered[name], t)

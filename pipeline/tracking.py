@@ -212,6 +212,7 @@ class NullTracker:
     def log_route(self, route: Iterable[Any], path: Path) -> None: ...
     def log_validation(self, validation: Mapping[str, Any], path: Path) -> None: ...
     def log_artifact(self, path: Path, folder: Optional[str] = None) -> None: ...
+    def stage_done(self, stage: str, seconds: float) -> None: ...
     def finish(self, status: str) -> None: ...
 
 
@@ -245,8 +246,9 @@ class MlflowTracker(NullTracker):
         log.info("mlflow: run %s in %s%s", self.run_id, self.tcfg["uri"],
                  f" (child of {tags[PARENT_TAG]})" if PARENT_TAG in tags else "")
 
-    def stage_done(self, stage: str) -> None:
+    def stage_done(self, stage: str, seconds: float) -> None:
         self.guard(self.mlflow.set_tag, f"stage.{stage}", "done")
+        self.guard(self.mlflow.log_metric, f"stage_s/{stage}", seconds)
 
     def log_capture(self, outcomes: Mapping[str, Any], path: Path) -> None:
         metrics = {}
@@ -259,7 +261,6 @@ class MlflowTracker(NullTracker):
         self.guard(self.mlflow.set_tags,
                    {f"backend_status.{n}": f"{o.status}: {o.reason}"[:5000] for n, o in outcomes.items()})
         self.log_artifact(path)
-        self.stage_done("capture")
 
     def log_profile(self, profile: Mapping[str, Mapping[int, Any]], path: Path) -> None:
         metrics = {}
@@ -272,7 +273,6 @@ class MlflowTracker(NullTracker):
         self.guard(self.mlflow.log_metrics, metrics)
         self.log_artifact(path)
         self.log_plot(path.parent, route=None)
-        self.stage_done("profile")
 
     def log_route(self, route: Iterable[Any], path: Path) -> None:
         route = list(route)
@@ -282,7 +282,6 @@ class MlflowTracker(NullTracker):
         })
         self.log_artifact(path)
         self.log_plot(path.parent, route=route)
-        self.stage_done("route")
 
     def log_plot(self, run_dir: Path, route: Optional[list]) -> None:
         """Latency against batch size, one line per backend; redrawn with the routed ranges after route."""
@@ -295,7 +294,6 @@ class MlflowTracker(NullTracker):
     def log_validation(self, validation: Mapping[str, Any], path: Path) -> None:
         self.guard(self.mlflow.log_metric, "validation_ok", float(validation["ok"]))
         self.log_artifact(path)
-        self.stage_done("validate")
 
     def log_artifact(self, path: Path, folder: Optional[str] = None) -> None:
         if path.exists():

@@ -107,3 +107,16 @@ def test_import_pipeline_stays_light():
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "['load', 'save', 'tune']"
+
+
+def test_tuned_module_rejects_shapes_it_was_not_tuned_for(tmp_path):
+    tuned = pipeline.tune(TwoInputs(), example(), overrides=["backends=[eager]", "profile=quick", "tracking=off",
+                                                            "model.batch_sizes=[1,2]"], run_dir=tmp_path)
+    features, ids = example(3)
+    assert tuned(features, ids).shape == (3, 4)
+    with pytest.raises(ValueError, match="per-sample shape \\(9,\\), but this model was tuned for \\(8,\\)"):
+        tuned(torch.randn(3, 9), ids)
+    with pytest.raises(ValueError, match="inputs disagree on the batch size"):
+        tuned(features, ids[:2])
+    with pytest.raises(TypeError, match="missing \\['token_ids'\\]"):
+        tuned(features)

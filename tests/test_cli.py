@@ -40,6 +40,7 @@ def test_cli_tunes_logs_and_prints_the_run_directory(tmp_path):
             assert run.data.metrics[f"latency_ms/{backend}/bs{bs}"] > 0
         assert f"compile_s/{backend}" in run.data.metrics
     assert run.data.params["model.name"] == "tiny_mlp"
+    assert all(run.data.metrics[f"stage_s/{s}"] > 0 for s in ("capture", "profile", "route", "validate"))
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"config.yaml", "profile.csv", "route.json", "validation.json", "capture.json"} <= artifacts
 

@@ -114,3 +114,15 @@ def test_plain_file_store_is_refused(compose_cfg, tmp_path):
     cfg = compose_cfg([*TINY, "tracking=sqlite", f"tracking.uri=file://{tmp_path}/mlruns"])
     with pytest.raises(ValueError, match="plain-file store"):
         run(cfg, tmp_path / "run")
+
+
+def test_plugin_launchers_are_not_called_unknown():
+    assert explain_unknown_choices(["hydra/launcher=joblib", "model=mlp"], [CONF]) is None
+
+
+def test_one_backend_must_name_a_selected_backend(compose_cfg):
+    cfg = compose_cfg([*TINY, "backends=[eager]", "route=one_backend", "route.backend=inductor"])
+    with pytest.raises(ValueError, match="route.backend=inductor is not among the selected backends"):
+        check_config(cfg)
+    with pytest.raises(ValueError, match="needs the backend to deploy: route.backend=<name>"):
+        check_config(compose_cfg([*TINY, "backends=[eager]", "route=one_backend"]))
