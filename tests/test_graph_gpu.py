@@ -13,7 +13,7 @@ from pipeline import graph_plan, runner
 from pipeline.backends import Backend
 from pipeline.compare import rel_error, tolerance
 from pipeline.models import MLP, make_inputs
-from tests.conftest import TINY
+from conftest import TINY
 
 pytestmark = pytest.mark.gpu
 

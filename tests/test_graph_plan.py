@@ -10,7 +10,7 @@ import torch
 from pipeline import backends as backend_registry
 from pipeline import graph_plan, runner
 from pipeline.backends.graph import GraphBackend, concat_chunks, stage_inputs, take_rows, tile
-from tests.conftest import TINY
+from conftest import TINY
 
 
 @pytest.mark.parametrize("largest, cap, expected", [
