@@ -23,7 +23,7 @@ from torch import nn
 
 from pipeline import devices, graph_plan
 from pipeline.backends.base import Backend
-from pipeline.backends.inductor import InductorBackend
+from pipeline.backends.inductor import InductorBackend, settings_given
 from pipeline.compare import rel_error
 
 log = logging.getLogger(__name__)
@@ -140,7 +140,7 @@ class GraphBackend(Backend):
                                  f"max-autotune-no-cudagraphs, or options without triton.cudagraphs")
         else:
             super().check_config(name, cfg)
-            given = [key for key in ("mode", "options", "template") if cfg.get(key) not in (None, {}, "")]
+            given = settings_given(cfg)
             if given:
                 raise ValueError(f"backend {name!r} sets {' and '.join(given)}, which only apply with "
                                  f"compile_with_inductor=true; set it or drop them")

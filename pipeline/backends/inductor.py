@@ -9,7 +9,7 @@ options, so a checkpoint rebuilds the same backend without the config tree.
 from __future__ import annotations
 
 import logging
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
 import torch
 from torch import nn
@@ -25,9 +25,14 @@ MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagrap
 GRAPH_MODES = ("reduce-overhead", "max-autotune")
 
 
+def settings_given(cfg: Mapping[str, Any]) -> List[str]:
+    """Which of mode / options / template a backend config sets (empty values count as unset)."""
+    return [key for key in ("mode", "options", "template") if cfg.get(key) not in (None, {}, "")]
+
+
 def exclusive_setting(name: str, cfg: Mapping[str, Any]) -> Optional[str]:
     """Which of mode / options / template is set; two or more is an error naming them."""
-    given = [key for key in ("mode", "options", "template") if cfg.get(key) not in (None, {}, "")]
+    given = settings_given(cfg)
     if len(given) > 1:
         raise ValueError(
             f"backend {name!r} sets {' and '.join(given)}; they are mutually exclusive. "
