@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from typing import Dict
 
 import torch
 
@@ -25,30 +26,32 @@ def check_sizes(ctx: RunContext) -> list:
     return sorted(set(ctx.batch_sizes) | set(extra) | {max(ctx.batch_sizes) + 1})
 
 
-def check(ctx: RunContext, module: torch.nn.Module, label: str) -> list:
-    """One row per batch size: which backend served it, its error and whether it is within tolerance."""
-    rows = []
+def check(ctx: RunContext, modules: Dict[str, torch.nn.Module]) -> list:
+    """One row per module and batch size: which backend served it, its error and whether it is within
+    tolerance. Eager's reference runs once per size and serves every module."""
+    rows: Dict[str, list] = {label: [] for label in modules}  # all of one check, then the next
     for bs in check_sizes(ctx):
         inputs = make_inputs(ctx.inputs, bs, ctx.device, ctx.cfg.seed + 1)
-        with torch.inference_mode():
-            ref = ctx.model(**inputs)
-            out = module(**inputs)
         name = backend_for(ctx.route, bs)
         tol = tolerance(ctx.backends[name].compute_dtype, ctx.cfg.validate.tolerance_scale)
-        err = rel_error(out, ref)
-        rows.append({"check": label, "batch_size": bs, "backend": name, "tuned": bs in ctx.batch_sizes,
-                     "max_rel_error": err, "tolerance": tol, "ok": err <= tol})
-    return rows
+        with torch.inference_mode():
+            ref = ctx.model(**inputs)
+            for label, module in modules.items():
+                err = rel_error(module(**inputs), ref)
+                rows[label].append({"check": label, "batch_size": bs, "backend": name, "tuned": bs in ctx.batch_sizes,
+                                    "max_rel_error": err, "tolerance": tol, "ok": err <= tol})
+    return [row for per_check in rows.values() for row in per_check]
 
 
 def run(ctx: RunContext) -> None:
     if ctx.routed is None:
         raise RuntimeError("validate needs the route stage first: add route to stages")
-    rows = check(ctx, ctx.routed, "routed")
+    modules = {"routed": ctx.routed}
     if ctx.cfg.validate.check_reload and ctx.checkpoint_path is not None:
         from pipeline.checkpoint import load
 
-        rows += check(ctx, load(ctx.checkpoint_path, ctx.model, device=ctx.device), "reloaded")
+        modules["reloaded"] = load(ctx.checkpoint_path, ctx.model, device=ctx.device)
+    rows = check(ctx, modules)
     ctx.validation = {"ok": all(r["ok"] for r in rows), "rows": rows}
     for r in rows:
         log.log(logging.INFO if r["ok"] else logging.ERROR, "validate %-8s bs=%-4d %-24s err %.2e (tol %.1e) %s",
