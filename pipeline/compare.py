@@ -27,6 +27,20 @@ def tolerance(compute_dtype: Optional[torch.dtype], scale: float = 1.0) -> float
     return TOLERANCES.get(compute_dtype or torch.float32, TOLERANCES[torch.float32]) * scale
 
 
+def check_informative(ref: Any, where: str) -> None:
+    """Refuse a reference that cannot tell a wrong backend from a right one: no tensors, or every
+    output tensor constant (torchvision's ViT, built with random weights, has a zero-initialised
+    head and answers 0 for every input)."""
+    tensors = [t.detach() for t in flatten(ref)]
+    if not tensors:
+        raise ValueError(f"eager's output {where} holds no tensors, so no backend can be checked against it")
+    if all(t.numel() > 1 and bool((t == t.flatten()[0]).all()) for t in tensors):
+        value = tensors[0].flatten()[0].item()
+        raise ValueError(f"eager's output {where} is the constant {value!r} for every element, so a wrong backend "
+                         "would pass every check; give the model non-degenerate weights (a zero-initialised "
+                         "last layer is the usual cause)")
+
+
 def rel_error(out: Any, ref: Any) -> float:
     """Largest absolute difference over the reference's largest magnitude, over all output tensors."""
     outs, refs = flatten(out), flatten(ref)

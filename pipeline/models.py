@@ -51,6 +51,17 @@ class HFLogits(nn.Module):
         return self.inner(input_ids=input_ids, attention_mask=attention_mask).logits
 
 
+def vision_transformer(arch: str = "vit_b_16", **kwargs: Any) -> nn.Module:
+    """A torchvision ViT with random weights. torchvision zero-initialises the classification head,
+    which makes every output 0 and every backend indistinguishable from eager, so the head is drawn
+    at random (normal, std 0.02, as the encoder's linear layers are)."""
+    import torchvision
+
+    model = getattr(torchvision.models, arch)(weights=None, **kwargs)
+    nn.init.normal_(model.heads.head.weight, std=0.02)
+    return model
+
+
 def make_inputs(inputs: Mapping[str, Any], batch_size: int, device: torch.device, seed: int = 0) -> Dict[str, torch.Tensor]:
     """Sample inputs for one batch size, deterministic in ``seed`` so every backend sees the same data."""
     if batch_size < 1:

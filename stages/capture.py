@@ -17,7 +17,7 @@ import torch
 from pipeline import backends as backend_registry
 from pipeline import devices, progress
 from pipeline.backends import BackendUnsupported
-from pipeline.compare import rel_error, tolerance
+from pipeline.compare import check_informative, rel_error, tolerance
 from pipeline.context import BackendOutcome, RunContext
 from pipeline.models import make_inputs
 
@@ -27,7 +27,9 @@ log = logging.getLogger(__name__)
 def reference_outputs(ctx: RunContext) -> dict:
     """Eager outputs at every tuned batch size: the truth every backend is held to."""
     with torch.inference_mode():
-        return {bs: ctx.model(**make_inputs(ctx.inputs, bs, ctx.device, ctx.cfg.seed)) for bs in ctx.batch_sizes}
+        reference = {bs: ctx.model(**make_inputs(ctx.inputs, bs, ctx.device, ctx.cfg.seed)) for bs in ctx.batch_sizes}
+    check_informative(reference[max(reference)], f"of model {ctx.cfg.model.name} at batch size {max(reference)}")
+    return reference
 
 
 def capture_one(ctx: RunContext, name: str, cfg: dict, reference: dict) -> BackendOutcome:
