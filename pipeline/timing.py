@@ -8,8 +8,9 @@ At each batch size, for each callable:
 
 1. The first call (compile, graph record, allocator warm-up) is kept apart as ``first_call_ms``,
    then warm-up calls run for ``warmup_ms`` (at least ``min_warmup_calls``). None of them counts.
-2. A *window* of rounds runs the callables interleaved, A B C B C A C A B ..., so drift of the machine
-   hits all of them alike. A callable leaves the rounds at ``max_samples``, or, after
+2. A *window* of rounds runs the callables interleaved, each round in a fresh (seeded) random order,
+   A B C, C A B, B C A, A C B ..., so drift of the machine hits all of them alike, and no callable
+   always follows the same one (a call's leftovers, warm caches or a busy GPU, fall on all). A callable leaves the rounds at ``max_samples``, or, after
    ``min_samples``, once it has spent ``budget_ms`` or (having spent ``min_window_ms``) its median
    is known to ``rel_precision`` at 95% confidence. Python's cyclic collector is held off
    during a window, as ``timeit`` does.
@@ -33,6 +34,7 @@ import functools
 import gc
 import logging
 import math
+import random
 import statistics
 import time
 from dataclasses import dataclass, field, fields
@@ -49,6 +51,8 @@ Clock = Callable[[], float]  # seconds, monotonic (time.perf_counter)
 Z95 = 1.959963984540054
 # Fewer samples than this have no distribution-free 95% interval for the median (0.5**5 * 2 > 0.05).
 MIN_CI_SAMPLES = 6
+ORDER_SEED = 0  # the interleaving order is random but the same in every run
+
 # Drift check: the window is cut into this many consecutive chunks of at least MIN_CHUNK samples.
 DRIFT_CHUNKS = 4
 MIN_CHUNK = 5
@@ -294,20 +298,19 @@ def _run_window(fns: Mapping[str, Callable[[], Any]], device: torch.device, s: S
                 clock: Clock) -> Dict[str, List[float]]:
     """Rounds until each callable's own stop rule ends it; samples in time order.
 
-    Every callable runs once per round, and the order rotates (A B C, B C A, C A B, ...): whatever
-    a call leaves behind (warm or cold CPU and GPU caches, clocks) then falls on every callable's
-    predecessor alike instead of always on the same one.
+    Every callable runs once per round, in an order shuffled anew each round by a seeded generator:
+    what a call leaves behind (warm or cold CPU and GPU caches, clocks) then falls on a different
+    successor each time. A plain rotation (A B C, B C A, ...) would not do: it keeps C after B in
+    almost every round.
     """
     samples: Dict[str, List[float]] = {n: [] for n in fns}
     ordered: Dict[str, List[float]] = {n: [] for n in fns}
     spent = {n: 0.0 for n in fns}
     active = list(fns)
-    rounds = 0
+    shuffler = random.Random(ORDER_SEED)
     with _collector_held():
         while active:
-            shift = rounds % len(active)
-            rounds += 1
-            for name in active[shift:] + active[:shift]:
+            for name in shuffler.sample(active, len(active)):
                 t = time_call(fns[name], device, clock)
                 samples[name].append(t)
                 bisect.insort(ordered[name], t)
