@@ -8,6 +8,7 @@ from typing import Any, Dict, List, Mapping, Sequence
 
 import torch
 from torch import nn
+from torch.nn.modules import module as nn_module
 
 from pipeline.backends import Backend
 from pipeline.routing import Range, backend_for
@@ -26,6 +27,11 @@ class TuneRecord:
     device: torch.device
 
 
+def module_hooks_active() -> bool:
+    """Whether global nn.Module hooks are registered (``nn.modules.module.register_module_forward_hook``)."""
+    return bool(nn_module._global_forward_hooks or nn_module._global_forward_pre_hooks)
+
+
 class RoutedModule(nn.Module):
     """Serves calls by batch size. Calls into one backend are serialised (graph replay shares
     static buffers), so several threads may call one module; different backends run concurrently.
@@ -40,10 +46,12 @@ class RoutedModule(nn.Module):
         self.route: List[Range] = list(route)
         self.record = record
         self.input_names = list(record.inputs)
-        self._locks = {name: threading.Lock() for name in self.backends}
-        # Hot-path tables: per-sample shapes to check, and the owner of every size up to the last range's start.
+        # Hot-path tables, so a call costs a few dict and list lookups: per-sample shapes to check, and
+        # for every size up to the last range's start the owner's lock and backend.
         self._shapes = {n: torch.Size(spec["shape"]) for n, spec in record.inputs.items()}
-        self._owner = [None] + [backend_for(self.route, bs) for bs in range(1, self.route[-1].lo + 1)]
+        serve = {name: (threading.Lock(), backend) for name, backend in self.backends.items()}
+        self._serve = [None] + [serve[backend_for(self.route, bs)] for bs in range(1, self.route[-1].lo + 1)]
+        self._serve_above = serve[self.route[-1].backend]
 
     def bind(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Dict[str, torch.Tensor]:
         """Positional and keyword arguments as the model's named inputs."""
@@ -71,13 +79,19 @@ class RoutedModule(nn.Module):
             raise ValueError(f"batch size must be at least 1, got {batch}")
         return batch
 
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Straight to ``forward`` unless hooks are registered: nn.Module's hook dispatch costs
+        microseconds, which a graph replay of a tenth of a millisecond notices."""
+        if self._forward_hooks or self._forward_pre_hooks or module_hooks_active():
+            return super().__call__(*args, **kwargs)
+        return self.forward(*args, **kwargs)
+
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        inputs = kwargs if not args and len(kwargs) == len(self.input_names) and all(
-            n in kwargs for n in self.input_names) else self.bind(args, kwargs)
+        inputs = kwargs if not args and kwargs.keys() == self._shapes.keys() else self.bind(args, kwargs)
         batch_size = self.check_shapes(inputs)
-        name = self._owner[batch_size] if batch_size < len(self._owner) else self.route[-1].backend
-        with self._locks[name]:
-            return self.backends[name](**inputs)
+        lock, backend = self._serve[batch_size] if batch_size < len(self._serve) else self._serve_above
+        with lock:
+            return backend(**inputs)
 
     def extra_repr(self) -> str:
         return ", ".join(f"{r.lo}..{r.hi if r.hi is not None else 'inf'}: {r.backend}" for r in self.route)

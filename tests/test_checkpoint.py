@@ -103,6 +103,30 @@ def test_load_in_a_fresh_process_serves_the_tuned_outputs(mixed, tmp_path):
             torch.testing.assert_close(got["outputs"][bs], mixed(**inputs[bs]), msg=f"batch size {bs}")
 
 
+class Recording:
+    """A backend stand-in that notes its name, then calls the real backend."""
+
+    def __init__(self, name, backend, log):
+        self.name, self.backend, self.log = name, backend, log
+
+    def __call__(self, **inputs):
+        self.log.append(self.name)
+        return self.backend(**inputs)
+
+
+def test_each_size_goes_to_its_ranges_backend_and_hooks_still_run(mixed):
+    served, hooked = [], []
+    routed = RoutedModule({n: Recording(n, b, served) for n, b in mixed.backends.items()}, mixed.route, mixed.record)
+    handle = routed.register_forward_hook(lambda module, args, out: hooked.append(out.shape[0]))
+    for bs in (1, 3, 4, 9):
+        x = torch.randn(bs, 16)
+        assert torch.allclose(routed(x), mixed.record.model(x), rtol=1e-4, atol=1e-5)  # positional input
+    handle.remove()
+    routed(x=torch.randn(2, 16))
+    assert served == ["eager", "eager", "inductor", "inductor", "eager"]
+    assert hooked == [1, 3, 4, 9]  # registered hooks run; once removed, calls skip nn.Module's dispatch
+
+
 def test_eight_threads_calling_one_loaded_module_agree_with_eager(mixed, tmp_path):
     model = tiny_model(5)
     loaded = pipeline.load(pipeline.save(mixed, tmp_path / "mixed.tweak"), model)
