@@ -45,7 +45,7 @@ from pipeline import devices  # noqa: E402
 from pipeline.context import RunContext  # noqa: E402
 from pipeline.routing import backend_for, choose_route  # noqa: E402
 from pipeline.schema import register_configs  # noqa: E402
-from pipeline.timing import Measurement  # noqa: E402
+from pipeline.timing import Measurement, host_probe_ms  # noqa: E402
 from pipeline.tracking import NullTracker  # noqa: E402
 from stages import capture as capture_stage  # noqa: E402
 from stages import profile as profile_stage  # noqa: E402
@@ -77,17 +77,6 @@ def host_cores() -> int:
     return max(1, n)
 
 
-def python_probe_ms(calls: int = 200) -> Dict[str, float]:
-    """Host speed as the launch thread sees it: a fixed bit of Python, timed call by call."""
-    times = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        sum(range(20_000))
-        times.append((time.perf_counter() - start) * 1e3)
-    times.sort()
-    return {"median_ms": statistics.median(times), "mean_ms": statistics.fmean(times), "p90_ms": times[int(0.9 * calls)]}
-
-
 # A spinner also stops by itself once its parent is gone or after a deadline, so a killed bench
 # never leaves the machine loaded.
 SPIN = """import os, sys, time
@@ -105,7 +94,7 @@ def cpu_load(processes: int, deadline_s: float = 300.0) -> Iterator[Dict[str, An
     info: Dict[str, Any] = {"processes": processes}
     try:
         time.sleep(2.0)  # let them all start spinning
-        info["probe_under_load"] = python_probe_ms()
+        info["probe_under_load"] = host_probe_ms()
         yield info
     finally:
         for p in procs:
@@ -193,7 +182,7 @@ def bench_model(model_name: str, args: argparse.Namespace, out: Path, load_proce
     runs["quiet_2"] = profile_run(base, out / "runs" / f"{model_name}-quiet_2")
     with cpu_load(load_processes) as load:
         runs["loaded"] = profile_run(base, out / "runs" / f"{model_name}-loaded")
-    load["probe_quiet"] = python_probe_ms()
+    load["probe_quiet"] = host_probe_ms()
     runs["retimed"] = profile_run(base, out / "runs" / f"{model_name}-retimed")
     result = {
         "batch_sizes": base.batch_sizes,

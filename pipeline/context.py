@@ -45,6 +45,7 @@ class RunContext:
     backends: Dict[str, Backend] = field(default_factory=dict)
     outcomes: Dict[str, BackendOutcome] = field(default_factory=dict)
     profile: Dict[str, Dict[int, Measurement]] = field(default_factory=dict)
+    host_probe_ms: Dict[str, float] = field(default_factory=dict)  # host speed before/after the profile
     route: List[Range] = field(default_factory=list)
     routed: Optional[nn.Module] = None
     checkpoint_path: Optional[Path] = None

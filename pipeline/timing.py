@@ -413,6 +413,34 @@ def saturated(throughputs: Sequence[float], cutoff: float, backoff: int) -> bool
     return max(xs[-backoff:]) < max(xs[:-backoff]) * (1 + cutoff)
 
 
+HOST_DRIFT = 0.20  # a host probe that moved more than this during a profile is reported
+
+
+def host_probe_ms(calls: int = 50) -> float:
+    """Median time of a fixed piece of pure Python: how fast the host runs a launch thread right now.
+
+    Shared and virtualised hosts change speed on their own (an idle H200 VM took 0.24 ms for this,
+    minutes later 0.49 ms), and launch-bound latencies (eager, Inductor without graphs) move with
+    it, so a profile records the probe before and after itself.
+    """
+    times = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        sum(range(20_000))
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
+
+
+def host_drift(before_ms: float, after_ms: float) -> str:
+    """Why a profile between two host probes may not repeat, or "" when the host held its speed."""
+    change = max(before_ms, after_ms) / min(before_ms, after_ms) - 1.0
+    if change <= HOST_DRIFT:
+        return ""
+    return (f"the host's CPU speed changed during profiling: a fixed piece of Python took {before_ms:.3f} ms before "
+            f"and {after_ms:.3f} ms after ({change:.0%} apart), so launch-bound latencies (eager, Inductor without "
+            "graphs) may not repeat; profile again on a quieter host or with profile=thorough")
+
+
 def profile_sizes(make_fns: Callable[[int], Mapping[str, Callable[[], Any]]], sizes: Sequence[int],
                   device: torch.device, cfg: Mapping[str, Any], *, clock: Clock = time.perf_counter,
                   device_check: Collection[str] = ()) -> Dict[str, Dict[int, Measurement]]:

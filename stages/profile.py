@@ -16,7 +16,7 @@ from pipeline import progress
 from pipeline.backends import Backend
 from pipeline.context import RunContext
 from pipeline.models import make_inputs
-from pipeline.timing import profile_sizes
+from pipeline.timing import host_drift, host_probe_ms, profile_sizes
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +53,13 @@ def run(ctx: RunContext) -> None:
         inputs = make_inputs(ctx.inputs, bs, ctx.device, ctx.cfg.seed)
         return {name: (lambda b=backend: b(**inputs)) for name, backend in ctx.backends.items()}
 
+    probe_before = host_probe_ms()
     with progress.steps("profile", len(sizes)) as bar:
         ctx.profile.update(profile_sizes(fns_at, sizes, ctx.device, pcfg, device_check=checked))
+    ctx.host_probe_ms = {"before": probe_before, "after": host_probe_ms()}
+    drift = host_drift(ctx.host_probe_ms["before"], ctx.host_probe_ms["after"])
+    if drift:
+        log.warning("profile: %s", drift)
     path = ctx.run_dir / "profile.csv"
     noisy = []
     with path.open("w", newline="") as f:
@@ -74,4 +79,4 @@ def run(ctx: RunContext) -> None:
     if noisy:
         log.warning("profile: %d cell(s) stayed noisy after %d repeat(s); the route may rest on them: %s",
                     len(noisy), pcfg.max_repeats, "; ".join(noisy))
-    ctx.tracker.log_profile(ctx.profile, path)
+    ctx.tracker.log_profile(ctx.profile, path, ctx.host_probe_ms)

@@ -23,7 +23,7 @@ from omegaconf import OmegaConf
 from pipeline import backends
 from pipeline.context import RunContext
 from pipeline.timing import (Measurement, agreeing_windows, device_time_ms, measure_interleaved, median_ci_ranks,
-                             profile_sizes, saturated, time_call)
+                             host_drift, host_probe_ms, profile_sizes, saturated, time_call)
 from pipeline.tracking import NullTracker
 from stages import profile as profile_stage
 from conftest import TINY
@@ -271,3 +271,10 @@ def test_device_time_cross_check_on_cuda() -> None:
     assert m.device_ms > 0 and m.device_ms <= m.median * 1.05
     assert device_time_ms(lambda: x.sum().item(), dev) is None  # a host sync cannot be captured
     assert torch.isfinite((x @ x).sum()).item()  # and the failed capture left CUDA usable
+
+
+def test_host_probe_reports_a_host_that_changed_speed_during_a_profile() -> None:
+    assert host_probe_ms(calls=5) > 0
+    assert host_drift(0.24, 0.26) == ""  # 8%: the same host
+    message = host_drift(0.242, 0.494)  # an idle H200 VM, minutes apart
+    assert "0.242 ms before and 0.494 ms after (104% apart)" in message and "launch-bound" in message
