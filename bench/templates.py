@@ -9,8 +9,14 @@ compiled frames. Inductor's on-disk caches start empty (a fresh TORCHINDUCTOR_CA
 is set) but are shared within the run: a backend whose kernels or autotuning results another
 already produced compiles faster, so backends run cheapest first and the autotuning ones last.
 
-    python bench/templates.py --out bench/results     # about 3-4 minutes on one H200 (torch 2.11)
+    python bench/templates.py --out bench/results     # the six without autotuning: about 2 minutes on one H200
     python bench/templates.py --out /tmp/t --device cpu --model tiny_mlp --batch-sizes 1 2   # smoke test
+
+The max-autotune backends are slow to build: on an H200 (torch 2.11, 16 cores) autotuning resnet18's
+12 convolutions and its addmm at batch size 64 alone took 460-490 s. Autotuning results land in
+TORCHINDUCTOR_CACHE_DIR, so give a long run a fixed cache directory and ``--resume``: each call
+skips the backends the JSON already holds, and a backend cut off mid-build resumes from the
+operators it had already tuned.
 
 Writes ``templates-<tag>.json`` under --out after every backend (a killed run keeps what it
 measured) and prints a table.
@@ -128,6 +134,8 @@ def main() -> None:
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 64])
     parser.add_argument("--backends", nargs="+", default=ORDER, help="a subset of the inductor_all set")
     parser.add_argument("--device", default="cuda", help="cuda (cpu only smoke-tests this script)")
+    parser.add_argument("--resume", action="store_true",
+                        help="keep the backends templates-<tag>.json already holds and run only the others")
     args = parser.parse_args()
     device = devices.resolve(args.device)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -149,7 +157,15 @@ def main() -> None:
         "backends": {},
     }
     path = args.out / f"templates-{args.tag}.json"
-    for name in args.backends:
+    if args.resume and path.exists():
+        earlier = json.loads(path.read_text())
+        if (earlier["model"], earlier["batch_sizes"]) != (args.model, result["batch_sizes"]):
+            raise SystemExit(f"--resume: {path} is for {earlier['model']} at {earlier['batch_sizes']}, not "
+                             f"{args.model} at {result['batch_sizes']}; use another --tag")
+        result["backends"] = earlier["backends"]
+        result["command"] = earlier["command"] + " ; " + result["command"]
+        start -= earlier.get("seconds", 0.0)
+    for name in (b for b in args.backends if b not in result["backends"]):
         print(f"== {name} (at {time.perf_counter() - start:.0f} s)", flush=True)
         bcfg = OmegaConf.to_container(cfg.backends[name], resolve=True)
         result["backends"][name] = bench_backend(name, bcfg, model, spec, result["batch_sizes"], device, cfg.seed)
