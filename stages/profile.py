@@ -13,25 +13,14 @@ import logging
 from typing import List
 
 from pipeline import progress
-from pipeline.backends import Backend
 from pipeline.context import RunContext
 from pipeline.models import make_inputs
 from pipeline.timing import host_drift, host_probe_ms, profile_sizes
 
 log = logging.getLogger(__name__)
 
-# torch.compile modes whose Inductor records CUDA graphs itself.
-GRAPH_RECORDING_MODES = ("reduce-overhead", "max-autotune")
 COLUMNS = ["backend", "batch_size", "median_ms", "p10_ms", "p90_ms", "samples", "rel_ci95", "first_call_ms",
            "warmup_calls", "repeats", "windows_used", "device_ms", "throughput_per_s", "noisy", "noise"]
-
-
-def records_graphs(backend: Backend) -> bool:
-    """Whether a call is itself a device-graph replay: it cannot be captured again, and needs no cross-check."""
-    if backend.kind == "graph" or getattr(backend, "records_cuda_graphs", False):
-        return True
-    options = backend.cfg.get("options") or {}
-    return backend.cfg.get("mode") in GRAPH_RECORDING_MODES or bool(options.get("triton.cudagraphs"))
 
 
 def on_graph_grid(batch_size: int) -> bool:
@@ -45,7 +34,8 @@ def run(ctx: RunContext) -> None:
     if len(sizes) > 1 and all(on_graph_grid(bs) for bs in sizes):
         log.warning("profile: batch sizes %s all lie on the graph grid (1, 2, 4, multiples of 8); add sizes such "
                     "as 3 and 17 to model.batch_sizes so the router sees what padding costs", sizes)
-    checked = ([n for n, b in ctx.backends.items() if not records_graphs(b)]
+    # A call that replays a device graph cannot be captured again, and needs no cross-check.
+    checked = ([n for n, b in ctx.backends.items() if not b.records_cuda_graphs]
                if pcfg.device_check and ctx.device.type == "cuda" else [])
 
     def fns_at(bs: int) -> dict:

@@ -244,6 +244,19 @@ def test_user_template_from_config_dir_reaches_the_run(tmp_path: Path, how: str)
     assert capture["mine"]["reason"].startswith("template 'graphs_and_tuning' sets triton.cudagraphs=True")
 
 
+@pytest.mark.parametrize("cfg, replays", [
+    ({"kind": "eager"}, False), ({"kind": "inductor"}, False),
+    ({"kind": "inductor", "mode": "max-autotune-no-cudagraphs"}, False),
+    ({"kind": "inductor", "mode": "reduce-overhead"}, True), ({"kind": "inductor", "mode": "max-autotune"}, True),
+    ({"kind": "inductor", "template": "cudagraphs"}, True),
+    ({"kind": "inductor", "options": {"triton.cudagraphs": True}}, True),
+    ({"kind": "graph"}, True), ({"kind": "graph", "compile_with_inductor": True}, True),
+])
+def test_each_backend_says_whether_its_calls_replay_device_graphs(cfg, replays) -> None:
+    # The profile's device-time cross-check captures only backends that answer False.
+    assert backends.create("b", cfg).records_cuda_graphs is replays
+
+
 @pytest.mark.gpu
 def test_cuda_graph_templates_clone_outputs_on_cuda() -> None:
     from pipeline.models import MLP

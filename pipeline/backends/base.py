@@ -52,6 +52,11 @@ class Backend:
         """The reduced precision this backend computes in, if any (drives tolerances)."""
         return dtype_of(self.cfg["autocast_dtype"]) if self.cfg.get("autocast_enabled") else None
 
+    @property
+    def records_cuda_graphs(self) -> bool:
+        """Whether a call replays a device graph: it cannot be captured again (profile's cross-check)."""
+        return False
+
     def autocast(self) -> contextlib.AbstractContextManager:
         """The autocast context for a call, or a no-op."""
         dtype = self.compute_dtype

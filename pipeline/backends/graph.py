@@ -149,6 +149,10 @@ class GraphBackend(Backend):
         except ValueError as exc:
             raise ValueError(f"backend {name!r}: {exc}") from None
 
+    @property
+    def records_cuda_graphs(self) -> bool:
+        return True
+
     def unsupported_reason(self, device: torch.device) -> Optional[str]:
         if device.type == "xpu" and not hasattr(torch.xpu, "XPUGraph"):
             return f"torch {torch.__version__} has no torch.xpu.XPUGraph; XPU graphs need a newer torch"

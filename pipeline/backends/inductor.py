@@ -21,8 +21,6 @@ from pipeline.backends.base import Backend
 log = logging.getLogger(__name__)
 
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-# Modes that record CUDA graphs: they need a CUDA device.
-GRAPH_MODES = ("reduce-overhead", "max-autotune")
 
 
 def settings_given(cfg: Mapping[str, Any]) -> List[str]:
