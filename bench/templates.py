@@ -19,7 +19,8 @@ skips the backends the JSON already holds, and a backend cut off mid-build resum
 operators it had already tuned.
 
 Writes ``templates-<tag>.json`` under --out after every backend (a killed run keeps what it
-measured) and prints a table.
+measured) and prints a table. Lanes on several GPUs (each its own --tag) are joined with
+``--merge``: ``python bench/templates.py --out bench/results --merge OUT/templates-h200-l*.json``.
 """
 
 from __future__ import annotations
@@ -126,6 +127,26 @@ def table(result: Dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def merge(paths: List[Path], out: Path) -> Dict[str, Any]:
+    """Join lane results (same model and batch sizes) into one: each backend from the lane that ran it."""
+    parts = [json.loads(p.read_text()) for p in paths]
+    first = parts[0]
+    for path, part in zip(paths, parts):
+        if (part["model"], part["batch_sizes"]) != (first["model"], first["batch_sizes"]):
+            raise SystemExit(f"--merge: {path} is for {part['model']} at {part['batch_sizes']}, not "
+                             f"{first['model']} at {first['batch_sizes']}")
+    result = {**first, "backends": {}, "lanes": {str(p): {"command": part["command"], "device": part["device"],
+                                                           "seconds": part.get("seconds")}
+                                                 for p, part in zip(paths, parts)}}
+    result["command"] = "python bench/templates.py --merge " + " ".join(map(str, paths))
+    result.pop("seconds", None)  # each lane's own is under "lanes"
+    for name in (n for n in ORDER if any(n in part["backends"] for part in parts)):
+        # lanes started with --resume from one file share its rows; a row in several lanes comes from the last
+        result["backends"][name] = next(part["backends"][name] for part in reversed(parts) if name in part["backends"])
+    out.write_text(json.dumps(result, indent=2, default=str))
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True)
@@ -136,9 +157,14 @@ def main() -> None:
     parser.add_argument("--device", default="cuda", help="cuda (cpu only smoke-tests this script)")
     parser.add_argument("--resume", action="store_true",
                         help="keep the backends templates-<tag>.json already holds and run only the others")
+    parser.add_argument("--merge", type=Path, nargs="+", help="join these lanes' JSON files into templates-<tag>.json")
     args = parser.parse_args()
-    device = devices.resolve(args.device)
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.merge:
+        path = args.out / f"templates-{args.tag}.json"
+        print(table(merge(args.merge, path)) + f"\n\nwrote {path}")
+        return
+    device = devices.resolve(args.device)
     cfg = compose_config([f"model={args.model}", "backends=inductor_all", "tracking=off"])
     unknown = sorted(set(args.backends) - set(cfg.backends))
     if unknown:
