@@ -89,6 +89,9 @@ class ProfileConfig:
     max_repeats: int = 2
     # On CUDA, cross-check each backend that can be captured against a graph-captured device time.
     device_check: bool = True
+    # Time a tiny piece of Python every round: windows the host ran >20% slower than its fastest
+    # state are set aside (repeated), and sizes measured only on a slow host are measured again.
+    host_guard: bool = True
 
 
 @dataclass

@@ -21,6 +21,13 @@ At each batch size, for each callable:
    reason, never silently smoothed over.
 4. On CUDA, callables the caller names are cross-checked against a graph-captured device time: a
    wall latency below the device's own time means the measurement is wrong.
+5. With a :class:`HostGauge`, every round also times a tiny fixed piece of Python, so each window
+   knows how fast the host ran it. Shared and virtualised hosts switch between a normal and a
+   slow state on their own (an idle H200 VM ran ~1.6-2x slower for seconds at a time), and
+   launch-bound calls slow down with them while graph replays do not. A window the host ran
+   slowly is not pooled while a window at its normal speed exists; a callable with none is
+   repeated, and flagged noisy if the host never recovered. :func:`profile_sizes` re-measures,
+   once, the sizes whose windows all turn out slow against the fastest host state seen later.
 
 Across batch sizes, :func:`profile_sizes` applies the saturation rule to medians of measured
 windows only, never to a first call.
@@ -56,6 +63,7 @@ ORDER_SEED = 0  # the interleaving order is random but the same in every run
 # Drift check: the window is cut into this many consecutive chunks of at least MIN_CHUNK samples.
 DRIFT_CHUNKS = 4
 MIN_CHUNK = 5
+HOST_DRIFT = 0.20  # a host probe this much slower than the fastest state seen marks the host as slow
 
 
 @functools.lru_cache(maxsize=4096)
@@ -189,6 +197,8 @@ class Measurement:
     windows: List[List[float]] = field(default_factory=list)  # every window's samples, kept
     accepted: List[int] = field(default_factory=list)  # which windows are pooled into samples_ms
     device_ms: float = float("nan")  # graph-captured device time of one call (CUDA), when checked
+    host_ms: List[float] = field(default_factory=list)  # per window: the host probe's median (nan: no gauge)
+    host_slowdown: float = float("nan")  # the pooled windows' host probe against the fastest host state seen
     noise: str = ""  # why the measurement stayed noisy; "" when it settled
 
     @property
@@ -218,11 +228,37 @@ class Measurement:
         """Whether the samples still disagreed after every repeat (``noise`` says how)."""
         return bool(self.noise)
 
-    def settle(self, s: Settings) -> None:
-        """Pool the agreeing windows into ``samples_ms`` and judge what is left."""
-        self.accepted = agreeing_windows(self.windows, s.rel_precision)
+    def settle(self, s: Settings, host: Optional["HostGauge"] = None) -> None:
+        """Pool the agreeing windows into ``samples_ms`` and judge what is left.
+
+        With a gauge, only windows the host ran at its normal speed are candidates, unless there
+        are none: then all are, and the measurement is noisy because of the host.
+        """
+        filled = [i for i, w in enumerate(self.windows) if w]
+        normal = [i for i in filled if host is None or not host.slow(self.host_ms[i])]
+        candidates = normal or filled
+        self.accepted = [candidates[i] for i in agreeing_windows([self.windows[i] for i in candidates],
+                                                                  s.rel_precision)]
         self.samples_ms = [x for i in self.accepted for x in self.windows[i]]
         self.noise = disagreement(self.samples_ms, s)
+        slack = max(2 * s.rel_precision, 0.05)
+        if self.device_ms == self.device_ms and self.median < self.device_ms * (1 - slack):
+            below = f"wall median {self.median:.4f} ms is below the graph-captured device time {self.device_ms:.4f} ms"
+            self.noise = f"{self.noise}; {below}" if self.noise else below
+        if host is not None:
+            self.host_slowdown = host.slowdown(statistics.median(self.host_ms[i] for i in self.accepted)) \
+                if self.accepted else float("nan")
+            if filled and not normal:
+                slow = (f"the host ran {self.host_slowdown:.2f}x slower than its fastest state in every window, "
+                        "so a launch-bound latency here reads high")
+                self.noise = f"{self.noise}; {slow}" if self.noise else slow
+
+    def absorb(self, later: "Measurement", s: Settings, host: Optional["HostGauge"] = None) -> None:
+        """Add a later measurement's windows (the first call stays this one's) and settle again."""
+        self.windows += later.windows
+        self.host_ms += later.host_ms
+        self.warmup_calls += later.warmup_calls
+        self.settle(s, host)
 
     def summary(self) -> Dict[str, Any]:
         return {
@@ -236,9 +272,41 @@ class Measurement:
             "repeats": self.repeats,
             "windows_used": len(self.accepted),
             "device_ms": self.device_ms,
+            "host_slowdown": self.host_slowdown,
             "noisy": self.noisy,
             "noise": self.noise,
         }
+
+
+def python_probe_ms(n: int = 2_000, clock: Clock = time.perf_counter) -> float:
+    """Milliseconds the host takes for a fixed piece of pure Python (``sum(range(n))``)."""
+    start = clock()
+    sum(range(n))
+    return (clock() - start) * 1e3
+
+
+class HostGauge:
+    """How fast the host runs Python right now, against the fastest state seen in this profile.
+
+    ``probe`` returns milliseconds for a fixed piece of work (about 30 us by default, once per
+    round); a window's reading is the median of its rounds' probes. Tests pass a scripted probe.
+    """
+
+    def __init__(self, probe: Callable[[], float] = python_probe_ms, tolerance: Optional[float] = None) -> None:
+        self.probe = probe
+        self.tolerance = HOST_DRIFT if tolerance is None else tolerance
+        self.best_ms = float("inf")
+
+    def note(self, window_ms: float) -> None:
+        if window_ms == window_ms:
+            self.best_ms = min(self.best_ms, window_ms)
+
+    def slowdown(self, window_ms: float) -> float:
+        return window_ms / self.best_ms if window_ms == window_ms and math.isfinite(self.best_ms) else float("nan")
+
+    def slow(self, window_ms: float) -> bool:
+        """Whether a window's reading is more than ``tolerance`` above the fastest state seen."""
+        return self.slowdown(window_ms) > 1.0 + self.tolerance
 
 
 def time_call(fn: Callable[[], Any], device: torch.device, clock: Clock = time.perf_counter) -> float:
@@ -294,9 +362,11 @@ def _collector_held() -> Iterator[None]:
             gc.enable()
 
 
-def _run_window(fns: Mapping[str, Callable[[], Any]], device: torch.device, s: Settings,
-                clock: Clock) -> Dict[str, List[float]]:
-    """Rounds until each callable's own stop rule ends it; samples in time order.
+def _run_window(fns: Mapping[str, Callable[[], Any]], device: torch.device, s: Settings, clock: Clock,
+                host: Optional[HostGauge] = None) -> Tuple[Dict[str, List[float]], float]:
+    """Rounds until each callable's own stop rule ends it: samples in time order, and the host's reading.
+
+    The reading is the median of one host probe per round (nan without a gauge).
 
     Every callable runs once per round, in an order shuffled anew each round by a seeded generator:
     what a call leaves behind (warm or cold CPU and GPU caches, clocks) then falls on a different
@@ -308,6 +378,7 @@ def _run_window(fns: Mapping[str, Callable[[], Any]], device: torch.device, s: S
     spent = {n: 0.0 for n in fns}
     active = list(fns)
     shuffler = random.Random(ORDER_SEED)
+    probes: List[float] = []
     with _collector_held():
         while active:
             for name in shuffler.sample(active, len(active)):
@@ -315,18 +386,21 @@ def _run_window(fns: Mapping[str, Callable[[], Any]], device: torch.device, s: S
                 samples[name].append(t)
                 bisect.insort(ordered[name], t)
                 spent[name] += t
+            if host is not None:
+                probes.append(host.probe())
             active = [n for n in active if not _window_done(ordered[n], spent[n], s)]
-    return samples
+    return samples, statistics.median(probes) if probes else float("nan")
 
 
 def measure_interleaved(fns: Mapping[str, Callable[[], Any]], device: torch.device, cfg: Mapping[str, Any], *,
-                        clock: Clock = time.perf_counter,
-                        device_check: Collection[str] = ()) -> Dict[str, Measurement]:
+                        clock: Clock = time.perf_counter, device_check: Collection[str] = (),
+                        host: Optional[HostGauge] = None) -> Dict[str, Measurement]:
     """Time every callable at one shape, interleaved round by round; see the module docstring.
 
     ``cfg`` holds the stop rules (a ``ProfileConfig`` or any mapping; missing keys take its
     defaults). ``device_check`` names the callables that may be captured in a CUDA graph for the
-    device-time cross-check (not those that are graph replays themselves).
+    device-time cross-check (not those that are graph replays themselves). ``host`` gauges the
+    host's speed in every window; windows it ran slowly are set aside (step 5).
     """
     s = Settings.of(cfg)
     results = {name: Measurement() for name in fns}
@@ -336,24 +410,20 @@ def measure_interleaved(fns: Mapping[str, Callable[[], Any]], device: torch.devi
     for _ in range(1 + s.max_repeats):
         if not pending:
             break
-        for name, window in _run_window({n: fns[n] for n in pending}, device, s, clock).items():
+        windows, host_ms = _run_window({n: fns[n] for n in pending}, device, s, clock, host)
+        if host is not None:
+            host.note(host_ms)
+        for name, window in windows.items():
             results[name].windows.append(window)
-            results[name].settle(s)
+            results[name].host_ms.append(host_ms)
+            results[name].settle(s, host)
         pending = [n for n in pending if results[n].noisy]
     if device.type == "cuda":
         for name in device_check:
-            if name in fns:
-                cross_check(results[name], fns[name], device, s)
+            if name in fns:  # a wall median clearly below the device's own time is flagged in settle
+                results[name].device_ms = device_time_ms(fns[name], device) or float("nan")
+                results[name].settle(s, host)
     return results
-
-
-def cross_check(m: Measurement, fn: Callable[[], Any], device: torch.device, s: Settings) -> None:
-    """Record ``fn``'s graph-captured device time; a wall median clearly below it is flagged noisy."""
-    m.device_ms = device_time_ms(fn, device) or float("nan")
-    slack = max(2 * s.rel_precision, 0.05)
-    if m.device_ms == m.device_ms and m.median < m.device_ms * (1 - slack):
-        m.noise = (m.noise + "; " if m.noise else "") + (
-            f"wall median {m.median:.4f} ms is below the graph-captured device time {m.device_ms:.4f} ms")
 
 
 def device_time_ms(fn: Callable[[], Any], device: torch.device, target_ms: float = 10.0) -> Optional[float]:
@@ -413,9 +483,6 @@ def saturated(throughputs: Sequence[float], cutoff: float, backoff: int) -> bool
     return max(xs[-backoff:]) < max(xs[:-backoff]) * (1 + cutoff)
 
 
-HOST_DRIFT = 0.20  # a host probe that moved more than this during a profile is reported
-
-
 def host_probe_ms(calls: int = 50) -> float:
     """Median time of a fixed piece of pure Python: how fast the host runs a launch thread right now.
 
@@ -443,12 +510,15 @@ def host_drift(before_ms: float, after_ms: float) -> str:
 
 def profile_sizes(make_fns: Callable[[int], Mapping[str, Callable[[], Any]]], sizes: Sequence[int],
                   device: torch.device, cfg: Mapping[str, Any], *, clock: Clock = time.perf_counter,
-                  device_check: Collection[str] = ()) -> Dict[str, Dict[int, Measurement]]:
+                  device_check: Collection[str] = (), host: Optional[HostGauge] = None,
+                  ) -> Dict[str, Dict[int, Measurement]]:
     """Measure every callable at every size, ascending; one that has saturated skips larger sizes.
 
     ``make_fns(bs)`` returns the callables at batch size ``bs``. Saturation (``saturation_cutoff``,
     ``saturation_backoff`` in ``cfg``) is judged on throughput from medians of measured windows;
-    a first call, which may compile or record, never enters it.
+    a first call, which may compile or record, never enters it. With a ``host`` gauge, a size
+    whose windows were all taken on a slow host, judged against the fastest host state of the
+    whole profile, is measured once more at the end and the two measurements pooled.
     """
     defaults = ProfileConfig()
     cutoff = float(cfg.get("saturation_cutoff", defaults.saturation_cutoff))
@@ -461,11 +531,35 @@ def profile_sizes(make_fns: Callable[[int], Mapping[str, Callable[[], Any]]], si
         if not fns:
             log.info("profile: every backend saturated before batch size %d", bs)
             break
-        for name, m in measure_interleaved(fns, device, cfg, clock=clock, device_check=device_check).items():
+        for name, m in measure_interleaved(fns, device, cfg, clock=clock, device_check=device_check,
+                                           host=host).items():
             profile.setdefault(name, {})[bs] = m
             throughputs.setdefault(name, []).append(bs / (m.median / 1e3) if m.count else float("nan"))
             if saturated(throughputs[name], cutoff, backoff):
                 stopped[name] = bs
                 log.info("profile: %s saturated at batch size %d (throughput grew < %.0f%% over %d sizes)",
                          name, bs, cutoff * 100, backoff)
+    if host is not None:
+        remeasure_slow_sizes(profile, make_fns, device, cfg, clock, host)
     return profile
+
+
+def remeasure_slow_sizes(profile: Dict[str, Dict[int, Measurement]],
+                         make_fns: Callable[[int], Mapping[str, Callable[[], Any]]], device: torch.device,
+                         cfg: Mapping[str, Any], clock: Clock, host: HostGauge) -> None:
+    """Judge every cell against the host's fastest state of the whole profile; measure slow sizes once more.
+
+    A size measured early, before the host showed how fast it can be, may have passed as normal.
+    """
+    s = Settings.of(cfg)
+    for per in profile.values():
+        for m in per.values():
+            m.settle(s, host)
+    slow = sorted({bs for per in profile.values() for bs, m in per.items() if m.host_slowdown > 1 + host.tolerance})
+    for bs in slow:
+        names = [n for n, per in profile.items() if bs in per]
+        log.info("profile: the host ran slowly while batch size %d was measured; measuring it again", bs)
+        fns = {n: f for n, f in make_fns(bs).items() if n in names}
+        again = measure_interleaved(fns, device, cfg, clock=clock, host=host)  # device times are known
+        for name, later in again.items():
+            profile[name][bs].absorb(later, s, host)

@@ -15,12 +15,13 @@ from typing import List
 from pipeline import progress
 from pipeline.context import RunContext
 from pipeline.models import make_inputs
-from pipeline.timing import host_drift, host_probe_ms, profile_sizes
+from pipeline.timing import HostGauge, host_drift, host_probe_ms, profile_sizes
 
 log = logging.getLogger(__name__)
 
 COLUMNS = ["backend", "batch_size", "median_ms", "p10_ms", "p90_ms", "samples", "rel_ci95", "first_call_ms",
-           "warmup_calls", "repeats", "windows_used", "device_ms", "throughput_per_s", "noisy", "noise"]
+           "warmup_calls", "repeats", "windows_used", "device_ms", "host_slowdown", "throughput_per_s", "noisy",
+           "noise"]
 
 
 def on_graph_grid(batch_size: int) -> bool:
@@ -45,7 +46,8 @@ def run(ctx: RunContext) -> None:
 
     probe_before = host_probe_ms()
     with progress.steps("profile", len(sizes)) as bar:
-        ctx.profile.update(profile_sizes(fns_at, sizes, ctx.device, pcfg, device_check=checked))
+        ctx.profile.update(profile_sizes(fns_at, sizes, ctx.device, pcfg, device_check=checked,
+                                         host=HostGauge() if pcfg.host_guard else None))
     ctx.host_probe_ms = {"before": probe_before, "after": host_probe_ms()}
     drift = host_drift(ctx.host_probe_ms["before"], ctx.host_probe_ms["after"])
     if drift:

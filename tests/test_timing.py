@@ -22,8 +22,9 @@ from omegaconf import OmegaConf
 
 from pipeline import backends
 from pipeline.context import RunContext
-from pipeline.timing import (Measurement, agreeing_windows, device_time_ms, measure_interleaved, median_ci_ranks,
-                             host_drift, host_probe_ms, profile_sizes, saturated, time_call)
+from pipeline.timing import (HostGauge, Measurement, agreeing_windows, device_time_ms, measure_interleaved,
+                             median_ci_ranks, host_drift, host_probe_ms, profile_sizes, python_probe_ms, saturated,
+                             time_call)
 from pipeline.tracking import NullTracker
 from stages import profile as profile_stage
 from conftest import TINY
@@ -278,3 +279,85 @@ def test_host_probe_reports_a_host_that_changed_speed_during_a_profile() -> None
     assert host_drift(0.24, 0.26) == ""  # 8%: the same host
     message = host_drift(0.242, 0.494)  # an idle H200 VM, minutes apart
     assert "0.242 ms before and 0.494 ms after (104% apart)" in message and "launch-bound" in message
+
+
+class FakeHost:
+    """A host that runs at its normal speed (1.0) or slower; launch-bound calls and the probe slow down with it.
+
+    ``schedule`` gives the speed for the n-th call of any timed callable (then stays at the last).
+    """
+
+    def __init__(self, clock: FakeClock, schedule: List[float]) -> None:
+        self.clock, self.schedule, self.calls = clock, schedule, 0
+
+    @property
+    def speed(self) -> float:
+        return self.schedule[min(self.calls, len(self.schedule) - 1)]
+
+    def probe(self) -> float:
+        return 0.03 * self.speed  # ms, like python_probe_ms on an H200 host
+
+    def launch_bound(self, ms: float, name: str = "") -> Callable[[], None]:
+        def call() -> None:
+            self.clock.log.append(name)
+            self.clock.now += ms * self.speed / 1e3
+            self.calls += 1
+
+        return call
+
+    def device_bound(self, ms: float, name: str = "") -> Callable[[], None]:
+        def call() -> None:
+            self.clock.log.append(name)
+            self.clock.now += ms / 1e3
+            self.calls += 1
+
+        return call
+
+
+def test_windows_the_host_ran_slowly_are_set_aside_and_repeated() -> None:
+    clock = FakeClock()
+    host = FakeHost(clock, [1.0] * 4 + [1.8] * 40 + [1.0])  # warm-up fast, the first window slow, then normal
+    gauge = HostGauge(host.probe)
+    gauge.note(0.03)  # the host was seen at its normal speed earlier in the profile
+    res = measure_interleaved({"eager": host.launch_bound(2.0, "E"), "graph": host.device_bound(0.5, "G")}, CPU,
+                              cfg(min_warmup_calls=1, min_samples=20, max_samples=20, max_repeats=2),
+                              clock=clock, host=gauge)
+    for name, m in res.items():
+        assert m.repeats == 1 and m.accepted == [1] and not m.noisy, (name, m.summary())
+        assert m.host_ms == pytest.approx([0.054, 0.03]) and m.host_slowdown == pytest.approx(1.0)
+    assert res["eager"].median == pytest.approx(2.0) and res["eager"].windows[0][0] == pytest.approx(3.6)
+    assert clock.log[4:].count("G") == 40  # the graph replay's slow-host window was repeated too
+
+
+def test_a_host_that_never_recovers_is_reported_not_hidden() -> None:
+    clock = FakeClock()
+    host = FakeHost(clock, [2.0])
+    gauge = HostGauge(host.probe)
+    gauge.note(0.03)
+    m = measure_interleaved({"eager": host.launch_bound(2.0)}, CPU, cfg(max_repeats=2), clock=clock,
+                            host=gauge)["eager"]
+    assert m.repeats == 2 and m.noisy and "2.00x slower than its fastest state" in m.noise
+    assert m.median == pytest.approx(4.0)  # what was measured, flagged
+
+
+def test_profile_measures_again_the_sizes_taken_before_the_host_showed_its_normal_speed() -> None:
+    clock = FakeClock()
+    host = FakeHost(clock, [1.7] * 11 + [1.0])  # first call and window at batch size 1 slow, then normal
+    sizes: List[int] = []
+
+    def make_fns(bs: int) -> dict:
+        sizes.append(bs)
+        return {"eager": host.launch_bound(1.0 + bs)}
+
+    gauge = HostGauge(host.probe)
+    prof = profile_sizes(make_fns, [1, 2], CPU, cfg(min_samples=10, max_samples=10), clock=clock, host=gauge)
+    assert sizes == [1, 2, 1]  # batch size 1 looked normal when measured, slow once the host sped up
+    m = prof["eager"][1]
+    assert m.windows[0][0] == pytest.approx(3.4) and m.accepted == [1] and m.median == pytest.approx(2.0)
+    assert m.host_slowdown == pytest.approx(1.0) and not m.noisy and gauge.best_ms == pytest.approx(0.03)
+
+
+def test_python_probe_times_a_fixed_piece_of_python() -> None:
+    clock = FakeClock()
+    assert python_probe_ms(clock=clock) == 0.0  # reads the clock it is given, before and after
+    assert 0 < python_probe_ms() < 50
