@@ -24,10 +24,10 @@ At each batch size, for each callable:
 5. With a :class:`HostGauge`, every round also times a tiny fixed piece of Python, so each window
    knows how fast the host ran it. Shared and virtualised hosts switch between a normal and a
    slow state on their own (an idle H200 VM ran ~1.6-2x slower for seconds at a time), and
-   launch-bound calls slow down with them while graph replays do not. A window the host ran
-   slowly is not pooled while a window at its normal speed exists; a callable with none is
-   repeated, and flagged noisy if the host never recovered. :func:`profile_sizes` re-measures,
-   once, the sizes whose windows all turn out slow against the fastest host state seen later.
+   launch-bound calls slow down with them while graph replays do not. A callable whose every
+   window the host ran slowly is repeated, and flagged noisy if the host never recovered;
+   :func:`profile_sizes` re-measures, once, the sizes whose pooled windows turn out slow against
+   the fastest host state seen later. Which windows are pooled is still step 3's choice.
 
 Across batch sizes, :func:`profile_sizes` applies the saturation rule to medians of measured
 windows only, never to a first call.
@@ -198,7 +198,7 @@ class Measurement:
     accepted: List[int] = field(default_factory=list)  # which windows are pooled into samples_ms
     device_ms: float = float("nan")  # graph-captured device time of one call (CUDA), when checked
     host_ms: List[float] = field(default_factory=list)  # per window: the host probe's median (nan: no gauge)
-    host_slowdown: float = float("nan")  # the pooled windows' host probe against the fastest host state seen
+    host_slowdown: float = float("nan")  # the best pooled window's host probe against the fastest host state seen
     noise: str = ""  # why the measurement stayed noisy; "" when it settled
 
     @property
@@ -231,26 +231,25 @@ class Measurement:
     def settle(self, s: Settings, host: Optional["HostGauge"] = None) -> None:
         """Pool the agreeing windows into ``samples_ms`` and judge what is left.
 
-        With a gauge, only windows the host ran at its normal speed are candidates, unless there
-        are none: then all are, and the measurement is noisy because of the host.
+        A window the host ran slowly is not dropped for that alone: a latency it did not raise
+        (a graph replay) is as good as any, and one it raised loses to a calmer window anyway.
+        Only when every window was slow is the measurement noisy because of the host, so that it
+        is measured again. A window the probe calls normal can still be disturbed otherwise (the
+        H200 VM showed one at 7.5 ms between two at 4.2 ms), so the probe never picks a window.
         """
-        filled = [i for i, w in enumerate(self.windows) if w]
-        normal = [i for i in filled if host is None or not host.slow(self.host_ms[i])]
-        candidates = normal or filled
-        self.accepted = [candidates[i] for i in agreeing_windows([self.windows[i] for i in candidates],
-                                                                  s.rel_precision)]
+        self.accepted = agreeing_windows(self.windows, s.rel_precision)
         self.samples_ms = [x for i in self.accepted for x in self.windows[i]]
         self.noise = disagreement(self.samples_ms, s)
         slack = max(2 * s.rel_precision, 0.05)
         if self.device_ms == self.device_ms and self.median < self.device_ms * (1 - slack):
             below = f"wall median {self.median:.4f} ms is below the graph-captured device time {self.device_ms:.4f} ms"
             self.noise = f"{self.noise}; {below}" if self.noise else below
-        if host is not None:
-            self.host_slowdown = host.slowdown(statistics.median(self.host_ms[i] for i in self.accepted)) \
-                if self.accepted else float("nan")
-            if filled and not normal:
-                slow = (f"the host ran {self.host_slowdown:.2f}x slower than its fastest state in every window, "
-                        "so a launch-bound latency here reads high")
+        if host is not None and self.accepted:
+            readings = [self.host_ms[i] for i in range(len(self.windows)) if self.windows[i]]
+            self.host_slowdown = host.slowdown(min(self.host_ms[i] for i in self.accepted))
+            if all(host.slow(ms) for ms in readings):
+                slow = (f"the host ran {host.slowdown(min(readings)):.2f}x slower than its fastest state in every "
+                        "window, so a launch-bound latency here may read high")
                 self.noise = f"{self.noise}; {slow}" if self.noise else slow
 
     def absorb(self, later: "Measurement", s: Settings, host: Optional["HostGauge"] = None) -> None:
