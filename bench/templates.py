@@ -19,8 +19,11 @@ skips the backends the JSON already holds, and a backend cut off mid-build resum
 operators it had already tuned.
 
 Writes ``templates-<tag>.json`` under --out after every backend (a killed run keeps what it
-measured) and prints a table. Lanes on several GPUs (each its own --tag) are joined with
-``--merge``: ``python bench/templates.py --out bench/results --merge OUT/templates-h200-l*.json``.
+measured) and prints a table. Lanes on several GPUs (each its own --tag; they may split the
+backends, the batch sizes or both) are joined with ``--merge``:
+``python bench/templates.py --out bench/results --merge OUT/templates-h200-l*.json``. A lane given
+one batch size compiles for that size alone (a static shape), where one run over both sizes
+compiles batch size 1 as the second shape of a dynamic-shape graph, as the pipeline does.
 """
 
 from __future__ import annotations
@@ -118,31 +121,42 @@ def table(result: Dict[str, Any]) -> str:
         if row["status"] in ("skipped", "failed"):
             lines.append(f"{name:<38} {row['setting']:<34} {row['status']}: {row['reason'][:110]}")
             continue
-        cells = [row["per_batch"][str(b)] for b in sizes]
+        cells = [row["per_batch"].get(str(b)) for b in sizes]  # a lane may not have run every size
         line = f"{name:<38} {row['setting']:<34}"
-        line += "".join(f" {c['latency']['median_ms']:10.3f} {c['speedup_vs_eager']:7.2f}" for c in cells)
-        line += "".join(f" {c['compile_s']:9.1f}s" for c in cells)
-        line += f" {max(c['max_rel_error'] for c in cells):8.1e}" + ("" if row["status"] == "ok" else "  MISMATCH")
+        line += "".join(f" {c['latency']['median_ms']:10.3f} {c['speedup_vs_eager']:7.2f}" if c else f" {'-':>10} {'-':>7}"
+                        for c in cells)
+        line += "".join(f" {c['compile_s']:9.1f}s" if c else f" {'-':>10}" for c in cells)
+        line += f" {max(c['max_rel_error'] for c in cells if c):8.1e}" + ("" if row["status"] == "ok" else "  MISMATCH")
         lines.append(line)
     return "\n".join(lines)
 
 
 def merge(paths: List[Path], out: Path) -> Dict[str, Any]:
-    """Join lane results (same model and batch sizes) into one: each backend from the lane that ran it."""
+    """Join lanes of one model into one result: lanes may split the backends, the batch sizes, or both.
+
+    A backend's cells are the union of its lanes' cells (a lane started with --resume from a shared
+    file repeats that file's rows, identically); it is ok only if it is ok in every lane.
+    """
     parts = [json.loads(p.read_text()) for p in paths]
-    first = parts[0]
     for path, part in zip(paths, parts):
-        if (part["model"], part["batch_sizes"]) != (first["model"], first["batch_sizes"]):
-            raise SystemExit(f"--merge: {path} is for {part['model']} at {part['batch_sizes']}, not "
-                             f"{first['model']} at {first['batch_sizes']}")
-    result = {**first, "backends": {}, "lanes": {str(p): {"command": part["command"], "device": part["device"],
-                                                           "seconds": part.get("seconds")}
-                                                 for p, part in zip(paths, parts)}}
-    result["command"] = "python bench/templates.py --merge " + " ".join(map(str, paths))
+        if part["model"] != parts[0]["model"]:
+            raise SystemExit(f"--merge: {path} is for {part['model']}, not {parts[0]['model']}")
+    result = {**parts[0], "batch_sizes": sorted({bs for part in parts for bs in part["batch_sizes"]}),
+              "command": "python bench/templates.py --merge " + " ".join(map(str, paths)), "backends": {},
+              "lanes": {str(p): {k: part.get(k) for k in ("command", "device", "batch_sizes", "seconds")}
+                        for p, part in zip(paths, parts)}}
     result.pop("seconds", None)  # each lane's own is under "lanes"
-    for name in (n for n in ORDER if any(n in part["backends"] for part in parts)):
-        # lanes started with --resume from one file share its rows; a row in several lanes comes from the last
-        result["backends"][name] = next(part["backends"][name] for part in reversed(parts) if name in part["backends"])
+    for name in ORDER:
+        rows = [part["backends"][name] for part in parts if name in part["backends"]]
+        if not rows:
+            continue
+        merged = {**rows[-1], "per_batch": {}}
+        for row in rows:
+            merged["per_batch"].update(row.get("per_batch", {}))
+        failed = [row for row in rows if row["status"] != "ok"]
+        if failed:
+            merged["status"], merged["reason"] = failed[-1]["status"], failed[-1]["reason"]
+        result["backends"][name] = merged
     out.write_text(json.dumps(result, indent=2, default=str))
     return result
 
