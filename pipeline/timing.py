@@ -399,7 +399,7 @@ def measure_interleaved(fns: Mapping[str, Callable[[], Any]], device: torch.devi
     ``cfg`` holds the stop rules (a ``ProfileConfig`` or any mapping; missing keys take its
     defaults). ``device_check`` names the callables that may be captured in a CUDA graph for the
     device-time cross-check (not those that are graph replays themselves). ``host`` gauges the
-    host's speed in every window; windows it ran slowly are set aside (step 5).
+    host's speed in every window; a callable it ran slowly in every window is repeated (step 5).
     """
     s = Settings.of(cfg)
     results = {name: Measurement() for name in fns}
