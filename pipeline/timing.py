@@ -489,12 +489,7 @@ def host_probe_ms(calls: int = 50) -> float:
     minutes later 0.49 ms), and launch-bound latencies (eager, Inductor without graphs) move with
     it, so a profile records the probe before and after itself.
     """
-    times = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        sum(range(20_000))
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
+    return statistics.median(python_probe_ms(20_000) for _ in range(calls))
 
 
 def host_drift(before_ms: float, after_ms: float) -> str:
