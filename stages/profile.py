@@ -14,6 +14,7 @@ from typing import List
 
 from pipeline import progress
 from pipeline.context import RunContext
+from pipeline.graph_plan import default_grid
 from pipeline.models import make_inputs
 from pipeline.timing import HostGauge, host_drift, host_probe_ms, profile_sizes
 
@@ -24,15 +25,10 @@ COLUMNS = ["backend", "batch_size", "median_ms", "p10_ms", "p90_ms", "samples", 
            "noise"]
 
 
-def on_graph_grid(batch_size: int) -> bool:
-    """Sizes a graph backend records (1, 2, 4, multiples of 8): they never show the cost of padding."""
-    return batch_size in (1, 2, 4) or batch_size % 8 == 0
-
-
 def run(ctx: RunContext) -> None:
     pcfg = ctx.cfg.profile
     sizes: List[int] = ctx.batch_sizes
-    if len(sizes) > 1 and all(on_graph_grid(bs) for bs in sizes):
+    if len(sizes) > 1 and all(bs in default_grid(bs) for bs in sizes):
         log.warning("profile: batch sizes %s all lie on the graph grid (1, 2, 4, multiples of 8); add sizes such "
                     "as 3 and 17 to model.batch_sizes so the router sees what padding costs", sizes)
     # A call that replays a device graph cannot be captured again, and needs no cross-check.
