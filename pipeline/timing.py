@@ -242,15 +242,17 @@ class Measurement:
         self.noise = disagreement(self.samples_ms, s)
         slack = max(2 * s.rel_precision, 0.05)
         if self.device_ms == self.device_ms and self.median < self.device_ms * (1 - slack):
-            below = f"wall median {self.median:.4f} ms is below the graph-captured device time {self.device_ms:.4f} ms"
-            self.noise = f"{self.noise}; {below}" if self.noise else below
+            self.flag(f"wall median {self.median:.4f} ms is below the graph-captured device time {self.device_ms:.4f} ms")
         if host is not None and self.accepted:
-            readings = [self.host_ms[i] for i in range(len(self.windows)) if self.windows[i]]
+            readings = [ms for ms, window in zip(self.host_ms, self.windows) if window]
             self.host_slowdown = host.slowdown(min(self.host_ms[i] for i in self.accepted))
             if all(host.slow(ms) for ms in readings):
-                slow = (f"the host ran {host.slowdown(min(readings)):.2f}x slower than its fastest state in every "
-                        "window, so a launch-bound latency here may read high")
-                self.noise = f"{self.noise}; {slow}" if self.noise else slow
+                self.flag(f"the host ran {host.slowdown(min(readings)):.2f}x slower than its fastest state in every "
+                          "window, so a launch-bound latency here may read high")
+
+    def flag(self, reason: str) -> None:
+        """Add a reason the measurement is noisy to those already found."""
+        self.noise = f"{self.noise}; {reason}" if self.noise else reason
 
     def absorb(self, later: "Measurement", s: Settings, host: Optional["HostGauge"] = None) -> None:
         """Add a later measurement's windows (the first call stays this one's) and settle again."""
@@ -549,7 +551,8 @@ def remeasure_slow_sizes(profile: Dict[str, Dict[int, Measurement]],
     for per in profile.values():
         for m in per.values():
             m.settle(s, host)
-    slow = sorted({bs for per in profile.values() for bs, m in per.items() if m.host_slowdown > 1 + host.tolerance})
+    slow = sorted({bs for per in profile.values() for bs, m in per.items()
+                   if m.host_slowdown > 1 + host.tolerance})
     for bs in slow:
         names = [n for n, per in profile.items() if bs in per]
         log.info("profile: the host ran slowly while batch size %d was measured; measuring it again", bs)
