@@ -242,7 +242,8 @@ class Measurement:
         self.noise = disagreement(self.samples_ms, s)
         slack = max(2 * s.rel_precision, 0.05)
         if self.device_ms == self.device_ms and self.median < self.device_ms * (1 - slack):
-            self.flag(f"wall median {self.median:.4f} ms is below the graph-captured device time {self.device_ms:.4f} ms")
+            self.flag(f"wall median {self.median:.4f} ms is below the graph-captured device time "
+                      f"{self.device_ms:.4f} ms")
         if host is not None and self.accepted:
             readings = [ms for ms, window in zip(self.host_ms, self.windows) if window]
             self.host_slowdown = host.slowdown(min(self.host_ms[i] for i in self.accepted))
