@@ -37,14 +37,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
-from hydra import compose, initialize_config_dir  # noqa: E402
 from hydra.utils import instantiate  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
 from pipeline import devices  # noqa: E402
+from pipeline.api import compose_config  # noqa: E402
 from pipeline.context import RunContext  # noqa: E402
 from pipeline.routing import backend_for, choose_route  # noqa: E402
-from pipeline.schema import register_configs  # noqa: E402
 from pipeline.timing import Measurement, host_probe_ms  # noqa: E402
 from pipeline.tracking import NullTracker  # noqa: E402
 from stages import capture as capture_stage  # noqa: E402
@@ -59,12 +58,9 @@ PROFILE = ["profile=default", "profile.warmup_ms=30", "profile.min_warmup_calls=
 Profile = Dict[str, Dict[int, Measurement]]
 
 
-def compose_config(model: str, backends: str, device: str, extra: List[str]) -> DictConfig:
-    register_configs()
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        return compose(config_name="config",
-                       overrides=[f"model={model}", f"backends={backends}", f"device={device}", "tracking=off",
-                                  *PROFILE, *extra])
+def bench_config(model: str, backends: str, device: str, extra: List[str]) -> DictConfig:
+    return compose_config([f"model={model}", f"backends={backends}", f"device={device}", "tracking=off",
+                           *PROFILE, *extra])
 
 
 def host_cores() -> int:
@@ -170,7 +166,7 @@ def regret(route_from: Profile, quiet: Profile, order: List[str], min_gain: floa
 
 
 def bench_model(model_name: str, args: argparse.Namespace, out: Path, load_processes: int) -> Dict[str, Any]:
-    cfg = compose_config(model_name, args.backends, args.device, args.override)
+    cfg = bench_config(model_name, args.backends, args.device, args.override)
     device = devices.resolve(args.device)
     torch.manual_seed(cfg.seed)
     model = instantiate(cfg.model.build).eval().to(device)
