@@ -18,6 +18,15 @@ TORCHINDUCTOR_CACHE_DIR, so give a long run a fixed cache directory and ``--resu
 skips the backends the JSON already holds, and a backend cut off mid-build resumes from the
 operators it had already tuned.
 
+Why so slow, and a workaround: on that machine (Python 3.12), Inductor precompiles every autotuning
+choice in its compile-worker subprocesses, then compiles each one again, serially, in the main
+process when it benchmarks it (the stacks show ptxas under ``benchmark_gpu``). With
+``compile_threads=1`` for the build, the choices are precompiled in threads of the main process
+and benchmarking reuses them: resnet18 at batch size 64 then builds in 90 s instead of about 9
+minutes, with the same choices tuned. ``--inductor-config compile_threads=1`` applies that (any
+Inductor option, validated like a template's) around each backend's build and first calls through
+``torch._inductor.config.patch``, which restores the config afterwards; the JSON records it.
+
 Writes ``templates-<tag>.json`` under --out after every backend (a killed run keeps what it
 measured) and prints a table. Lanes on several GPUs (each its own --tag; they may split the
 backends, the batch sizes or both) are joined with ``--merge``:
@@ -44,6 +53,8 @@ from pathlib import Path  # noqa: E402
 from typing import Any, Dict, List  # noqa: E402
 
 import torch  # noqa: E402
+import torch._inductor.config  # noqa: E402
+import yaml  # noqa: E402
 from hydra.utils import instantiate  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
@@ -51,7 +62,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from pipeline import backends as backend_registry  # noqa: E402
-from pipeline import devices  # noqa: E402
+from pipeline import devices, inductor_options  # noqa: E402
 from pipeline.api import compose_config  # noqa: E402
 from pipeline.compare import rel_error, tolerance  # noqa: E402
 from pipeline.models import make_inputs  # noqa: E402
@@ -161,6 +172,15 @@ def merge(paths: List[Path], out: Path) -> Dict[str, Any]:
     return result
 
 
+def inductor_patch(pairs: List[str]) -> Dict[str, Any]:
+    """``KEY=VALUE`` pairs (VALUE read as YAML) as validated Inductor options for config.patch."""
+    bad = [p for p in pairs if "=" not in p]
+    if bad:
+        raise SystemExit(f"--inductor-config takes KEY=VALUE pairs, got {bad}")
+    return inductor_options.validate({k: yaml.safe_load(v) for k, v in (p.split("=", 1) for p in pairs)},
+                                     "--inductor-config")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True)
@@ -171,6 +191,8 @@ def main() -> None:
     parser.add_argument("--device", default="cuda", help="cuda (cpu only smoke-tests this script)")
     parser.add_argument("--resume", action="store_true",
                         help="keep the backends templates-<tag>.json already holds and run only the others")
+    parser.add_argument("--inductor-config", nargs="+", default=[], metavar="KEY=VALUE",
+                        help="Inductor options patched around each backend's build (e.g. compile_threads=1)")
     parser.add_argument("--merge", type=Path, nargs="+", help="join these lanes' JSON files into templates-<tag>.json")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -179,6 +201,7 @@ def main() -> None:
         print(table(merge(args.merge, path)) + f"\n\nwrote {path}")
         return
     device = devices.resolve(args.device)
+    patch = inductor_patch(args.inductor_config)
     cfg = compose_config([f"model={args.model}", "backends=inductor_all", "tracking=off"])
     unknown = sorted(set(args.backends) - set(cfg.backends))
     if unknown:
@@ -191,7 +214,7 @@ def main() -> None:
         "command": "python " + " ".join(sys.argv), "device": devices.name(device), "torch": torch.__version__,
         "python": platform.python_version(), "model": args.model, "dtype": "float32",
         "batch_sizes": sorted(args.batch_sizes), "timing": TIMING,
-        "inductor_cache_dir": os.environ["TORCHINDUCTOR_CACHE_DIR"],
+        "inductor_cache_dir": os.environ["TORCHINDUCTOR_CACHE_DIR"], "inductor_config": patch,
         "note": "compile_s of the largest size is the build (first compile); of the others, the first call "
                 "there. Inductor caches are shared within the run, in backend order.",
         "backends": {},
@@ -208,7 +231,10 @@ def main() -> None:
     for name in (b for b in args.backends if b not in result["backends"]):
         print(f"== {name} (at {time.perf_counter() - start:.0f} s)", flush=True)
         bcfg = OmegaConf.to_container(cfg.backends[name], resolve=True)
-        result["backends"][name] = bench_backend(name, bcfg, model, spec, result["batch_sizes"], device, cfg.seed)
+        with torch._inductor.config.patch(patch):
+            result["backends"][name] = bench_backend(name, bcfg, model, spec, result["batch_sizes"], device,
+                                                     cfg.seed)
+        result["backends"][name]["inductor_config"] = patch
         result["seconds"] = time.perf_counter() - start
         path.write_text(json.dumps(result, indent=2, default=str))
     print(f"\n{args.model}, {result['device']}, fp32, torch {torch.__version__}: median latency, speed-up over eager "
