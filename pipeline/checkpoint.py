@@ -223,7 +223,8 @@ def load(path: PathLike, model: nn.Module, device: Optional[Union[str, torch.dev
     """Load a checkpoint's weights into ``model`` and rebuild only the routed backends.
 
     Each backend is built for the batch sizes it owns up to the largest tuned size (a graph
-    backend records only the sizes in its ranges), then called once at each tuned size it owns
+    backend records only the sizes in its ranges, and its tuned sizes exactly, as capture did),
+    then called once at each tuned size it owns
     so that compiles happen here and not in the first served call. ``load_seconds`` on the result
     says how long this took.
     """
@@ -242,9 +243,9 @@ def load(path: PathLike, model: nn.Module, device: Optional[Union[str, torch.dev
     for name in dict.fromkeys(r.backend for r in route):
         cfg = {k: v for k, v in payload["backends"][name].items() if k != "name"}
         backend = backend_registry.create(name, cfg)
-        owned = sizes_owned(route, name, servable)
-        backend.build(model, make_inputs(inputs, max(owned), dev, SAMPLE_SEED), dev, owned)
-        for bs in sizes_owned(route, name, tuned):
+        owned, owned_tuned = sizes_owned(route, name, servable), sizes_owned(route, name, tuned)
+        backend.build(model, make_inputs(inputs, max(owned), dev, SAMPLE_SEED), dev, owned, owned_tuned)
+        for bs in owned_tuned:
             backend(**make_inputs(inputs, bs, dev, SAMPLE_SEED))
         built[name] = backend
     devices.synchronize(dev)

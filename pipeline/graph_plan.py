@@ -66,10 +66,17 @@ def chunk_plan(batch_size: int, recorded: Sequence[int]) -> List[Tuple[int, int]
     return plan
 
 
-def sizes_to_record(batch_sizes: Iterable[int], cap: int = DEFAULT_CAP, sizes: Optional[Sequence[int]] = None) -> List[int]:
-    """The grid sizes needed to serve ``batch_sizes`` (padded or chunked), and no others."""
+def sizes_to_record(batch_sizes: Iterable[int], cap: int = DEFAULT_CAP, sizes: Optional[Sequence[int]] = None,
+                    exact: Iterable[int] = ()) -> List[int]:
+    """The grid sizes needed to serve ``batch_sizes`` (padded or chunked), plus the ``exact`` sizes
+    up to the cap, which are served without padding.
+
+    With the tuned sizes exact, a size routed by a tuned size T (those up to T, down to the tuned
+    size below) pads to a recorded size no larger than T, so it costs at most what T measured.
+    """
     wanted = sorted({int(b) for b in batch_sizes})
     if not wanted:
         raise ValueError("no batch sizes to serve")
     full = grid(wanted[-1], cap, sizes)
-    return sorted({size for bs in wanted for _, size in chunk_plan(bs, full)})
+    needed = {size for bs in wanted for _, size in chunk_plan(bs, full)}
+    return sorted(needed | {int(b) for b in exact if int(b) <= min(cap, wanted[-1])})

@@ -47,7 +47,7 @@ def capture_one(ctx: RunContext, name: str, cfg: dict, reference: dict) -> Backe
         largest = max(ctx.batch_sizes)
         # Every size up to the largest tuned one may be served, tuned or not.
         sample = make_inputs(ctx.inputs, largest, ctx.device, ctx.cfg.seed)
-        backend.build(ctx.model, sample, ctx.device, list(range(1, largest + 1)))
+        backend.build(ctx.model, sample, ctx.device, list(range(1, largest + 1)), ctx.batch_sizes)
         worst = backend.self_check(ctx.model, sample)  # variants the tuned sizes miss, e.g. each recorded graph
         for bs, ref in reference.items():
             worst = max(worst, rel_error(backend(**make_inputs(ctx.inputs, bs, ctx.device, ctx.cfg.seed)), ref))

@@ -1,7 +1,8 @@
 """Profile: latency of every surviving backend at every tuned batch size, interleaved round by round.
 
-Exactly the tuned sizes (``model.batch_sizes``) are profiled: they should include sizes off the
-graph grid (3, 17, ...) so the router sees what padding costs. Compile time and peak memory are
+Exactly the tuned sizes (``model.batch_sizes``) are profiled. Graph backends record each tuned size
+exactly, so no backend pads there, and a size the router sends by a tuned size T costs at most what
+T measured (it pads to a recorded size no larger than T). Compile time and peak memory are
 capture's; this stage records each size's first call apart (``first_call_ms``) and reports the
 median, p10/p90, sample count and a ``noisy`` flag with its reason for every cell.
 """
@@ -14,7 +15,6 @@ from typing import List
 
 from pipeline import progress
 from pipeline.context import RunContext
-from pipeline.graph_plan import default_grid
 from pipeline.models import make_inputs
 from pipeline.timing import HostGauge, host_drift, host_probe_ms, profile_sizes
 
@@ -28,9 +28,6 @@ COLUMNS = ["backend", "batch_size", "median_ms", "p10_ms", "p90_ms", "samples", 
 def run(ctx: RunContext) -> None:
     pcfg = ctx.cfg.profile
     sizes: List[int] = ctx.batch_sizes
-    if len(sizes) > 1 and all(bs in default_grid(bs) for bs in sizes):
-        log.warning("profile: batch sizes %s all lie on the graph grid (1, 2, 4, multiples of 8); add sizes such "
-                    "as 3 and 17 to model.batch_sizes so the router sees what padding costs", sizes)
     # A call that replays a device graph cannot be captured again, and needs no cross-check.
     checked = ([n for n, b in ctx.backends.items() if not b.records_cuda_graphs]
                if pcfg.device_check and ctx.device.type == "cuda" else [])

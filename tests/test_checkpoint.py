@@ -150,6 +150,7 @@ def test_eight_threads_calling_one_loaded_module_agree_with_eager(mixed, tmp_pat
 def test_load_reports_time_and_rebuilds_the_route(eager_ckpt):
     loaded = pipeline.load(eager_ckpt, tiny_model(2))
     assert loaded.load_seconds > 0 and list(loaded.backends) == ["eager"]
+    assert loaded.backends["eager"].exact_sizes == [1, 3]  # its tuned sizes, recorded exactly by a graph backend
     assert backend_for(loaded.route, 1000) == "eager"
 
 
@@ -246,19 +247,19 @@ def test_a_payload_missing_fields_or_of_another_format(eager_ckpt):
 
 
 @pytest.mark.gpu
-def test_a_graph_backend_records_only_the_grid_sizes_in_its_ranges(tmp_path):
+def test_a_graph_backend_records_only_the_grid_and_tuned_sizes_in_its_ranges(tmp_path):
     device = torch.device("cuda")
     model = tiny_model(0).eval().to(device)
     eager = create("eager", {"kind": "eager"})
     eager.build(model, {}, device, [1])
-    record = TuneRecord("tiny_mlp", model, {"x": {"shape": [16], "dtype": "float32"}}, [1, 4, 64], device)
+    record = TuneRecord("tiny_mlp", model, {"x": {"shape": [16], "dtype": "float32"}}, [1, 3, 64], device)
     path = pipeline.save(RoutedModule({"eager": eager}, [Range(1, None, "eager")], record), tmp_path / "g.tweak")
     payload = checkpoint.read(path)
     payload["backends"]["graph"] = {"name": "graph", "kind": "graph"}
     payload["route"] = [{"lo": 1, "hi": 4, "backend": "graph"}, {"lo": 5, "hi": None, "backend": "eager"}]
     checkpoint.write(payload, path)
     loaded = pipeline.load(path, tiny_model(9))
-    assert loaded.backends["graph"].stats()["recorded_sizes"] == [1, 2, 4]
+    assert loaded.backends["graph"].stats()["recorded_sizes"] == [1, 2, 3, 4]
     for bs in (1, 3, 4, 5, 64, 65):
         x = make_inputs(record.inputs, bs, device, seed=1)
         with torch.inference_mode():

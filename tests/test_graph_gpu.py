@@ -97,6 +97,25 @@ def test_outputs_match_eager_padded_and_chunked(cfg, model_name, device):
                 assert buf[17:24].eq(0).all()
 
 
+@pytest.mark.parametrize("cfg", [GRAPH, GRAPH_INDUCTOR], ids=["graph", "graph_inductor"])
+def test_tuned_sizes_are_recorded_exactly(cfg, device):
+    torch._dynamo.reset()
+    model, spec = make_model("two_inputs", device)
+    backend = backend_registry.create("g", cfg)
+    backend.build(model, make_inputs(spec, 64, device), device, range(1, 65), exact_sizes=[1, 3, 8, 17, 64])
+    stats = backend.stats()
+    assert stats["recorded_sizes"] == sorted(graph_plan.grid(64) + [3, 17])
+    if cfg is GRAPH_INDUCTOR:
+        assert 1 <= stats["compiles"] <= 3, stats  # the extra sizes are the same dynamic graph
+    assert backend.self_check(model, make_inputs(spec, 64, device)) <= tolerance(None)
+    for bs in (3, 17, 18):
+        inputs = make_inputs(spec, bs, device, seed=1)
+        with torch.inference_mode():
+            expected = model(**inputs)
+        assert rel_error(backend(**inputs), expected) <= tolerance(None), f"batch {bs}"
+    assert backend._pad[17] == 17 and backend._pad[18] == 24
+
+
 def test_outputs_survive_a_later_call_unless_clone_outputs_is_false(device):
     model, spec = make_model("mlp", device)
     first, second = make_inputs(spec, 8, device, seed=1), make_inputs(spec, 8, device, seed=2)

@@ -76,6 +76,22 @@ def test_sizes_to_record():
     assert graph_plan.sizes_to_record([3, 10], sizes=[2, 8, 32]) == [8, 32]
 
 
+def test_tuned_sizes_are_recorded_exactly_besides_the_grid():
+    # Capture serves every size up to the largest tuned one; the tuned 3 and 17 pay no padding.
+    recorded = graph_plan.sizes_to_record(range(1, 65), exact=[1, 3, 8, 17, 64])
+    assert recorded == sorted(graph_plan.grid(64) + [3, 17])
+    table = graph_plan.padding_table(recorded)
+    assert [table[b] for b in (3, 17, 18, 9)] == [3, 17, 24, 16]
+    # Every size the router sends by a tuned size pads to at most that size.
+    tuned = [1, 3, 8, 17, 64]
+    for bs in range(1, 65):
+        assert table[bs] <= min(t for t in tuned if t >= bs)
+    # An exact size above the cap or above the largest served size is not recorded.
+    assert graph_plan.sizes_to_record([300], exact=[300]) == [48, 256]
+    assert graph_plan.sizes_to_record(range(1, 9), exact=[3, 17]) == [1, 2, 3, 4, 8]
+    assert graph_plan.sizes_to_record([3, 10], sizes=[2, 8, 32], exact=[3, 10]) == [3, 8, 10, 32]
+
+
 def test_stage_inputs_pads_every_input_with_zeros():
     static = {"input_ids": torch.full((8, 5), 7, dtype=torch.int64), "attention_mask": torch.full((8, 5), 9)}
     inputs = {"input_ids": torch.arange(30).view(6, 5), "attention_mask": torch.ones(6, 5, dtype=torch.int64)}

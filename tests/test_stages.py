@@ -21,6 +21,7 @@ def test_capture_and_profile_only(compose_cfg, tmp_path):
     ctx = run(cfg, tmp_path)
     capture = json.loads((tmp_path / "capture.json").read_text())
     assert capture["eager"]["status"] == "ok" and capture["eager"]["max_rel_error"] == 0.0
+    assert ctx.backends["eager"].exact_sizes == [1, 4]  # the tuned sizes, which graph backends record exactly
     rows = read_csv(tmp_path / "profile.csv")
     assert [(r["backend"], int(r["batch_size"])) for r in rows] == [("eager", 1), ("eager", 4)]
     for r in rows:

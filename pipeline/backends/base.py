@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Any, ClassVar, Dict, Mapping, Optional, Sequence
+from typing import Any, ClassVar, Dict, List, Mapping, Optional, Sequence
 
 import torch
 from torch import nn
@@ -31,6 +31,7 @@ class Backend:
         self.name = name
         self.cfg: Dict[str, Any] = dict(cfg)
         self.device: Optional[torch.device] = None
+        self.exact_sizes: List[int] = []  # set by build
         self.build_seconds = 0.0
         self._fn: Any = None
 
@@ -65,12 +66,17 @@ class Backend:
         return torch.autocast(device_type=self.device.type, dtype=dtype)
 
     def build(self, model: nn.Module, sample: Dict[str, torch.Tensor], device: torch.device,
-              batch_sizes: Sequence[int]) -> None:
-        """Prepare to serve ``batch_sizes``; times the work into ``build_seconds``."""
+              batch_sizes: Sequence[int], exact_sizes: Sequence[int] = ()) -> None:
+        """Prepare to serve ``batch_sizes``; times the work into ``build_seconds``.
+
+        ``exact_sizes`` (the tuned sizes among them) must be served without padding: a graph backend
+        records a graph at each, besides its grid, so a call there costs what the profile measured.
+        """
         reason = self.unsupported_reason(device)
         if reason:
             raise BackendUnsupported(reason)
         self.device = device
+        self.exact_sizes = sorted({int(b) for b in exact_sizes})
         start = time.perf_counter()
         with torch.inference_mode():
             self._build(model, sample, list(batch_sizes))

@@ -171,7 +171,7 @@ class GraphBackend(Backend):
         api = self._api = getattr(torch, device.type)  # torch.cuda or torch.xpu: the same graph API
         graph_class = api.CUDAGraph if device.type == "cuda" else api.XPUGraph
         cap = int(self.cfg.get("max_recorded_batch_size", graph_plan.DEFAULT_CAP))
-        recorded = graph_plan.sizes_to_record(batch_sizes, cap, self.cfg.get("grid"))
+        recorded = graph_plan.sizes_to_record(batch_sizes, cap, self.cfg.get("grid"), self.exact_sizes)
         # Static buffers live outside the graph pool; every graph records on a prefix view of them.
         self._static = {name: tile(t.to(device), recorded[-1]) for name, t in sample.items()}
         views = {size: {name: buf[:size] for name, buf in self._static.items()} for size in recorded}
