@@ -3,7 +3,9 @@
 Tunes a model with one backend (so the route has one range), loads the checkpoint as a user would,
 and times ``routed(**inputs)`` against ``routed.backends[name](**inputs)`` interleaved round by
 round (pipeline.timing), several windows of 2000 calls each. The difference of the medians is the
-router's own cost per call: input binding, the shape check, the range lookup and the lock.
+router's own cost per call. ``checked`` is ``routed.forward``: input binding, the shape check, the
+range lookup and the lock on every call, which a call of a one-input model skips (but the lock)
+once its shape has passed them.
 
     python bench/router_overhead.py                        # tiny_mlp, eager, CPU: a few seconds
     python bench/router_overhead.py --device cuda --model mlp --backend graph_inductor
@@ -42,12 +44,14 @@ def main() -> None:
     routed = checkpoint.load(ctx.checkpoint_path, ctx.model, device=ctx.device)
     inputs = make_inputs(ctx.inputs, args.batch_size, ctx.device, cfg.seed)
     direct = routed.backends[args.backend]
-    fns = {"routed": lambda: routed(**inputs), "direct": lambda: direct(**inputs)}
+    fns = {"routed": lambda: routed(**inputs), "checked": lambda: routed.forward(**inputs),
+           "direct": lambda: direct(**inputs)}
     print(f"{args.model} on {args.device}, backend {args.backend}, batch {args.batch_size}: medians of 2000 calls")
     for _ in range(args.windows):
         m = measure_interleaved(fns, ctx.device, WINDOW)
-        routed_us, direct_us = m["routed"].median * 1e3, m["direct"].median * 1e3
-        print(f"  routed {routed_us:8.2f} us   direct {direct_us:8.2f} us   router adds {routed_us - direct_us:5.2f} us")
+        routed_us, checked_us, direct_us = (m[k].median * 1e3 for k in ("routed", "checked", "direct"))
+        print(f"  routed {routed_us:8.2f} us   checked {checked_us:8.2f} us   direct {direct_us:8.2f} us   "
+              f"router adds {routed_us - direct_us:5.2f} us ({checked_us - direct_us:5.2f} us checked)")
 
 
 if __name__ == "__main__":

@@ -127,6 +127,22 @@ def test_each_size_goes_to_its_ranges_backend_and_hooks_still_run(mixed):
     assert hooked == [1, 3, 4, 9]  # registered hooks run; once removed, calls skip nn.Module's dispatch
 
 
+def test_a_shape_that_passed_the_checks_skips_them_and_a_bad_one_still_fails(mixed):
+    served = []
+    routed = RoutedModule({n: Recording(n, b, served) for n, b in mixed.backends.items()}, mixed.route, mixed.record)
+    for bs in (2, 2, 9, 9):
+        x = torch.randn(bs, 16)
+        out = routed(x) if bs == 2 else routed(x=x)  # positional and keyword calls share the table
+        assert torch.allclose(out, mixed.record.model(x), rtol=1e-4, atol=1e-5)
+    assert served == ["eager", "eager", "inductor", "inductor"]
+    assert set(routed._checked) == {torch.Size([2, 16]), torch.Size([9, 16])}
+    with pytest.raises(ValueError, match="per-sample shape"):
+        routed(torch.randn(2, 15))
+    with pytest.raises(TypeError, match="unknown"):
+        routed(y=torch.randn(2, 16))
+    assert set(routed._checked) == {torch.Size([2, 16]), torch.Size([9, 16])}
+
+
 def test_eight_threads_calling_one_loaded_module_agree_with_eager(mixed, tmp_path):
     model = tiny_model(5)
     loaded = pipeline.load(pipeline.save(mixed, tmp_path / "mixed.tweak"), model)

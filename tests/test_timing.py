@@ -9,7 +9,6 @@ from __future__ import annotations
 import csv
 import gc
 import itertools
-import logging
 import math
 import random
 import time
@@ -237,7 +236,7 @@ def test_times_a_callable_of_known_duration_on_cpu() -> None:
     assert m.quantile(0.1) >= 2.0
 
 
-def test_profile_stage_writes_every_tuned_size(compose_cfg, tmp_path, caplog) -> None:
+def test_profile_stage_writes_every_tuned_size(compose_cfg, tmp_path) -> None:
     config = compose_cfg([*TINY, "model.batch_sizes=[1,8]"])
     torch.manual_seed(0)
     model = instantiate(config.model.build).eval()
@@ -246,9 +245,7 @@ def test_profile_stage_writes_every_tuned_size(compose_cfg, tmp_path, caplog) ->
     eager = backends.create("eager", {"kind": "eager"})
     eager.build(model, {}, CPU, [1, 8])
     ctx.backends = {"eager": eager}
-    with caplog.at_level(logging.WARNING, logger="stages.profile"):
-        profile_stage.run(ctx)
-    assert "padding" in caplog.text  # 1 and 8 both lie on the graph grid
+    profile_stage.run(ctx)
     rows = list(csv.DictReader((tmp_path / "profile.csv").open()))
     assert [int(r["batch_size"]) for r in rows] == [1, 8]
     for r in rows:
