@@ -12,20 +12,18 @@ already produced compiles faster, so backends run cheapest first and the autotun
     python bench/templates.py --out bench/results     # the six without autotuning: about 2 minutes on one H200
     python bench/templates.py --out /tmp/t --device cpu --model tiny_mlp --batch-sizes 1 2   # smoke test
 
-The max-autotune backends are slow to build: on an H200 (torch 2.11, 16 cores) autotuning resnet18's
-12 convolutions and its addmm at batch size 64 alone took 460-490 s. Autotuning results land in
-TORCHINDUCTOR_CACHE_DIR, so give a long run a fixed cache directory and ``--resume``: each call
-skips the backends the JSON already holds, and a backend cut off mid-build resumes from the
-operators it had already tuned.
-
-Why so slow, and a workaround: on that machine (Python 3.12), Inductor precompiles every autotuning
-choice in its compile-worker subprocesses, then compiles each one again, serially, in the main
-process when it benchmarks it (the stacks show ptxas under ``benchmark_gpu``). With
-``compile_threads=1`` for the build, the choices are precompiled in threads of the main process
-and benchmarking reuses them: resnet18 at batch size 64 then builds in 90 s instead of about 9
-minutes, with the same choices tuned. ``--inductor-config compile_threads=1`` applies that (any
+The max-autotune backends are slow to build: on an H200 (torch 2.11, Python 3.12, 16 cores)
+building one for resnet18 at batch size 64 had not finished after 9 minutes, and a second call with
+the same TORCHINDUCTOR_CACHE_DIR autotuned every operator again. ``--resume`` skips the backends the
+JSON already holds. The cause: Inductor precompiles every autotuning choice in its compile-worker
+subprocesses, then compiles each one again, serially, in the main process when it benchmarks it
+(the stacks show ptxas under ``benchmark_gpu``). With ``compile_threads=1`` for the build, the
+choices are precompiled in threads of the main process and benchmarking reuses them: the same build
+took 90 s, with the same candidates tuned. ``--inductor-config compile_threads=1`` applies that (any
 Inductor option, validated like a template's) around each backend's build and first calls through
-``torch._inductor.config.patch``, which restores the config afterwards; the JSON records it.
+``torch._inductor.config.patch``, which restores the config afterwards; the JSON records it:
+
+    python bench/templates.py --out OUT --backends inductor_max_autotune_template inductor_tma --inductor-config compile_threads=1
 
 Writes ``templates-<tag>.json`` under --out after every backend (a killed run keeps what it
 measured) and prints a table. Lanes on several GPUs (each its own --tag; they may split the
