@@ -1,8 +1,9 @@
 """Graph backends against eager, Inductor and torch.compile(mode="reduce-overhead") on one GPU.
 
 For each model (built from its conf/model YAML, random weights, fp32) it builds the five backends
-from conf/backends as capture would (every size up to the largest, so graphs cover the grid
-1, 2, 4, 8, ..., 64), checks each against eager at a padded size (17), then times all five
+from conf/backends for every size up to the largest, so graphs cover the grid 1, 2, 4, 8, ..., 64.
+Unlike capture, it does not also record the benchmarked sizes exactly, so the off-grid sizes (3, 17)
+show what padding costs. It checks each backend against eager at a padded size (17), then times all five
 interleaved round by round at each batch size, so every ratio in a row comes from one
 measurement. Also reports compile and record seconds, graph count and pool memory.
 
