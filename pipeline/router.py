@@ -27,7 +27,7 @@ class TuneRecord:
     device: torch.device
 
 
-CHECKED_SHAPES = 4096
+CHECKED_SHAPES = 4096  # input shapes a one-input model remembers as checked; calls with others are checked each time
 
 
 def module_hooks_active() -> bool:
