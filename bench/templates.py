@@ -21,7 +21,8 @@ subprocesses, then compiles each one again, serially, in the main process when i
 choices are precompiled in threads of the main process and benchmarking reuses them: the same build
 took 90 s, with the same candidates tuned. ``--inductor-config compile_threads=1`` applies that (any
 Inductor option, validated like a template's) around each backend's build and first calls through
-``torch._inductor.config.patch``, which restores the config afterwards; the JSON records it:
+``torch._inductor.config.patch``, which restores the config afterwards; each backend's row records it
+(rows kept by ``--resume`` or joined by ``--merge`` keep their own):
 
     python bench/templates.py --out OUT --backends inductor_max_autotune_template inductor_tma --inductor-config compile_threads=1
 
@@ -212,7 +213,7 @@ def main() -> None:
         "command": "python " + " ".join(sys.argv), "device": devices.name(device), "torch": torch.__version__,
         "python": platform.python_version(), "model": args.model, "dtype": "float32",
         "batch_sizes": sorted(args.batch_sizes), "timing": TIMING,
-        "inductor_cache_dir": os.environ["TORCHINDUCTOR_CACHE_DIR"], "inductor_config": patch,
+        "inductor_cache_dir": os.environ["TORCHINDUCTOR_CACHE_DIR"],
         "note": "compile_s of the largest size is the build (first compile); of the others, the first call "
                 "there. Inductor caches are shared within the run, in backend order.",
         "backends": {},
