@@ -41,10 +41,39 @@ def test_min_gain_is_configurable():
 
 
 def test_challenger_must_win_at_every_profiled_size_of_its_range():
-    # graph is 10% faster at 1 and 17 but not at 8: it takes only the sizes where it wins.
-    profile = {"inductor": {1: 1.1, 8: 2.0, 17: 3.3, 64: 10.0}, "graph": {1: 1.0, 8: 1.95, 17: 3.0, 64: 30.0}}
+    # graph is 10% faster at 1 and 17, inductor at 8 and 64: each takes only the sizes where it wins.
+    profile = {"inductor": {1: 1.1, 8: 2.0, 17: 3.3, 64: 10.0}, "graph": {1: 1.0, 8: 2.5, 17: 3.0, 64: 30.0}}
     assert route(profile, ["inductor", "graph"]) == [
         Range(1, 1, "graph"), Range(2, 8, "inductor"), Range(9, 17, "graph"), Range(18, None, "inductor")]
+
+
+def test_the_incumbent_is_the_backend_that_needs_the_fewest_ranges():
+    # vit_b_16 on the H200 (fp32 seed table, ms): graph has the higher peak throughput, by 5% at 64
+    # only. As the incumbent it keeps 8 and 17, where graph_inductor is 7% and 2% faster, and still
+    # gives up 1 and 3; graph_inductor as the incumbent serves everything, one range.
+    profile = {"graph": {1: 3.20, 3: 4.60, 8: 9.28, 17: 16.78, 64: 54.91},
+               "graph_inductor": {1: 2.20, 3: 4.09, 8: 8.64, 17: 16.39, 64: 57.59}}
+    assert route(profile, ["graph", "graph_inductor"]) == [Range(1, None, "graph_inductor")]
+    assert choose_route(profile, ["graph", "graph_inductor"], "highest_throughput") == [Range(1, None, "graph")]
+
+
+def test_among_routes_with_as_few_ranges_the_one_closest_to_the_fastest_wins():
+    # Either backend alone is one range. b has the higher peak throughput (64 / 9.6 ms) but loses 5%
+    # at 1; a loses 4% at 64: a's route is closer to the fastest at every size.
+    profile = {"a": {1: 1.0, 64: 10.0}, "b": {1: 1.05, 64: 9.6}}
+    assert route(profile, ["b", "a"]) == [Range(1, None, "a")]
+    assert choose_route(profile, ["b", "a"], "highest_throughput") == [Range(1, None, "b")]
+
+
+def test_the_readme_worked_example():
+    # ResNet-18 on the Arc B70 (seed release): graph_inductor as the incumbent would need three ranges.
+    profile = {"inductor": {1: 0.83, 3: 1.34, 8: 2.66, 17: 7.84, 64: 20.77},
+               "graph_inductor": {1: 0.63, 3: 1.49, 8: 2.68, 17: 7.53, 64: 21.04}}
+    order = ["inductor", "graph_inductor"]
+    assert route(profile, order) == [Range(1, 1, "graph_inductor"), Range(2, None, "inductor")]
+    # At 3%, inductor as the incumbent gives up 17 too (four ranges); graph_inductor needs three.
+    assert route(profile, order, min_gain=0.03) == [Range(1, 1, "graph_inductor"), Range(2, 3, "inductor"),
+                                                    Range(4, None, "graph_inductor")]
 
 
 def test_ties_go_to_the_earlier_backend_in_config_order():
