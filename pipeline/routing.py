@@ -47,11 +47,14 @@ def highest_throughput_backend(profile: Profile, order: Sequence[str]) -> str:
     return max(candidates, key=lambda b: (peak_throughput(profile[b]), -order.index(b)))
 
 
-def owners_with(incumbent: str, profile: Profile, order: Sequence[str], min_gain: float) -> Dict[int, str]:
+def owners_with(incumbent: str, profile: Profile, order: Sequence[str], min_gain: float,
+                baseline: Optional[str] = None) -> Dict[int, str]:
     """For each profiled size: ``incumbent``, unless another backend is at least ``min_gain`` faster there.
 
     Where the incumbent was not measured at a size, the fastest backend measured there owns it.
-    Among challengers the fastest wins; ties go to the earlier backend in ``order``.
+    Among challengers the fastest wins; ties go to the earlier backend in ``order``. Where
+    ``baseline`` (plain eager) is faster than that owner, the fastest backend owns the size: the
+    routed model never serves a profiled size slower than the model it tunes.
     """
     sizes = sorted({bs for lat in profile.values() for bs in lat})
     owners: Dict[int, str] = {}
@@ -62,7 +65,10 @@ def owners_with(incumbent: str, profile: Profile, order: Sequence[str], min_gain
             owners[bs] = fastest
             continue
         gain = profile[incumbent][bs] / profile[fastest][bs] - 1.0
-        owners[bs] = fastest if gain >= min_gain - 1e-12 else incumbent
+        owner = fastest if gain >= min_gain - 1e-12 else incumbent
+        if baseline in measured and profile[owner][bs] > profile[baseline][bs]:
+            owner = fastest
+        owners[bs] = owner
     return owners
 
 
@@ -73,7 +79,8 @@ def route_regret(owners: Mapping[int, str], profile: Profile) -> float:
     return math.exp(sum(logs) / len(logs))
 
 
-def owners_per_size(profile: Profile, order: Sequence[str], min_gain: float) -> Dict[int, str]:
+def owners_per_size(profile: Profile, order: Sequence[str], min_gain: float,
+                    baseline: Optional[str] = None) -> Dict[int, str]:
     """Per-size owners under the incumbent that needs the fewest ranges.
 
     Every backend is tried as the incumbent. The route with the fewest ranges wins, because the
@@ -87,11 +94,11 @@ def owners_per_size(profile: Profile, order: Sequence[str], min_gain: float) -> 
         raise ValueError("no backend has a profile to route on; every backend failed or was skipped")
 
     def merit(incumbent: str) -> tuple:
-        owners = owners_with(incumbent, profile, order, min_gain)
+        owners = owners_with(incumbent, profile, order, min_gain, baseline)
         return (len(ranges_from_owners(owners)), route_regret(owners, profile),
                 -peak_throughput(profile[incumbent]), order.index(incumbent))
 
-    return owners_with(min(candidates, key=merit), profile, order, min_gain)
+    return owners_with(min(candidates, key=merit), profile, order, min_gain, baseline)
 
 
 def ranges_from_owners(owners: Mapping[int, str]) -> List[Range]:
@@ -116,12 +123,14 @@ def check_profile(profile: Profile) -> None:
 
 
 def choose_route(profile: Profile, order: Sequence[str], strategy: str = "router", min_gain: float = 0.10,
-                 backend: Optional[str] = None, failures: Optional[Mapping[str, str]] = None) -> List[Range]:
+                 backend: Optional[str] = None, failures: Optional[Mapping[str, str]] = None,
+                 baseline: Optional[str] = None) -> List[Range]:
     """The route for a strategy.
 
     ``order`` is the config order of the backends; ``failures`` maps excluded backends (failed to
     build, did not match eager, unsupported) to their reason: they never serve, and
-    ``one_backend`` raises the named backend's own error.
+    ``one_backend`` raises the named backend's own error. ``baseline`` names the plain-eager
+    backend, which the router never lets a size be served slower than.
     """
     failures = failures or {}
     check_profile(profile)
@@ -147,7 +156,8 @@ def choose_route(profile: Profile, order: Sequence[str], strategy: str = "router
     if strategy == "highest_throughput":
         return [Range(1, None, highest_throughput_backend(profile, usable))]
     if strategy == "router":
-        return ranges_from_owners(owners_per_size(profile, usable, min_gain))
+        return ranges_from_owners(owners_per_size({b: profile[b] for b in usable}, usable, min_gain,
+                                                  baseline if baseline in usable else None))
     raise ValueError(f"unknown route.strategy {strategy!r}; use one of {list(STRATEGIES)}")
 
 

@@ -16,8 +16,9 @@ log = logging.getLogger(__name__)
 def run(ctx: RunContext) -> None:
     rcfg = ctx.cfg.route
     medians = ctx.medians()
+    eager = next((n for n, b in ctx.cfg.backends.items() if b.kind == "eager"), None)
     ctx.route = choose_route(medians, list(ctx.cfg.backends), rcfg.strategy, rcfg.min_gain,
-                             rcfg.backend, ctx.failures())
+                             rcfg.backend, ctx.failures(), baseline=eager)
     routed_names = {r.backend for r in ctx.route}
     record = TuneRecord(ctx.cfg.model.name, ctx.model, ctx.inputs, ctx.batch_sizes, ctx.device)
     ctx.routed = RoutedModule({n: ctx.backends[n] for n in routed_names}, ctx.route, record)
@@ -27,6 +28,7 @@ def run(ctx: RunContext) -> None:
     path.write_text(json.dumps({
         "strategy": rcfg.strategy,
         "min_gain": rcfg.min_gain,
+        "never_slower_than": eager,
         "ranges": [r.to_dict() for r in ctx.route],
         "profile_medians_ms": {b: {str(bs): ms for bs, ms in per.items()} for b, per in medians.items()},
         "excluded": ctx.failures(),

@@ -57,6 +57,22 @@ def test_the_incumbent_is_the_backend_that_needs_the_fewest_ranges():
     assert choose_route(profile, ["graph", "graph_inductor"], "highest_throughput") == [Range(1, None, "graph")]
 
 
+def test_no_size_is_served_slower_than_the_eager_baseline():
+    # vit_b_16 on the H200 (fp32 seed table, ms): graph_inductor keeps 64 against graph (4.6% faster)
+    # and eager (4.0%) under the 10% rule, but eager as the baseline hands 64 to the fastest there.
+    profile = {"eager": {1: 3.76, 3: 5.15, 8: 9.75, 17: 17.26, 64: 55.25},
+               "graph": {1: 3.19, 3: 4.54, 8: 9.17, 17: 16.84, 64: 54.95},
+               "graph_inductor": {1: 2.13, 3: 4.00, 8: 8.50, 17: 16.38, 64: 57.48}}
+    order = ["eager", "graph", "graph_inductor"]
+    assert route(profile, order) == [Range(1, None, "graph_inductor")]
+    assert route(profile, order, baseline="eager") == [Range(1, 17, "graph_inductor"), Range(18, None, "graph")]
+    # Where the baseline itself is the fastest, it takes the size.
+    profile["eager"][64] = 54.0
+    assert route(profile, order, baseline="eager")[-1] == Range(18, None, "eager")
+    # An excluded baseline guards nothing.
+    assert route(profile, order, baseline="eager", failures={"eager": "failed: x"}) == [Range(1, None, "graph_inductor")]
+
+
 def test_among_routes_with_as_few_ranges_the_one_closest_to_the_fastest_wins():
     # Either backend alone is one range. b has the higher peak throughput (64 / 9.6 ms) but loses 5%
     # at 1; a loses 4% at 64: a's route is closer to the fastest at every size.

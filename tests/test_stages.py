@@ -46,6 +46,7 @@ def test_all_stages_with_eager_and_a_mismatching_backend(compose_cfg, tmp_path):
     route = json.loads((tmp_path / "route.json").read_text())
     assert route["ranges"] == [{"lo": 1, "hi": None, "backend": "eager"}]
     assert "eager_bf16" in route["excluded"]
+    assert route["never_slower_than"] == "eager"  # the first eager-kind backend is the baseline
     validation = json.loads((tmp_path / "validation.json").read_text())
     assert validation["ok"] and {r["batch_size"] for r in validation["rows"]} >= {1, 2, 3, 5, 8, 9, 100}
 
