@@ -31,7 +31,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Mapping
+from typing import Any, Dict, Iterator, List, Mapping, Optional
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -43,7 +43,7 @@ from omegaconf import DictConfig, OmegaConf  # noqa: E402
 from pipeline import devices  # noqa: E402
 from pipeline.api import compose_config  # noqa: E402
 from pipeline.context import RunContext  # noqa: E402
-from pipeline.routing import backend_for, choose_route  # noqa: E402
+from pipeline.routing import backend_for, choose_route, eager_baseline  # noqa: E402
 from pipeline.timing import Measurement, host_probe_ms  # noqa: E402
 from pipeline.tracking import NullTracker  # noqa: E402
 from stages import capture as capture_stage  # noqa: E402
@@ -144,10 +144,11 @@ def repeatability(a: Profile, b: Profile) -> Dict[str, Any]:
             "worst_unflagged_rel_diff": max((r["rel_diff"] for r in unflagged), default=float("nan"))}
 
 
-def regret(route_from: Profile, quiet: Profile, order: List[str], min_gain: float) -> Dict[str, Any]:
+def regret(route_from: Profile, quiet: Profile, order: List[str], min_gain: float,
+           baseline: Optional[str]) -> Dict[str, Any]:
     """Route on ``route_from``; judge each size's chosen backend by the quiet re-timing."""
-    route = choose_route(medians(route_from), order, "router", min_gain)
-    quiet_route = choose_route(medians(quiet), order, "router", min_gain)
+    route = choose_route(medians(route_from), order, "router", min_gain, baseline=baseline)
+    quiet_route = choose_route(medians(quiet), order, "router", min_gain, baseline=baseline)
     q = medians(quiet)
     rows = []
     for bs in sorted({bs for per in q.values() for bs in per}):
@@ -177,6 +178,7 @@ def bench_model(model_name: str, args: argparse.Namespace, out: Path, load_proce
     capture_stage.run(base)  # compiles and records once; every run below reuses these backends
     print(f"  {model_name}: built {sorted(base.backends)} in {time.perf_counter() - start:.0f} s", flush=True)
     order = list(cfg.backends)
+    baseline = eager_baseline({name: b.kind for name, b in cfg.backends.items()})
     runs: Dict[str, Profile] = {}
     runs["quiet_1"] = profile_run(base, out / "runs" / f"{model_name}-quiet_1")
     runs["quiet_2"] = profile_run(base, out / "runs" / f"{model_name}-quiet_2")
@@ -190,8 +192,8 @@ def bench_model(model_name: str, args: argparse.Namespace, out: Path, load_proce
         "load": load,
         "runs": {name: cells(p) for name, p in runs.items()},
         "repeatability": repeatability(runs["quiet_1"], runs["quiet_2"]),
-        "regret_loaded_route": regret(runs["loaded"], runs["retimed"], order, 0.0),
-        "product_route": regret(runs["loaded"], runs["retimed"], order, float(cfg.route.min_gain)),
+        "regret_loaded_route": regret(runs["loaded"], runs["retimed"], order, 0.0, baseline),
+        "product_route": regret(runs["loaded"], runs["retimed"], order, float(cfg.route.min_gain), baseline),
     }
     result["ok"] = {"repeatable_within_5pct": result["repeatability"]["ok"],
                     "regret_le_1.05": result["regret_loaded_route"]["worst_regret"] <= MAX_REGRET}

@@ -114,6 +114,11 @@ def ranges_from_owners(owners: Mapping[int, str]) -> List[Range]:
     return ranges
 
 
+def eager_baseline(kinds: Mapping[str, str]) -> Optional[str]:
+    """The first backend (in config order) of kind ``eager``: no size is served slower than it."""
+    return next((name for name, kind in kinds.items() if kind == "eager"), None)
+
+
 def check_profile(profile: Profile) -> None:
     """Every latency must be a positive, finite number of milliseconds."""
     for name, per in profile.items():

@@ -8,7 +8,7 @@ import logging
 from pipeline import checkpoint
 from pipeline.context import RunContext
 from pipeline.router import RoutedModule, TuneRecord
-from pipeline.routing import choose_route
+from pipeline.routing import choose_route, eager_baseline
 
 log = logging.getLogger(__name__)
 
@@ -16,7 +16,7 @@ log = logging.getLogger(__name__)
 def run(ctx: RunContext) -> None:
     rcfg = ctx.cfg.route
     medians = ctx.medians()
-    eager = next((n for n, b in ctx.cfg.backends.items() if b.kind == "eager"), None)
+    eager = eager_baseline({name: b.kind for name, b in ctx.cfg.backends.items()})
     ctx.route = choose_route(medians, list(ctx.cfg.backends), rcfg.strategy, rcfg.min_gain,
                              rcfg.backend, ctx.failures(), baseline=eager)
     routed_names = {r.backend for r in ctx.route}

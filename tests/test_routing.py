@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.routing import Range, backend_for, choose_route, sizes_owned
+from pipeline.routing import Range, backend_for, choose_route, eager_baseline, sizes_owned
 
 ORDER = ["eager", "inductor", "graph"]
 # Inductor has the best peak throughput (64 / 10 ms); graph is much faster at small sizes.
@@ -71,6 +71,11 @@ def test_no_size_is_served_slower_than_the_eager_baseline():
     assert route(profile, order, baseline="eager")[-1] == Range(18, None, "eager")
     # An excluded baseline guards nothing.
     assert route(profile, order, baseline="eager", failures={"eager": "failed: x"}) == [Range(1, None, "graph_inductor")]
+
+
+def test_the_baseline_is_the_first_eager_kind_backend():
+    assert eager_baseline({"graph": "graph", "eager_bf16": "eager", "eager": "eager"}) == "eager_bf16"
+    assert eager_baseline({"inductor": "inductor"}) is None
 
 
 def test_among_routes_with_as_few_ranges_the_one_closest_to_the_fastest_wins():
