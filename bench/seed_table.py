@@ -117,6 +117,23 @@ def markdown(rows: List[Dict], title: str) -> str:
         route = ", ".join(f"{x['lo']}-{x['hi'] or 'inf'}:{x['backend']}" for x in row["route"])
         lines.append(f"| {row['model']} | {fmt('auto_over_best')} | {fmt('auto_over_eager')} | "
                      f"{fmt('auto_over_peer')} | {row['tune_seconds']:.0f} | {route} |")
+    return "\n".join(lines) + "\n" + cost_table(rows)
+
+
+def cost_table(rows: List[Dict]) -> str:
+    """Tuning cost per model: stage seconds, each backend's build (compile, graph record) and peak memory."""
+    lines = ["", "Tuning cost: seconds per stage; per backend, build seconds (of which graph recording) and peak MB", "",
+             "| model | tune s | capture s | profile s | validate s | build s (record s) | peak MB |",
+             "|---|---|---|---|---|---|---|"]
+    for row in rows:
+        stage = row["stage_seconds"]
+        builds = []
+        for name, outcome in row["outcomes"].items():
+            recorded = row["backend_stats"].get(name, {}).get("record_seconds")
+            builds.append(f"{name} {outcome['build_seconds']:.1f}" + (f" ({recorded:.2f})" if recorded is not None else ""))
+        peak = max((o.get("peak_memory_bytes") or 0) for o in row["outcomes"].values()) / 2**20
+        lines.append(f"| {row['model']} | {row['tune_seconds']:.0f} | {stage.get('capture', 0):.0f} | "
+                     f"{stage.get('profile', 0):.0f} | {stage.get('validate', 0):.0f} | {', '.join(builds)} | {peak:.0f} |")
     return "\n".join(lines) + "\n"
 
 
