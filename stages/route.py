@@ -28,7 +28,7 @@ def run(ctx: RunContext) -> None:
     path.write_text(json.dumps({
         "strategy": rcfg.strategy,
         "min_gain": rcfg.min_gain,
-        "never_slower_than": eager,
+        "never_slower_than": eager if rcfg.strategy == "router" else None,  # only the router applies it
         "ranges": [r.to_dict() for r in ctx.route],
         "profile_medians_ms": {b: {str(bs): ms for bs, ms in per.items()} for b, per in medians.items()},
         "excluded": ctx.failures(),
