@@ -86,7 +86,7 @@ def owners_per_size(profile: Profile, order: Sequence[str], min_gain: float,
     Every backend is tried as the incumbent. The route with the fewest ranges wins, because the
     ``min_gain`` rule exists to keep switches few; then the one closest to the fastest backend at
     every size (:func:`route_regret`); then the higher peak throughput; then config order. Choosing
-    by peak throughput alone let a backend ahead by 0.5% at the largest size keep a size where
+    by peak throughput alone let a backend ahead by 5% at the largest size only keep a size where
     another was 7% faster, and cost a switch besides.
     """
     candidates = [b for b in order if profile.get(b)]
