@@ -2,8 +2,8 @@
 
 Issue 6 asks two identical profiles to agree within 5%. Launch-bound cells (eager, Inductor without
 graphs) cost host time per call, so they can only repeat if the host runs Python at one speed. This
-bench samples that speed over time: every ``--every`` seconds the median of ten runs of the profile's
-own probe (``pipeline.timing.python_probe_ms``), and beside it the wall time of a launch-bound GPU
+bench samples that speed over time: every ``--every`` seconds the profile's own host probe
+(``pipeline.timing.host_probe_ms``, ten runs), and beside it the wall time of a launch-bound GPU
 loop (``--launches`` tiny kernels, then a sync). Three phases of ``--phase-s`` seconds each:
 
 - ``idle``: nothing else runs;
@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from pipeline.timing import python_probe_ms  # noqa: E402
+from pipeline.timing import host_probe_ms  # noqa: E402
 
 SLOW = 1.5  # a sample this many times the fastest counts as the slow state
 SPIN = "while True:\n    pass\n"
@@ -56,7 +56,7 @@ def sample_phase(seconds: float, every: float, launches: int, x: Optional[torch.
     samples, start = [], time.monotonic()
     while time.monotonic() - start < seconds:
         samples.append({"t": time.monotonic() - start,
-                        "probe_ms": statistics.median(python_probe_ms(20_000) for _ in range(10)),
+                        "probe_ms": host_probe_ms(calls=10),
                         "launch_ms": launch_loop_ms(launches, x)})
         time.sleep(every)
     return samples

@@ -178,7 +178,7 @@ def bench_model(model_name: str, args: argparse.Namespace, out: Path, load_proce
     capture_stage.run(base)  # compiles and records once; every run below reuses these backends
     print(f"  {model_name}: built {sorted(base.backends)} in {time.perf_counter() - start:.0f} s", flush=True)
     order = list(cfg.backends)
-    baseline = eager_baseline({name: b.kind for name, b in cfg.backends.items()})
+    baseline = eager_baseline(cfg.backends)
     runs: Dict[str, Profile] = {}
     runs["quiet_1"] = profile_run(base, out / "runs" / f"{model_name}-quiet_1")
     runs["quiet_2"] = profile_run(base, out / "runs" / f"{model_name}-quiet_2")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 # backend -> batch size -> median latency (ms). A backend may lack some sizes.
 Profile = Mapping[str, Mapping[int, float]]
@@ -39,12 +39,17 @@ def peak_throughput(latencies: Mapping[int, float]) -> float:
     return max((bs / (ms / 1e3) for bs, ms in latencies.items() if ms > 0), default=0.0)
 
 
-def highest_throughput_backend(profile: Profile, order: Sequence[str]) -> str:
-    """The backend with the best peak throughput; ties go to the earlier one in ``order``."""
+def profiled(profile: Profile, order: Sequence[str]) -> List[str]:
+    """The backends of ``order`` that have a profile, in order; none is an error."""
     candidates = [b for b in order if profile.get(b)]
     if not candidates:
         raise ValueError("no backend has a profile to route on; every backend failed or was skipped")
-    return max(candidates, key=lambda b: (peak_throughput(profile[b]), -order.index(b)))
+    return candidates
+
+
+def highest_throughput_backend(profile: Profile, order: Sequence[str]) -> str:
+    """The backend with the best peak throughput; ties go to the earlier one in ``order``."""
+    return max(profiled(profile, order), key=lambda b: (peak_throughput(profile[b]), -order.index(b)))
 
 
 def owners_with(incumbent: str, profile: Profile, order: Sequence[str], min_gain: float,
@@ -89,16 +94,14 @@ def owners_per_size(profile: Profile, order: Sequence[str], min_gain: float,
     by peak throughput alone let a backend ahead by 5% at the largest size only keep a size where
     another was 7% faster, and cost a switch besides.
     """
-    candidates = [b for b in order if profile.get(b)]
-    if not candidates:
-        raise ValueError("no backend has a profile to route on; every backend failed or was skipped")
+    routes = {b: owners_with(b, profile, order, min_gain, baseline) for b in profiled(profile, order)}
 
     def merit(incumbent: str) -> tuple:
-        owners = owners_with(incumbent, profile, order, min_gain, baseline)
+        owners = routes[incumbent]
         return (len(ranges_from_owners(owners)), route_regret(owners, profile),
                 -peak_throughput(profile[incumbent]), order.index(incumbent))
 
-    return owners_with(min(candidates, key=merit), profile, order, min_gain, baseline)
+    return routes[min(routes, key=merit)]
 
 
 def ranges_from_owners(owners: Mapping[int, str]) -> List[Range]:
@@ -114,9 +117,12 @@ def ranges_from_owners(owners: Mapping[int, str]) -> List[Range]:
     return ranges
 
 
-def eager_baseline(kinds: Mapping[str, str]) -> Optional[str]:
-    """The first backend (in config order) of kind ``eager``: no size is served slower than it."""
-    return next((name for name, kind in kinds.items() if kind == "eager"), None)
+def eager_baseline(backends: Mapping[str, Mapping[str, Any]]) -> Optional[str]:
+    """The first backend (in config order) of kind ``eager``: no size is served slower than it.
+
+    ``backends`` maps names to backend configs (``cfg.backends``), each with its ``kind``.
+    """
+    return next((name for name, bcfg in backends.items() if bcfg.get("kind") == "eager"), None)
 
 
 def check_profile(profile: Profile) -> None:

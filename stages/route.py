@@ -16,7 +16,7 @@ log = logging.getLogger(__name__)
 def run(ctx: RunContext) -> None:
     rcfg = ctx.cfg.route
     medians = ctx.medians()
-    eager = eager_baseline({name: b.kind for name, b in ctx.cfg.backends.items()})
+    eager = eager_baseline(ctx.cfg.backends)
     ctx.route = choose_route(medians, list(ctx.cfg.backends), rcfg.strategy, rcfg.min_gain,
                              rcfg.backend, ctx.failures(), baseline=eager)
     routed_names = {r.backend for r in ctx.route}
