@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import copy
 import datetime
 import inspect
 from pathlib import Path
@@ -97,6 +98,17 @@ def default_run_dir(name: str) -> Path:
     return path
 
 
+def own_copy(model: nn.Module) -> nn.Module:
+    """A deep copy to tune, so nothing the stages do (eval mode, device moves, buffers advanced by
+    thousands of timed calls) reaches the caller's model."""
+    try:
+        return copy.deepcopy(model)
+    except Exception as exc:
+        raise TypeError(f"tune works on a copy of the model so that yours stays exactly as it was, but "
+                        f"copy.deepcopy({type(model).__name__}) failed: {exc}; make the model deep-copyable "
+                        f"(no open files, locks or generators in its attributes)") from exc
+
+
 def tune(model: nn.Module, example_inputs: Example, overrides: Sequence[str] = (),
          run_dir: Optional[Union[str, Path]] = None) -> RoutedModule:
     """Run the configured stages on ``model`` in-process and return the routed module.
@@ -104,7 +116,8 @@ def tune(model: nn.Module, example_inputs: Example, overrides: Sequence[str] = (
     ``overrides`` are the strings the command line takes (``"backends=[eager,inductor]"``,
     ``"profile=quick"``, ``"tracking=off"``, ``"model.batch_sizes=[1,8,32]"``). The input spec
     comes from ``example_inputs``; the batch sizes from the overrides or the config's default.
-    ``model`` is put in eval mode and moved to the tuning device. The run directory (default
+    ``model`` itself is left exactly as it was (its device, mode, weights and buffers): tuning works
+    on a copy, which the returned module serves. The run directory (default
     ``outputs/api/<timestamp>_<name>``) holds the same files as a command-line run, ``model.tweak``
     included.
     """
@@ -115,7 +128,8 @@ def tune(model: nn.Module, example_inputs: Example, overrides: Sequence[str] = (
     if not any(o.lstrip("+").startswith("model.name=") for o in overrides):
         cfg.model.name = type(model).__name__
     cfg.model.build = {"_target_": f"{type(model).__module__}.{type(model).__qualname__}"}
-    ctx = runner.run(cfg, Path(run_dir) if run_dir is not None else default_run_dir(cfg.model.name), model=model)
+    ctx = runner.run(cfg, Path(run_dir) if run_dir is not None else default_run_dir(cfg.model.name),
+                     model=own_copy(model))
     return ctx.routed
 
 

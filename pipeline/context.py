@@ -27,6 +27,9 @@ class BackendOutcome:
     max_rel_error: float = float("nan")
     tolerance: float = float("nan")
     peak_memory_bytes: int = 0
+    # Evidence that a compiling backend served its compiled program: Dynamo graphs, graph breaks,
+    # frames and eager calls of its own program ({} for a backend that does not compile).
+    compile: Dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)
@@ -51,10 +54,32 @@ class RunContext:
     checkpoint_path: Optional[Path] = None
     validation: Dict[str, Any] = field(default_factory=dict)
     stage_seconds: Dict[str, float] = field(default_factory=dict)
+    # The model's weights and buffers as handed in (on the CPU): every stage's calls may advance a
+    # buffer (a call counter, running statistics), so the runner puts them back after each stage
+    # and the checkpoint stores the state the user tuned, not a mid-tune one.
+    initial_state: Dict[str, torch.Tensor] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.initial_state:
+            self.initial_state = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()
+                                  if isinstance(v, torch.Tensor)}
+
+    def restore_model_state(self) -> None:
+        """Put the model's weights and buffers back as handed in, in place (graphs keep their addresses)."""
+        with torch.inference_mode():  # a buffer a call rebound is an inference tensor; copy_ works on both
+            for key, value in self.model.state_dict().items():
+                if key in self.initial_state:
+                    value.copy_(self.initial_state[key])
 
     @property
     def batch_sizes(self) -> List[int]:
         return sorted(set(int(b) for b in self.cfg.model.batch_sizes))
+
+    def exclude(self, name: str, reason: str) -> None:
+        """Fail a captured backend after the fact (it fell back to eager): it neither serves nor keeps timings."""
+        self.outcomes[name].status, self.outcomes[name].reason = "failed", reason
+        self.backends.pop(name, None)
+        self.profile.pop(name, None)
 
     def failures(self) -> Dict[str, str]:
         """Excluded backends and why."""

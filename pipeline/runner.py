@@ -80,7 +80,10 @@ def run(cfg: DictConfig, run_dir: Path, model: Optional[torch.nn.Module] = None)
         functions = stage_functions()
         for stage in cfg.stages:
             start = time.perf_counter()
-            functions[stage](ctx)
+            try:
+                functions[stage](ctx)
+            finally:
+                ctx.restore_model_state()
             ctx.stage_seconds[stage] = time.perf_counter() - start
             ctx.tracker.stage_done(stage, ctx.stage_seconds[stage])
         status = "FINISHED"

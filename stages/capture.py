@@ -48,10 +48,11 @@ def capture_one(ctx: RunContext, name: str, cfg: dict, reference: dict) -> Backe
         # Every size up to the largest tuned one may be served, tuned or not.
         sample = make_inputs(ctx.inputs, largest, ctx.device, ctx.cfg.seed)
         backend.build(ctx.model, sample, ctx.device, list(range(1, largest + 1)), ctx.batch_sizes)
-        worst = backend.self_check(ctx.model, sample)  # variants the tuned sizes miss, e.g. each recorded graph
-        for bs, ref in reference.items():
-            worst = max(worst, rel_error(backend(**make_inputs(ctx.inputs, bs, ctx.device, ctx.cfg.seed)), ref))
-        devices.synchronize(ctx.device)
+        with backend.watched():  # every compile is this backend's; a recompile limit hit fails it
+            worst = backend.self_check(ctx.model, sample)  # variants the tuned sizes miss, e.g. each recorded graph
+            for bs, ref in reference.items():
+                worst = max(worst, rel_error(backend(**make_inputs(ctx.inputs, bs, ctx.device, ctx.cfg.seed)), ref))
+            devices.synchronize(ctx.device)
     except BackendUnsupported as exc:
         outcome.status, outcome.reason = "skipped", str(exc)
         return outcome
@@ -62,6 +63,11 @@ def capture_one(ctx: RunContext, name: str, cfg: dict, reference: dict) -> Backe
     outcome.build_seconds = time.perf_counter() - start
     outcome.peak_memory_bytes = devices.peak_memory_bytes(ctx.device)
     outcome.max_rel_error = worst
+    outcome.compile = backend.compile_evidence()
+    fallback = backend.fallback_reason()
+    if fallback:
+        outcome.status, outcome.reason = "failed", f"not timed: {fallback}"
+        return outcome
     if worst > outcome.tolerance:
         outcome.status = "failed"
         outcome.reason = f"output differs from eager: max relative error {worst:.3g} > tolerance {outcome.tolerance:.3g}"
@@ -78,7 +84,9 @@ def run(ctx: RunContext) -> None:
         ctx.outcomes[name] = outcome
         level = logging.INFO if outcome.status == "ok" else logging.WARNING
         log.log(level, "capture %-28s %-7s %s", name, outcome.status,
-                outcome.reason or f"built in {outcome.build_seconds:.2f}s, max rel err {outcome.max_rel_error:.2e}")
+                outcome.reason or f"built in {outcome.build_seconds:.2f}s, max rel err {outcome.max_rel_error:.2e}"
+                + (f", {outcome.compile['graphs']} Dynamo graph(s), {outcome.compile['graph_breaks']} graph break(s)"
+                   if outcome.compile else ""))
     path = ctx.run_dir / "capture.json"
     path.write_text(json.dumps({n: o.to_dict() for n, o in ctx.outcomes.items()}, indent=2))
     ctx.tracker.log_capture(ctx.outcomes, path)

@@ -42,6 +42,11 @@ def run(ctx: RunContext) -> None:
         ctx.profile.update(profile_sizes(fns_at, sizes, ctx.device, pcfg, device_check=checked,
                                          host=HostGauge() if pcfg.host_guard else None))
     ctx.host_probe_ms = {"before": probe_before, "after": host_probe_ms()}
+    for name, backend in list(ctx.backends.items()):
+        fallback = backend.fallback_reason()
+        if fallback:  # its timings are eager's, not its own: drop them rather than route on them
+            log.warning("profile: %s excluded: %s", name, fallback)
+            ctx.exclude(name, f"not timed: {fallback}")
     drift = host_drift(ctx.host_probe_ms["before"], ctx.host_probe_ms["after"])
     if drift:
         log.warning("profile: %s", drift)

@@ -8,6 +8,7 @@ from typing import Dict
 
 import torch
 
+from pipeline.backends.program import strict_compiles
 from pipeline.compare import rel_error, tolerance
 from pipeline.context import RunContext
 from pipeline.models import make_inputs
@@ -51,8 +52,11 @@ def run(ctx: RunContext) -> None:
         from pipeline.checkpoint import load
 
         modules["reloaded"] = load(ctx.checkpoint_path, ctx.model, device=ctx.device)
-    rows = check(ctx, modules)
-    ctx.validation = {"ok": all(r["ok"] for r in rows), "rows": rows}
+    with strict_compiles():  # a new size that recompiles past a limit fails here, not silently
+        rows = check(ctx, modules)
+    fallbacks = {f"{label}:{name}": reason for label, module in modules.items()
+                 for name, backend in module.backends.items() if (reason := backend.fallback_reason())}
+    ctx.validation = {"ok": all(r["ok"] for r in rows) and not fallbacks, "rows": rows, "fallbacks": fallbacks}
     for r in rows:
         log.log(logging.INFO if r["ok"] else logging.ERROR, "validate %-8s bs=%-4d %-24s err %.2e (tol %.1e) %s",
                 r["check"], r["batch_size"], r["backend"], r["max_rel_error"], r["tolerance"],
@@ -62,4 +66,5 @@ def run(ctx: RunContext) -> None:
     ctx.tracker.log_validation(ctx.validation, path)
     if not ctx.validation["ok"]:
         bad = [f"{r['check']} bs={r['batch_size']} ({r['backend']})" for r in rows if not r["ok"]]
+        bad += [f"{where} ({reason})" for where, reason in fallbacks.items()]
         raise ValidationFailed(f"routed model disagrees with eager at {', '.join(bad)}; see {path}")

@@ -9,6 +9,7 @@ from typing import Any, ClassVar, Dict, List, Mapping, Optional, Sequence
 import torch
 from torch import nn
 
+from pipeline.backends.program import Program
 from pipeline.models import dtype_of
 
 AUTOCAST_DTYPES = ("bfloat16", "float16")
@@ -33,6 +34,7 @@ class Backend:
         self.device: Optional[torch.device] = None
         self.exact_sizes: List[int] = []  # set by build
         self.build_seconds = 0.0
+        self.program: Optional[Program] = None  # set by build where the backend compiles the model
         self._fn: Any = None
 
     @classmethod
@@ -93,6 +95,19 @@ class Backend:
         """Worst relative error against eager over variants that calls at the tuned sizes do not all
         reach (the graph backend: every recorded graph, full and padded); 0.0 where there are none."""
         return 0.0
+
+    def watched(self) -> contextlib.AbstractContextManager:
+        """Wrap calls whose compiles must be accounted to this backend (build, capture, validate, load):
+        a Dynamo recompile limit hit inside raises instead of silently running eager code."""
+        return self.program.watched() if self.program is not None else contextlib.nullcontext()
+
+    def fallback_reason(self) -> Optional[str]:
+        """Why this backend served other code than it names (its compiled program fell back to eager), or None."""
+        return self.program.fallback_reason() if self.program is not None else None
+
+    def compile_evidence(self) -> Dict[str, int]:
+        """Dynamo graphs, graph breaks, frames and eager calls of this backend's program ({} without one)."""
+        return self.program.evidence.to_dict() if self.program is not None else {}
 
     def stats(self) -> Dict[str, Any]:
         """Build figures beyond build_seconds (e.g. compile and record seconds, pool memory), for logs."""

@@ -24,6 +24,7 @@ from torch import nn
 from pipeline import devices, graph_plan
 from pipeline.backends.base import Backend
 from pipeline.backends.inductor import InductorBackend, settings_given
+from pipeline.backends.program import Program, dynamo_counts
 from pipeline.compare import rel_error
 
 log = logging.getLogger(__name__)
@@ -94,26 +95,6 @@ def tile(t: torch.Tensor, rows: int) -> torch.Tensor:
     return t[torch.arange(rows, device=t.device) % t.shape[0]]
 
 
-class Forward(nn.Module):
-    """Calls the model. Compiling this wrapper gives graph backends their own Dynamo cache: compiling
-    the model itself would share, and could exhaust, ``recompile_limit`` with every other backend
-    that compiles the same model (Dynamo then silently runs eager)."""
-
-    def __init__(self, model: nn.Module) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(self, **inputs: torch.Tensor) -> Any:
-        return self.model(**inputs)
-
-
-def compile_count() -> int:
-    """Graphs Dynamo has compiled in this process so far."""
-    from torch._dynamo.utils import counters
-
-    return int(counters["stats"]["unique_graphs"])
-
-
 class GraphBackend(Backend):
     kind = "graph"
 
@@ -164,7 +145,8 @@ class GraphBackend(Backend):
     def _compiled(self, model: nn.Module) -> Any:
         if self._inductor is None:
             return model
-        return torch.compile(Forward(model), **self._inductor.compile_kwargs())
+        self.program = Program(model, self.name, self._inductor.compile_kwargs(), self.device)
+        return self.program
 
     def _build(self, model: nn.Module, sample: Dict[str, torch.Tensor], batch_sizes: list) -> None:
         device = self.device
@@ -181,29 +163,30 @@ class GraphBackend(Backend):
                 for t in inputs.values():
                     torch._dynamo.maybe_mark_dynamic(t, 0)
 
-        compiles, start = compile_count(), time.perf_counter()
-        side = api.Stream(device=device)  # warm up off the default stream, as graph capture requires
-        side.wait_stream(api.current_stream(device))
-        with api.stream(side), self.autocast():
-            for size in reversed(recorded):
-                for _ in range(WARMUP_CALLS):
-                    fn(**views[size])
-        api.current_stream(device).wait_stream(side)
-        devices.synchronize(device)
-        warmup_seconds = time.perf_counter() - start
+        with self.watched():
+            graphs_before, start = dynamo_counts()["graphs"], time.perf_counter()
+            side = api.Stream(device=device)  # warm up off the default stream, as graph capture requires
+            side.wait_stream(api.current_stream(device))
+            with api.stream(side), self.autocast():
+                for size in reversed(recorded):
+                    for _ in range(WARMUP_CALLS):
+                        fn(**views[size])
+            api.current_stream(device).wait_stream(side)
+            devices.synchronize(device)
+            warmup_seconds, compiles = time.perf_counter() - start, dynamo_counts()["graphs"] - graphs_before
 
-        api.empty_cache()
-        reserved = api.memory_reserved(device)
-        pool = api.graph_pool_handle()
-        start = time.perf_counter()
-        for size in reversed(recorded):  # largest first: smaller graphs reuse its memory in the pool
-            graph = graph_class()
-            with api.graph(graph, pool=pool), self.autocast():
-                out = fn(**views[size])
-            self._graphs[size] = (graph, out)
-        devices.synchronize(device)
-        record_seconds = time.perf_counter() - start
-        api.empty_cache()
+            api.empty_cache()
+            reserved = api.memory_reserved(device)
+            pool = api.graph_pool_handle()
+            start = time.perf_counter()
+            for size in reversed(recorded):  # largest first: smaller graphs reuse its memory in the pool
+                graph = graph_class()
+                with api.graph(graph, pool=pool), self.autocast():
+                    out = fn(**views[size])
+                self._graphs[size] = (graph, out)
+            devices.synchronize(device)
+            record_seconds = time.perf_counter() - start
+            api.empty_cache()
 
         self._model, self._fn = model, fn  # keep the weights and compiled kernels the graphs point at alive
         self._recorded = recorded
@@ -213,13 +196,13 @@ class GraphBackend(Backend):
             "graphs": len(recorded),
             "compile_seconds": warmup_seconds,  # warm-up runs, which hold every Inductor compile
             "record_seconds": record_seconds,
-            "compiles": compile_count() - compiles,
+            "compiles": compiles,
             "pool_bytes": api.memory_reserved(device) - reserved,
             "static_input_bytes": sum(b.numel() * b.element_size() for b in self._static.values()),
         }
         if self._stats["compiles"] > EXPECTED_COMPILES:
             log.warning("backend %s: %d compiles for %d graphs: the model specialises on the batch size, so graphs "
-                        "past Dynamo's recompile_limit record eager kernels; set a smaller grid", self.name,
+                        "past Dynamo's recompile_limit fail the backend; set a smaller grid", self.name,
                         self._stats["compiles"], len(recorded))
 
     def _replay(self, inputs: Mapping[str, torch.Tensor], start: int, rows: int, size: int, clone: bool) -> Any:

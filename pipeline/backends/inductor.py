@@ -17,6 +17,7 @@ from torch.utils._pytree import tree_map_only
 
 from pipeline import inductor_options, templates
 from pipeline.backends.base import Backend
+from pipeline.backends.program import Program
 
 log = logging.getLogger(__name__)
 
@@ -113,8 +114,9 @@ class InductorBackend(Backend):
                 log.info("backend %s: %s already at Inductor's current value (kept as pins)", self.name, pins)
         self._graphs = self.records_cuda_graphs and self.device.type == "cuda"
         self._clone = self._graphs and bool(self.cfg.get("clone_outputs", True))
-        self._fn = torch.compile(model, **self.compile_kwargs())
-        self(**sample)  # compile now, so build_seconds holds the compile time
+        self.program = self._fn = Program(model, self.name, self.compile_kwargs(), self.device, self._graphs)
+        with self.program.watched():
+            self(**sample)  # compile now, so build_seconds holds the compile time
 
     def __call__(self, **inputs: torch.Tensor) -> Any:
         if not self._graphs:
