@@ -8,9 +8,10 @@ ratios in a row come from one measurement. Writes ``seed-table-<tag>.json`` and 
     python bench/seed_table.py --out bench/results --tag h200                  # fp32
     python bench/seed_table.py --out bench/results --tag h200-bf16 --autocast bfloat16
 
-Each model is tuned in a process of its own (``seed-table-<tag>.<model>.json``), and the parts are
-joined into ``seed-table-<tag>``. Models can be split over GPUs (``--models``, one command per GPU,
-distinct ``--tag``) and joined afterwards with ``--combine part1.json part2.json --tag h200``.
+All models are tuned one after another in this one process, as a notebook user would; the table is
+rewritten after each model, so a run cut short keeps the models it finished. Models can be split
+over GPUs (``--models``, one command per GPU, distinct ``--tag``) and joined afterwards with
+``--combine part1.json part2.json --tag h200``.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import argparse
 import json
 import math
 import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -30,6 +30,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.common import command_line  # noqa: E402
 from pipeline import checkpoint, devices  # noqa: E402
 from pipeline.api import compose_config  # noqa: E402
 from pipeline.models import make_inputs  # noqa: E402
@@ -184,32 +185,12 @@ def main() -> None:
     if args.combine:
         combine(args.combine, args.out, args.tag)
         return
-    if len(args.models) > 1:
-        run_each_in_its_own_process(args)
-        return
     meta = {"device": devices.name(torch.device(args.device)), "torch": torch.__version__,
-            "python": platform.python_version(), "dtype": args.autocast or "float32", "command": " ".join(sys.argv)}
-    print(write(args.out, args.tag, meta, [bench_model(args.models[0], args, args.out)]))
-
-
-def run_each_in_its_own_process(args: argparse.Namespace) -> None:
-    """One process per model, as a sweep's fresh-process launcher does: on the H200, a second model
-    tuned in a process that had already tuned one hit an illegal memory access. A failed model is
-    reported and the others go on; the parts are then joined."""
-    parts, failed = [], []
+            "python": platform.python_version(), "dtype": args.autocast or "float32", "command": command_line()}
+    rows = []
     for model in args.models:
-        tag = f"{args.tag}.{model}"
-        argv = [sys.executable, __file__, "--out", str(args.out), "--tag", tag, "--models", model,
-                "--profile", args.profile, "--device", args.device] + (["--autocast", args.autocast] if args.autocast else [])
-        print(f"== {model}", flush=True)
-        if subprocess.run(argv).returncode == 0:
-            parts.append(args.out / f"seed-table-{tag}.json")
-        else:
-            failed.append(model)
-    if parts:
-        combine(parts, args.out, args.tag)
-    if failed:
-        sys.exit(f"failed: {failed}; see their output above")
+        rows.append(bench_model(model, args, args.out))
+        print(write(args.out, args.tag, meta, rows), flush=True)
 
 
 if __name__ == "__main__":

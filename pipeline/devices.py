@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+from typing import Iterator
+
 import torch
 
 KNOWN = ("cpu", "cuda", "xpu")
@@ -70,3 +73,27 @@ def reset_peak_memory(device: torch.device) -> None:
         torch.cuda.reset_peak_memory_stats(device)
     elif device.type == "xpu":
         torch.xpu.reset_peak_memory_stats(device)
+
+
+@contextlib.contextmanager
+def graph_capture_workspace(device: torch.device) -> Iterator[None]:
+    """Around recording a device graph: cuBLAS's own workspace must be allocated in, and forgotten
+    with, the graph's memory pool.
+
+    cuBLAS keeps one persistent workspace per stream, and every ``torch.cuda.graph`` records on the
+    same capture stream. Without this, the first graph ever recorded allocates that workspace in its
+    private pool and every later graph bakes in its address; once the first graph's owner is freed
+    and Inductor's CUDA-graph trees clear the workspaces (as they do around their own recordings),
+    the pool's memory goes back to the driver and those graphs' matmuls write into unmapped memory:
+    the second model tuned in one process died with "illegal memory access" / "unspecified launch
+    failure". Clearing before and after a recording (as Inductor does) gives each recording a
+    workspace inside its own pool, alive exactly as long as its graphs.
+    """
+    if device.type != "cuda":
+        yield
+        return
+    torch._C._cuda_clearCublasWorkspaces()
+    try:
+        yield
+    finally:
+        torch._C._cuda_clearCublasWorkspaces()

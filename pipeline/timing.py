@@ -445,7 +445,7 @@ def device_time_ms(fn: Callable[[], Any], device: torch.device, target_ms: float
             fn()
         torch.cuda.current_stream(device).wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        with devices.graph_capture_workspace(device), torch.cuda.graph(graph):
             fn()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         graph.replay()

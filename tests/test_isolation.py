@@ -143,3 +143,55 @@ def test_tune_leaves_the_users_model_exactly_as_it_was(tmp_path):
     stored = pipeline.checkpoint.read(tmp_path / "model.tweak")["state_dict"]
     assert int(stored["calls"]) == 0  # the state handed in, not the count after thousands of timed calls
     assert int(tuned.record.model.calls) == 0  # the served copy starts from it too
+
+
+@pytest.mark.gpu
+def test_reduce_overhead_programs_own_their_cuda_graph_trees():
+    from torch._inductor import cudagraph_trees
+
+    model = MLP().cuda().eval()
+    device = torch.device("cuda")
+    programs = [Program(model, f"ro_{i}", {"backend": "inductor", "mode": "reduce-overhead"}, device, True)
+                for i in range(2)]
+    x = torch.randn(4, 16, device=device)
+    with torch.inference_mode():
+        for _ in range(3):  # warm-up runs, then recording, then replay
+            for program in programs:
+                torch.compiler.cudagraph_mark_step_begin()
+                torch.testing.assert_close(program(x=x).clone(), model(x))
+    index = torch.cuda.current_device()
+    managers = [p._trees[index].tree_manager for p in programs]
+    assert all(m is not None for m in managers) and managers[0] is not managers[1]
+    shared = cudagraph_trees.get_obj(cudagraph_trees.local, "tree_manager_containers").get(index)
+    assert shared is None or shared.tree_manager not in managers
+
+
+@pytest.mark.gpu
+def test_an_hf_model_with_autocast_then_a_vision_model_in_one_gpu_process(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    from pipeline.compare import rel_error, tolerance
+
+    config = transformers.BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+                                     intermediate_size=128, vocab_size=100)
+    bert = transformers.BertForQuestionAnswering(config).eval()
+    ids = torch.randint(0, 100, (4, 32))
+    tokens = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    gpu_all = ["eager", "inductor", "graph", "graph_inductor", "inductor_reduce_overhead"]
+    common = ["device=cuda", f"backends=[{','.join(gpu_all)}]", "profile=quick", "tracking=off",
+              "model.batch_sizes=[1,8]"]
+    bf16 = [f"backends.{b}.autocast_enabled=true" for b in gpu_all]
+    cnn = SmallCNN().eval()
+    image = torch.randn(4, 3, 16, 16)
+    tuned_bert = pipeline.tune(bert, tokens, overrides=common + bf16, run_dir=tmp_path / "bert")
+    tuned_cnn = pipeline.tune(cnn, image, overrides=common, run_dir=tmp_path / "cnn")
+    for run_dir in ("bert", "cnn"):
+        capture = json.loads((tmp_path / run_dir / "capture.json").read_text())
+        assert {n: o["status"] for n, o in capture.items()} == dict.fromkeys(gpu_all, "ok"), capture
+    bert, cnn = bert.cuda(), cnn.cuda()
+    with torch.inference_mode():  # both still serve, and serve right, once both are tuned
+        for bs in (1, 3, 8, 11):
+            rows = {k: v[torch.arange(bs) % 4].cuda() for k, v in tokens.items()}
+            assert rel_error(tuned_bert(**rows), bert(**rows)) <= tolerance(torch.bfloat16)
+            x = image[torch.arange(bs) % 4].cuda()
+            assert rel_error(tuned_cnn(x), cnn(x)) <= tolerance(None)
+

@@ -175,13 +175,14 @@ class GraphBackend(Backend):
             devices.synchronize(device)
             warmup_seconds, compiles = time.perf_counter() - start, dynamo_counts()["graphs"] - graphs_before
 
-            api.empty_cache()
+            with devices.graph_capture_workspace(device):  # let the last workspace go before measuring the pool
+                api.empty_cache()
             reserved = api.memory_reserved(device)
             pool = api.graph_pool_handle()
             start = time.perf_counter()
             for size in reversed(recorded):  # largest first: smaller graphs reuse its memory in the pool
                 graph = graph_class()
-                with api.graph(graph, pool=pool), self.autocast():
+                with devices.graph_capture_workspace(device), api.graph(graph, pool=pool), self.autocast():
                     out = fn(**views[size])
                 self._graphs[size] = (graph, out)
             devices.synchronize(device)

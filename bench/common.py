@@ -1,0 +1,25 @@
+"""What every bench writes beside its figures: the command that made them, without machine paths."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Sequence
+
+ROOT = Path(__file__).resolve().parents[1]
+PATH_OPTIONS = ("--out",)
+
+
+def command_line(argv: Sequence[str] = ()) -> str:
+    """``python bench/<script> ...`` as run, the script repository-relative and ``--out DIR`` as ``--out OUT``."""
+    argv = list(argv or sys.argv)
+    script = Path(argv[0]).resolve()
+    words = ["python", str(script.relative_to(ROOT)) if script.is_relative_to(ROOT) else script.name]
+    rest = argv[1:]
+    for i, word in enumerate(rest):
+        if i and rest[i - 1] in PATH_OPTIONS:
+            word = "OUT"
+        elif word.startswith(tuple(f"{o}=" for o in PATH_OPTIONS)):
+            word = word.split("=", 1)[0] + "=OUT"
+        words.append(word)
+    return " ".join(words)
