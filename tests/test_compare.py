@@ -11,6 +11,7 @@ from torch import nn
 
 from pipeline.compare import Verdict, combine, judge, tolerance, uninformative
 from pipeline.leaves import tensor_leaves
+from pipeline.references import reference_at
 
 
 @pytest.fixture
@@ -183,3 +184,12 @@ def test_combine_reports_a_mismatch_before_an_unproved_check():
     assert combine({"batch size 1": ok, "batch size 8": unproved}).status == "uninformative"
     assert combine({"batch size 1": ok}).ok
 
+
+def test_the_reference_comes_from_the_first_input_source_that_can_judge():
+    # Sources are labelled batch-size -> inputs callables: a user's own examples plug in as one more.
+    sources = [("zeros", lambda bs: {"input": torch.zeros(bs, 4)}),
+               ("user examples", lambda bs: {"input": torch.linspace(-1, 1, 4 * bs).reshape(bs, 4)})]
+    ref = reference_at(nn.ReLU(), 2, sources)
+    assert ref.source == "user examples" and not ref.uninformative
+    stuck = reference_at(nn.ReLU(), 2, sources[:1])
+    assert stuck.source == "zeros" and "zero to the float type's precision" in stuck.uninformative
