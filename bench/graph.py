@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 from pipeline import backends as backend_registry  # noqa: E402
 from pipeline import devices  # noqa: E402
 from pipeline.api import compose_config  # noqa: E402
-from pipeline.compare import rel_error  # noqa: E402
+from pipeline.compare import judge  # noqa: E402
 from pipeline.models import make_inputs  # noqa: E402
 from pipeline.timing import measure_interleaved  # noqa: E402
 
@@ -71,7 +71,7 @@ def bench_model(name: str, device: torch.device) -> Dict:
             backend.build(model, sample, device, list(range(1, largest + 1)))
             builds[bname] = {"build_seconds": backend.build_seconds,
                              "peak_memory_bytes": devices.peak_memory_bytes(device),
-                             f"max_rel_error_bs{CHECK_SIZE}": rel_error(backend(**check), expected),
+                             f"max_rel_error_bs{CHECK_SIZE}": judge(backend(**check), expected).error,
                              **backend.stats()}
         except Exception as exc:  # one backend's failure is a result, not the end of an unattended run
             builds[bname] = {"error": f"{type(exc).__name__}: {exc}"[:2000]}

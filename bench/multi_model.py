@@ -86,9 +86,9 @@ def check_again(model: nn.Module, tuned: nn.Module, example: Dict[str, torch.Ten
     with torch.inference_mode():
         for bs in sorted(set(sizes) | {2, 5, max(sizes) + 3}):
             inputs = rows_of(example, bs, device)
-            err = compare.rel_error(tuned(**inputs), model(**inputs))
-            tol = compare.tolerance(dtype)
-            checks.append({"batch_size": bs, "max_rel_error": err, "tolerance": tol, "ok": err <= tol})
+            verdict = compare.judge(tuned(**inputs), model(**inputs), dtype)
+            checks.append({"batch_size": bs, "max_rel_error": verdict.error, "tolerance": compare.tolerance(dtype),
+                           "tensors": verdict.tensors, "ok": verdict.ok, "reason": verdict.reason})
     return checks
 
 

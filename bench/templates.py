@@ -63,7 +63,7 @@ sys.path.insert(0, str(ROOT))
 from pipeline import backends as backend_registry  # noqa: E402
 from pipeline import devices, inductor_options  # noqa: E402
 from pipeline.api import compose_config  # noqa: E402
-from pipeline.compare import rel_error, tolerance  # noqa: E402
+from pipeline.compare import judge, tolerance  # noqa: E402
 from pipeline.models import make_inputs  # noqa: E402
 from pipeline.timing import measure_interleaved, time_call  # noqa: E402
 
@@ -99,12 +99,12 @@ def bench_backend(name: str, bcfg: Dict[str, Any], model: torch.nn.Module, spec:
             check = make_inputs(spec, bs, device, seed + 1)
             with torch.inference_mode():
                 expected = model(**check)
-            err, tol = rel_error(backend(**check), expected), tolerance(backend.compute_dtype)
+            verdict, tol = judge(backend(**check), expected, backend.compute_dtype), tolerance(backend.compute_dtype)
             fns = {"eager": lambda: model(**inputs), name: lambda: backend(**inputs)}
             with torch.inference_mode():
                 timed = measure_interleaved(fns, device, TIMING)
             row["per_batch"][str(bs)] = {
-                "compile_s": compile_s, "max_rel_error": err, "tolerance": tol, "ok": err <= tol,
+                "compile_s": compile_s, "max_rel_error": verdict.error, "tolerance": tol, "ok": verdict.ok,
                 "latency": timed[name].summary(), "eager": timed["eager"].summary(),
                 "speedup_vs_eager": timed["eager"].median / timed[name].median,
             }

@@ -15,17 +15,23 @@ from pipeline.routing import Range
 from pipeline.timing import Measurement
 
 
+# Added wherever an unverified backend is left out, so the error names the key that lets it in.
+ALLOW_HINT = " (validate.allow_unverified=true routes over unverified backends)"
+
+
 @dataclass
 class BackendOutcome:
-    """What capture found for one backend: ok, failed (with the error) or skipped (unsupported)."""
+    """What capture found for one backend: ok, failed (with the error), skipped (unsupported) or
+    unverified (eager's output could not tell it right from wrong)."""
 
     name: str
     kind: str
-    status: str = "pending"  # ok | failed | skipped
+    status: str = "pending"  # ok | failed | skipped | unverified
     reason: str = ""
     build_seconds: float = 0.0
     max_rel_error: float = float("nan")
     tolerance: float = float("nan")
+    tensors: int = 0  # output tensors compared with eager's, over every check
     peak_memory_bytes: int = 0
     # Evidence that a compiling backend served its compiled program: Dynamo graphs, graph breaks,
     # frames and eager calls of its own program ({} for a backend that does not compile).
@@ -82,8 +88,15 @@ class RunContext:
         self.profile.pop(name, None)
 
     def failures(self) -> Dict[str, str]:
-        """Excluded backends and why."""
-        return {n: f"{o.status}: {o.reason}" for n, o in self.outcomes.items() if o.status != "ok"}
+        """Backends the route excludes, and why: every one not ok, except unverified ones where
+        ``validate.allow_unverified`` is set."""
+        allow = self.cfg.validate.allow_unverified
+        return {n: f"{o.status}: {o.reason}" + (ALLOW_HINT if o.status == "unverified" else "")
+                for n, o in self.outcomes.items() if o.status != "ok" and not (allow and o.status == "unverified")}
+
+    def unverified(self) -> List[str]:
+        """Backends capture could neither prove right nor wrong."""
+        return [n for n, o in self.outcomes.items() if o.status == "unverified"]
 
     def medians(self) -> Dict[str, Dict[int, float]]:
         """The profile as backend -> batch size -> median ms (the router's input)."""

@@ -160,7 +160,7 @@ def choose_route(profile: Profile, order: Sequence[str], strategy: str = "router
             raise ValueError(f"route.backend={backend} has no profile to serve from; was the profile stage run?")
         return [Range(1, None, backend)]
     if not usable:
-        raise ValueError("no backend has a profile to route on; every backend failed or was skipped: "
+        raise ValueError("no backend has a profile to route on; every backend failed, was skipped or is unverified: "
                          + "; ".join(f"{b}: {r}" for b, r in failures.items()))
     if strategy == "first_wins":
         return [Range(1, None, usable[0])]

@@ -2,37 +2,51 @@
 
 A backend that is unsupported on the device is recorded as skipped; one that fails to build,
 crashes or does not match eager is recorded as failed with its reason. Either way it is excluded
-and the run goes on.
+and the run goes on. Where eager's output cannot tell right from wrong on any input tried, the
+backend is recorded as unverified, and profiled and routed only with ``validate.allow_unverified=true``.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
 import traceback
+from typing import Callable, Dict, Optional
 
 import torch
 
 from pipeline import backends as backend_registry
 from pipeline import devices, progress
 from pipeline.backends import BackendUnsupported
-from pipeline.compare import check_informative, rel_error, tolerance
-from pipeline.context import BackendOutcome, RunContext
-from pipeline.models import make_inputs
+from pipeline.compare import combine, judge, tolerance
+from pipeline.context import ALLOW_HINT, BackendOutcome, RunContext
+from pipeline.references import Reference, random_fills, reference_at
 
 log = logging.getLogger(__name__)
 
-
-def reference_outputs(ctx: RunContext) -> dict:
-    """Eager outputs at every tuned batch size: the truth every backend is held to."""
-    with torch.inference_mode():
-        reference = {bs: ctx.model(**make_inputs(ctx.inputs, bs, ctx.device, ctx.cfg.seed)) for bs in ctx.batch_sizes}
-    check_informative(reference[max(reference)], f"of model {ctx.cfg.model.name} at batch size {max(reference)}")
-    return reference
+# A verdict's status -> the outcome's status and the start of its reason.
+OUTCOMES = {"ok": ("ok", ""), "mismatch": ("failed", "output differs from eager: "),
+            "uninformative": ("unverified", "could not be checked against eager: ")}
 
 
-def capture_one(ctx: RunContext, name: str, cfg: dict, reference: dict) -> BackendOutcome:
+def reference_outputs(ctx: RunContext, compute_dtype: Optional[torch.dtype]) -> Dict[int, Reference]:
+    """Eager's outputs at every tuned batch size, each from the first inputs whose output can judge a
+    backend computing in ``compute_dtype``: the truth every backend is held to."""
+    sources = random_fills(ctx.inputs, ctx.device, ctx.cfg.seed)
+    references = {bs: reference_at(ctx.model, bs, sources, compute_dtype, ctx.cfg.validate.tolerance_scale)
+                  for bs in ctx.batch_sizes}
+    unproved = {bs: ref.uninformative for bs, ref in references.items() if ref.uninformative}
+    if unproved:
+        log.warning("capture: on every input tried, eager's output cannot tell a wrong backend from a right one at "
+                    "batch size %s (%s); backends will be recorded unverified",
+                    ", ".join(map(str, unproved)), next(iter(unproved.values())))
+    return references
+
+
+def capture_one(ctx: RunContext, name: str, cfg: dict,
+                references: Callable[[Optional[torch.dtype]], Dict[int, Reference]]) -> BackendOutcome:
     """Build and check one backend; never raises for the backend's own failures."""
     outcome = BackendOutcome(name=name, kind=str(cfg.get("kind")))
     backend = backend_registry.create(name, cfg)
@@ -40,18 +54,20 @@ def capture_one(ctx: RunContext, name: str, cfg: dict, reference: dict) -> Backe
     if reason:
         outcome.status, outcome.reason = "skipped", reason
         return outcome
-    outcome.tolerance = tolerance(backend.compute_dtype, ctx.cfg.validate.tolerance_scale)
+    scale = ctx.cfg.validate.tolerance_scale
+    outcome.tolerance = tolerance(backend.compute_dtype, scale)
+    refs = references(backend.compute_dtype)
     devices.reset_peak_memory(ctx.device)
     start = time.perf_counter()
     try:
         largest = max(ctx.batch_sizes)
         # Every size up to the largest tuned one may be served, tuned or not.
-        sample = make_inputs(ctx.inputs, largest, ctx.device, ctx.cfg.seed)
+        sample = refs[largest].inputs
         backend.build(ctx.model, sample, ctx.device, list(range(1, largest + 1)), ctx.batch_sizes)
         with backend.watched():  # every compile is this backend's; a recompile limit hit fails it
-            worst = backend.self_check(ctx.model, sample)  # variants the tuned sizes miss, e.g. each recorded graph
-            for bs, ref in reference.items():
-                worst = max(worst, rel_error(backend(**make_inputs(ctx.inputs, bs, ctx.device, ctx.cfg.seed)), ref))
+            checks = backend.self_check(ctx.model, sample, scale)  # variants the tuned sizes miss, e.g. each graph
+            for bs, ref in refs.items():
+                checks[f"batch size {bs}"] = judge(backend(**ref.inputs), ref.output, backend.compute_dtype, scale)
             devices.synchronize(ctx.device)
     except BackendUnsupported as exc:
         outcome.status, outcome.reason = "skipped", str(exc)
@@ -62,33 +78,33 @@ def capture_one(ctx: RunContext, name: str, cfg: dict, reference: dict) -> Backe
         return outcome
     outcome.build_seconds = time.perf_counter() - start
     outcome.peak_memory_bytes = devices.peak_memory_bytes(ctx.device)
-    outcome.max_rel_error = worst
     outcome.compile = backend.compile_evidence()
     fallback = backend.fallback_reason()
     if fallback:
         outcome.status, outcome.reason = "failed", f"not timed: {fallback}"
         return outcome
-    if worst > outcome.tolerance:
-        outcome.status = "failed"
-        outcome.reason = f"output differs from eager: max relative error {worst:.3g} > tolerance {outcome.tolerance:.3g}"
-        return outcome
-    outcome.status = "ok"
-    ctx.backends[name] = backend
+    verdict = combine(checks)
+    outcome.status, start = OUTCOMES[verdict.status]
+    outcome.reason, outcome.max_rel_error, outcome.tensors = start + verdict.reason, verdict.error, verdict.tensors
+    if outcome.status == "ok" or ctx.cfg.validate.allow_unverified:
+        ctx.backends[name] = backend
     return outcome
 
 
 def run(ctx: RunContext) -> None:
-    reference = reference_outputs(ctx)
+    references = functools.lru_cache(maxsize=None)(functools.partial(reference_outputs, ctx))  # per compute dtype
     for name, cfg in progress.track(ctx.cfg.backends.items(), "capture", len(ctx.cfg.backends), label=lambda kv: kv[0]):
-        outcome = capture_one(ctx, name, dict(cfg), reference)
+        outcome = capture_one(ctx, name, dict(cfg), references)
         ctx.outcomes[name] = outcome
         level = logging.INFO if outcome.status == "ok" else logging.WARNING
-        log.log(level, "capture %-28s %-7s %s", name, outcome.status,
-                outcome.reason or f"built in {outcome.build_seconds:.2f}s, max rel err {outcome.max_rel_error:.2e}"
+        log.log(level, "capture %-28s %-10s %s", name, outcome.status,
+                outcome.reason or f"built in {outcome.build_seconds:.2f}s, max rel err {outcome.max_rel_error:.2e} "
+                                  f"over {outcome.tensors} tensors"
                 + (f", {outcome.compile['graphs']} Dynamo graph(s), {outcome.compile['graph_breaks']} graph break(s)"
                    if outcome.compile else ""))
     path = ctx.run_dir / "capture.json"
     path.write_text(json.dumps({n: o.to_dict() for n, o in ctx.outcomes.items()}, indent=2))
     ctx.tracker.log_capture(ctx.outcomes, path)
     if not ctx.backends:
-        raise RuntimeError("capture: no backend survived; see capture.json for each reason")
+        hint = f"; unverified: {', '.join(ctx.unverified())}{ALLOW_HINT}" if ctx.unverified() else ""
+        raise RuntimeError(f"capture: no backend survived{hint}; see capture.json for each reason")

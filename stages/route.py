@@ -20,6 +20,10 @@ def run(ctx: RunContext) -> None:
     ctx.route = choose_route(medians, list(ctx.cfg.backends), rcfg.strategy, rcfg.min_gain,
                              rcfg.backend, ctx.failures(), baseline=eager)
     routed_names = {r.backend for r in ctx.route}
+    unverified = sorted(routed_names & set(ctx.unverified()))
+    if unverified:
+        log.warning("route   serves %s, which capture could not check against eager (validate.allow_unverified=true)",
+                    ", ".join(unverified))
     record = TuneRecord(ctx.cfg.model.name, ctx.model, ctx.inputs, ctx.batch_sizes, ctx.device)
     ctx.routed = RoutedModule({n: ctx.backends[n] for n in routed_names}, ctx.route, record)
     for r in ctx.route:
@@ -32,6 +36,7 @@ def run(ctx: RunContext) -> None:
         "ranges": [r.to_dict() for r in ctx.route],
         "profile_medians_ms": {b: {str(bs): ms for bs, ms in per.items()} for b, per in medians.items()},
         "excluded": ctx.failures(),
+        "unverified": unverified,
     }, indent=2))
     ctx.tracker.log_route(ctx.route, path)
     ctx.checkpoint_path = checkpoint.save(ctx.routed, ctx.run_dir / rcfg.checkpoint_name)

@@ -6,7 +6,9 @@ import csv
 import json
 
 import pytest
+import torch
 
+import pipeline
 from conftest import TINY
 from pipeline.runner import run
 
@@ -66,3 +68,31 @@ def test_every_backend_failing_stops_with_a_clear_error(compose_cfg, tmp_path):
     with pytest.raises(RuntimeError, match="no backend survived"):
         run(cfg, tmp_path)
     assert json.loads((tmp_path / "capture.json").read_text())["inductor"]["status"] == "failed"
+
+
+def test_a_model_whose_output_proves_nothing_is_unverified_and_routed_only_when_allowed(compose_cfg, tmp_path):
+    # No layers and inputs of all ones: eager answers 1.0 everywhere at every seed, as would a wrong backend.
+    base = [*TINY, "backends=[eager]", "model.build.depth=0", "model.inputs.x.fill=ones", "model.batch_sizes=[1,4]"]
+    with pytest.raises(RuntimeError, match=r"unverified: eager \(validate.allow_unverified=true"):
+        run(compose_cfg(base), tmp_path / "refused")
+    capture = json.loads((tmp_path / "refused" / "capture.json").read_text())
+    assert capture["eager"]["status"] == "unverified"
+    assert "constant within the tolerance (1 to 1)" in capture["eager"]["reason"]
+    ctx = run(compose_cfg([*base, "validate.allow_unverified=true"]), tmp_path / "allowed")
+    assert json.loads((tmp_path / "allowed" / "route.json").read_text())["unverified"] == ["eager"]
+    assert ctx.validation["ok"] and {r["status"] for r in ctx.validation["rows"]} == {"uninformative"}
+
+
+def test_gpt2_is_checked_on_its_cache_too(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    transformers.logging.set_verbosity_error()
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=100))
+    pipeline.tune(model, {"input_ids": torch.randint(0, 100, (2, 8))}, run_dir=tmp_path,
+                  overrides=["backends=[eager]", "profile=quick", "tracking=off", "model.batch_sizes=[1,2]",
+                             "validate.extra_batch_sizes=[]"])
+    capture = json.loads((tmp_path / "capture.json").read_text())
+    assert capture["eager"]["status"] == "ok"
+    assert capture["eager"]["tensors"] == 2 * 5  # two batch sizes x (logits + keys and values of 2 layers)
+    validation = json.loads((tmp_path / "validation.json").read_text())
+    assert {r["tensors"] for r in validation["rows"]} == {5}

@@ -25,7 +25,7 @@ from pipeline import devices, graph_plan
 from pipeline.backends.base import Backend
 from pipeline.backends.inductor import InductorBackend, settings_given
 from pipeline.backends.program import Program, dynamo_counts
-from pipeline.compare import rel_error
+from pipeline.compare import Verdict, judge
 
 log = logging.getLogger(__name__)
 
@@ -227,22 +227,24 @@ class GraphBackend(Backend):
                 start += rows
             return concat_chunks(parts, [rows for rows, _ in plan])
 
-    def self_check(self, model: nn.Module, sample: Dict[str, torch.Tensor]) -> float:
+    def self_check(self, model: nn.Module, sample: Dict[str, torch.Tensor],
+                   tolerance_scale: float = 1.0) -> Dict[str, Verdict]:
         """Every recorded graph against eager: eager runs once on the largest recorded batch, then each
         graph is compared with the matching prefix of that output, full and padded (17 rows through 24)."""
         largest = self._recorded[-1]
         inputs = {name: tile(t.to(self.device), largest) for name, t in sample.items()}
         with torch.inference_mode():
             reference = model(**inputs)
-        errors: Dict[str, float] = {}
+        verdicts: Dict[str, Verdict] = {}
         for i, size in enumerate(self._recorded):
             smallest = self._recorded[i - 1] + 1 if i else 1  # the fewest rows this graph serves
             for rows in sorted({size, smallest}, reverse=True):
                 out = self(**{name: t[:rows] for name, t in inputs.items()})
-                errors[f"graph {size} with {rows} rows"] = rel_error(out, take_rows(reference, rows, largest, False))
-        worst = max(errors, key=errors.get)
-        self._stats["self_check_worst"] = {"check": worst, "max_rel_error": errors[worst]}
-        return errors[worst]
+                verdicts[f"graph {size} with {rows} rows"] = judge(out, take_rows(reference, rows, largest, False),
+                                                                  self.compute_dtype, tolerance_scale)
+        worst = max(verdicts, key=lambda label: verdicts[label].error)
+        self._stats["self_check_worst"] = {"check": worst, "max_rel_error": verdicts[worst].error}
+        return verdicts
 
     def stats(self) -> Dict[str, Any]:
         return dict(self._stats)

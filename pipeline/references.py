@@ -1,0 +1,63 @@
+"""Eager's outputs that backends are checked against, from inputs whose output can tell right from wrong.
+
+A model with random weights can answer some inputs with an output that proves nothing (constant,
+zero to the float type's precision, NaN), so each batch size tries input sources in order until
+eager's output can judge a backend. The sources are the random fills of ``model.inputs`` at the
+run's seed, then at the next seeds; a user's own examples would be one more source, tried first.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import torch
+from torch import nn
+
+from pipeline.compare import uninformative
+from pipeline.models import make_inputs
+
+log = logging.getLogger(__name__)
+
+RANDOM_SEEDS = 3  # seeds of the random fills tried: the run's seed and the two after it
+
+# A label for logs and reasons, and batch size -> inputs.
+InputSource = Tuple[str, Callable[[int], Dict[str, torch.Tensor]]]
+
+
+@dataclass(frozen=True)
+class Reference:
+    """Eager's output for one batch of inputs, and why it cannot judge a backend ('' when it can)."""
+
+    inputs: Dict[str, torch.Tensor]
+    output: Any
+    source: str
+    uninformative: str
+
+
+def random_fills(spec: Mapping[str, Any], device: torch.device, seed: int,
+                 count: int = RANDOM_SEEDS) -> List[InputSource]:
+    """The random fills of ``spec`` (``model.inputs``) at ``seed`` and the ``count - 1`` seeds after it."""
+    return [(f"random inputs of seed {s}", functools.partial(make_inputs, spec, device=device, seed=s))
+            for s in range(seed, seed + count)]
+
+
+def reference_at(model: nn.Module, batch_size: int, sources: Sequence[InputSource],
+                 compute_dtype: Optional[torch.dtype] = None, tolerance_scale: float = 1.0) -> Reference:
+    """Eager's output at ``batch_size`` from the first source whose output can judge a backend computing in
+    ``compute_dtype``; when none can, the last one tried (``sources`` holds at least one), with the reason."""
+    first = None
+    for label, make in sources:
+        inputs = make(batch_size)
+        with torch.inference_mode():
+            output = model(**inputs)
+        reference = Reference(inputs, output, label, uninformative(output, compute_dtype, tolerance_scale))
+        first = first or reference
+        if not reference.uninformative:
+            if reference is not first:
+                log.info("eager's output at batch size %d proves nothing on %s (%s); checking on %s instead",
+                         batch_size, first.source, first.uninformative, label)
+            break
+    return reference
