@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from typing import Optional
+
 import torch
 
 KNOWN = ("cpu", "cuda", "xpu")
@@ -62,6 +65,27 @@ def peak_memory_bytes(device: torch.device) -> int:
     if device.type == "xpu":
         return int(torch.xpu.max_memory_allocated(device))
     return 0
+
+
+def available_memory_bytes(device: torch.device) -> Optional[int]:
+    """Memory a run can still take: the device's free memory, or the host's available RAM for cpu; None if unknown."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    if device.type == "xpu" and hasattr(torch.xpu, "mem_get_info"):
+        return int(torch.xpu.mem_get_info(device)[0])
+    if device.type != "cpu":
+        return None
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
 
 
 def reset_peak_memory(device: torch.device) -> None:
