@@ -7,6 +7,8 @@ from typing import Optional
 
 import torch
 
+from pipeline.config_errors import ConfigError
+
 KNOWN = ("cpu", "cuda", "xpu")
 
 
@@ -30,9 +32,9 @@ def resolve(requested: str) -> torch.device:
         return torch.device("cpu")
     kind = requested.split(":")[0]
     if kind not in KNOWN:
-        raise ValueError(f"unknown device {requested!r}; use auto, cpu, cuda or xpu")
+        raise ConfigError(f"unknown device {requested!r}; use auto, cpu, cuda or xpu")
     if not available(kind):
-        raise RuntimeError(
+        raise ConfigError(
             f"device={requested} was asked for, but this machine's torch ({torch.__version__}) sees no {kind} device; "
             f"use device=auto or device=cpu"
         )
