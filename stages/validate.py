@@ -50,7 +50,8 @@ def run(ctx: RunContext) -> None:
     if ctx.cfg.validate.check_reload and ctx.checkpoint_path is not None:
         from pipeline.checkpoint import load
 
-        modules["reloaded"] = load(ctx.checkpoint_path, ctx.model, device=ctx.device)
+        # The run's own checkpoint, written moments ago from its own config: its options are trusted.
+        modules["reloaded"] = load(ctx.checkpoint_path, ctx.model, device=ctx.device, trust_options=True)
     rows = check(ctx, modules)
     ctx.validation = {"ok": all(r["ok"] for r in rows), "rows": rows}
     for r in rows:
