@@ -241,7 +241,7 @@ def load(path: PathLike, model: nn.Module, device: Optional[Union[str, torch.dev
             backend(**make_inputs(inputs, bs, dev, SAMPLE_SEED))
         built[name] = backend
     devices.synchronize(dev)
-    routed = RoutedModule(built, route, TuneRecord(payload["name"], model, inputs, tuned, dev))
+    routed = RoutedModule(built, route, TuneRecord(payload["name"], model, inputs, tuned, dev, api=True))
     routed.load_seconds = time.perf_counter() - start
     log.info("loaded %s in %.2f s on %s: %s", path, routed.load_seconds, dev, routed.extra_repr())
     return routed

@@ -30,10 +30,11 @@ def build_context(cfg: DictConfig, run_dir: Path, model: Optional[torch.nn.Modul
     """Resolve the device, build the model with random weights (or take the caller's), open the tracker."""
     device = devices.resolve(cfg.device)
     torch.manual_seed(cfg.seed)
+    api = model is not None
     model = (instantiate(cfg.model.build) if model is None else model).eval().to(device)
     inputs = OmegaConf.to_container(cfg.model.inputs, resolve=True)
     return RunContext(cfg=cfg, run_dir=run_dir, device=device, model=model, inputs=inputs,
-                      tracker=make_tracker(cfg.tracking))
+                      tracker=make_tracker(cfg.tracking), api=api)
 
 
 def run(cfg: DictConfig, run_dir: Path, model: Optional[torch.nn.Module] = None) -> RunContext:

@@ -20,7 +20,7 @@ def run(ctx: RunContext) -> None:
     ctx.route = choose_route(medians, list(ctx.cfg.backends), rcfg.strategy, rcfg.min_gain,
                              rcfg.backend, ctx.failures(), baseline=eager)
     routed_names = {r.backend for r in ctx.route}
-    record = TuneRecord(ctx.cfg.model.name, ctx.model, ctx.inputs, ctx.batch_sizes, ctx.device)
+    record = TuneRecord(ctx.cfg.model.name, ctx.model, ctx.inputs, ctx.batch_sizes, ctx.device, api=ctx.api)
     ctx.routed = RoutedModule({n: ctx.backends[n] for n in routed_names}, ctx.route, record)
     for r in ctx.route:
         log.info("route   batch %s..%s -> %s", r.lo, r.hi if r.hi is not None else "inf", r.backend)
