@@ -65,8 +65,9 @@ def check_sizes(cfg: DictConfig, device: torch.device) -> None:
     """Batch sizes in bounds, and the inputs at the largest size (tuned or validated) within memory."""
     sizes = {"model.batch_sizes": list(cfg.model.batch_sizes),
              "validate.extra_batch_sizes": list(cfg.validate.extra_batch_sizes)}
-    if not sizes["model.batch_sizes"]:
-        raise ConfigError(f"model.batch_sizes is empty; e.g. model.batch_sizes={EXAMPLE_SIZES}")
+    if not 1 <= len(sizes["model.batch_sizes"]) <= limits.MAX_TUNED_SIZES:
+        raise ConfigError(f"model.batch_sizes holds {len(sizes['model.batch_sizes'])} sizes, not 1 to "
+                          f"{limits.MAX_TUNED_SIZES}; e.g. model.batch_sizes={EXAMPLE_SIZES}")
     key, largest = max(((k, max(v)) for k, v in sizes.items() if v), key=lambda kv: kv[1])
     problem = limits.memory_problem(OmegaConf.to_container(cfg.model.inputs, resolve=True), largest, device)
     if problem:
@@ -91,6 +92,9 @@ def check_config(cfg: DictConfig, run_dir: Optional[Path] = None) -> None:
         check_stages(list(cfg.stages))
         if OmegaConf.is_missing(cfg, "backends") or not cfg.backends:
             raise ConfigError("no backends selected; e.g. 'backends=[eager,inductor]'")
+        if len(cfg.backends) > limits.MAX_BACKENDS:
+            raise ConfigError(f"{len(cfg.backends)} backends selected, more than {limits.MAX_BACKENDS}; "
+                              f"pick fewer, e.g. 'backends=[eager,inductor]'")
         problem = limits.inputs_problem(OmegaConf.to_container(cfg.model.inputs, resolve=True))
         if problem:
             raise ConfigError(f"model.inputs: {problem}")

@@ -16,7 +16,9 @@ from pipeline.models import DTYPES, FILLS
 
 # The largest batch size tweakpipe tunes, routes or rebuilds: the router keeps a table entry per
 # size up to its last range's start, and loading builds each backend for every size it owns.
-MAX_BATCH_SIZE = 1 << 20
+MAX_BATCH_SIZE = 1 << 16
+MAX_TUNED_SIZES = 256  # batch sizes one run profiles; a route has at most one range per tuned size
+MAX_BACKENDS = 64  # competing backends of a run, and backends of a checkpoint (each is built on load)
 MAX_INPUTS = 64  # named inputs of one model
 MAX_INPUT_DIMS = 8  # dimensions of one input's per-sample shape
 MAX_RANDINT_HIGH = 1 << 62  # randint draws in [0, high)

@@ -65,8 +65,8 @@ def fields_problem(payload: Mapping[str, Any]) -> Optional[str]:
 
 def sizes_problem(sizes: List[Any], largest: Any) -> Optional[str]:
     """Tuned sizes: ascending, distinct, in bounds; ``max_batch_size`` is the largest of them."""
-    if not sizes:
-        return "batch_sizes is empty"
+    if not 1 <= len(sizes) <= limits.MAX_TUNED_SIZES:
+        return f"batch_sizes holds {len(sizes)} sizes, not 1 to {limits.MAX_TUNED_SIZES}"
     for i, size in enumerate(sizes):
         problem = limits.batch_size_problem(size, f"batch_sizes[{i}]")
         if problem:
@@ -78,8 +78,11 @@ def sizes_problem(sizes: List[Any], largest: Any) -> Optional[str]:
     return None
 
 
-def route_problem(route: List[Any], backends: Mapping[str, Any]) -> Optional[str]:
-    """Ranges from 1 up without gaps or overlaps, the last open-ended, each naming a stored backend."""
+def route_problem(route: List[Any], backends: Mapping[str, Any], tuned: int) -> Optional[str]:
+    """Ranges from 1 up without gaps or overlaps, the last open-ended, each naming a stored backend;
+    no more of them than ``tuned`` sizes (a range is won at a profiled size)."""
+    if len(route) > tuned:
+        return f"route has {len(route)} ranges, more than its {tuned} tuned batch sizes can give"
     start = 1
     for i, r in enumerate(route):
         where = f"route[{i}]"
@@ -154,7 +157,9 @@ def check(payload: Mapping[str, Any], model: nn.Module, path: Path, trust_option
                or sizes_problem(payload["batch_sizes"], payload["max_batch_size"])
                or limits.inputs_problem(payload["inputs"])
                or next(filter(None, (backend_problem(n, c) for n, c in payload["backends"].items())), None)
-               or route_problem(payload["route"], payload["backends"]))
+               or (f"{len(payload['backends'])} backends, more than {limits.MAX_BACKENDS}"
+                   if len(payload["backends"]) > limits.MAX_BACKENDS else None)
+               or route_problem(payload["route"], payload["backends"], len(payload["batch_sizes"])))
     if problem:
         raise CheckpointError(f"{path} is not a checkpoint this tweakpipe can load: {problem}. Nothing was loaded; "
                               f"re-save it with pipeline.save or re-tune")

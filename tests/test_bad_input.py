@@ -71,11 +71,14 @@ CONFIG_CASES = {  # id: (overrides, what the message names: the problem, then th
                         r"validate\.extra_batch_sizes=\[1,8,64\]"),
     "zero-batch-size": (["model.batch_sizes=[0,4]"], r"model\.batch_sizes\[0\]=0 is not a batch size \(an integer from 1",
                         r"model\.batch_sizes=\[1,8,64\]"),
-    "no-batch-sizes": (["model.batch_sizes=[]"], r"model\.batch_sizes is empty", r"model\.batch_sizes=\[1,8,64\]"),
+    "no-batch-sizes": (["model.batch_sizes=[]"], r"model\.batch_sizes holds 0 sizes, not 1 to 256",
+                       r"model\.batch_sizes=\[1,8,64\]"),
+    "too-many-batch-sizes": ([f"model.batch_sizes=[{','.join(map(str, range(1, 258)))}]"],
+                             r"model\.batch_sizes holds 257 sizes, not 1 to 256", r"model\.batch_sizes=\[1,8,64\]"),
     "huge-batch-size": (["model.batch_sizes=[1,1000000000]"], r"model\.batch_sizes.*1000000000",
                         r"model\.batch_sizes=\[1,8,64\]"),
-    "inputs-beyond-memory": (["model=resnet18", "model.batch_sizes=[1,1048576]"],
-                             r"at batch size 1048576 the inputs alone take \d+\.\d GiB \(x: \[3, 224, 224\] float32 "
+    "inputs-beyond-memory": (["model=resnet18", "model.inputs.x.shape=[3,2048,2048]", "model.batch_sizes=[1,65536]"],
+                             r"at batch size 65536 the inputs alone take \d+\.\d GiB \(x: \[3, 2048, 2048\] float32 "
                              r"per sample\) and a run holds 2 such batches at once, more than the .* GiB cpu has",
                              r"lower the largest batch size, e\.g\. model\.batch_sizes=\[1,8,64\]"),
     "unknown-dtype": (["model.inputs.x.dtype=float8"], r"input 'x': unknown dtype 'float8'", r"use one of \['bfloat16'"),

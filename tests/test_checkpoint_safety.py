@@ -183,11 +183,16 @@ def test_numbers_beyond_the_format_are_refused_within_seconds(ckpt, edit, named)
     (lambda p: p.update(backdoor=1), r"unknown fields \['backdoor'\]"),
     (lambda p: p.update(max_batch_size=True), r"max_batch_size is a bool, not a int"),
     (lambda p: p.update(name=["tiny"]), r"name is a list, not a str"),
+    (lambda p: p.update(route=[{"lo": i, "hi": i, "backend": "eager"} for i in range(1, 4)]
+                        + [{"lo": 4, "hi": None, "backend": "eager"}]),
+     r"route has 4 ranges, more than its 2 tuned batch sizes can give"),
+    (lambda p: p["backends"].update({f"e{i}": {"name": f"e{i}", "kind": "eager"} for i in range(64)}),
+     r"65 backends, more than 64"),
     (lambda p: p.update(device={"type": "tpu", "name": "x"}), r"device=.* must be \{type: one of \['cpu', 'cuda', 'xpu'\]"),
     (lambda p: p.update(format=9), r"format 1 in its header but 9 in its body"),
 ], ids=["unknown-backend", "route-gap", "route-closed", "route-open-early", "unknown-kind", "unknown-backend-key",
-        "unknown-mode", "template", "dtype", "fill", "shape", "unknown-field", "bool-size", "name-type", "device",
-        "format"])
+        "unknown-mode", "template", "dtype", "fill", "shape", "unknown-field", "bool-size", "name-type",
+        "too-many-ranges", "too-many-backends", "device", "format"])
 def test_a_payload_outside_the_format_is_refused_before_the_model_is_touched(ckpt, edit, named):
     craft(ckpt, edit)
     refused(ckpt, CheckpointError, named)
@@ -205,7 +210,7 @@ def test_a_config_and_a_checkpoint_share_one_bound_on_batch_sizes(ckpt, compose_
     from pipeline.checks import check_config
     from pipeline.config_errors import ConfigError
 
-    bound = rf"=1048577 is not a batch size \(an integer from 1 to {MAX_BATCH_SIZE}\)"
+    bound = rf"={MAX_BATCH_SIZE + 1} is not a batch size \(an integer from 1 to {MAX_BATCH_SIZE}\)"
     with pytest.raises(ConfigError, match=rf"model\.batch_sizes\[1\]{bound}"):
         check_config(compose_cfg(["model=tiny_mlp", "backends=[eager]", "tracking=off",
                                   f"model.batch_sizes=[1,{MAX_BATCH_SIZE + 1}]"]))
