@@ -95,7 +95,7 @@ def test_a_compiler_named_in_a_checkpoint_is_refused_and_runs_nothing(ckpt, tmp_
     ("aot_inductor.output_path", "/tmp/evil.so"),  # a path
     ("max_autotune_gemm_backends", "ATEN"),  # free text, not a fixed choice
     ("triton.debug_dump_kernel_inputs", {"kernel": 1}),  # a container keyed by free text
-])
+], ids=["compiler", "directory", "path", "free-text", "keyed-container"])
 def test_every_option_that_admits_free_text_is_refused(ckpt, option, value):
     craft(ckpt, lambda p: route_to(p, "inductor", {"kind": "inductor", "options": {option: value}}))
     refused(ckpt, UntrustedOptions, re.escape(option), "trust_options=True")
@@ -137,7 +137,7 @@ def test_trust_options_is_the_explicit_opt_in(ckpt, tmp_path):
     ({"compile_threads": 1.5}, r"compile_threads=1\.5 does not fit int \| None"),  # an Optional
     ({"cpu_backend": "cuda"}, r"cpu_backend='cuda' is not one of"),  # a Literal
     ({"freezing": "yes"}, r"freezing='yes' is str, torch expects bool"),  # a plain type
-])
+], ids=["tuple", "optional", "literal", "plain"])
 def test_option_types_are_checked_whole(ckpt, options, named):
     craft(ckpt, lambda p: route_to(p, "inductor", {"kind": "inductor", "options": options}))
     refused(ckpt, CheckpointError, named, "re-save it with pipeline.save or re-tune", trust_options=True)
@@ -153,7 +153,7 @@ def test_option_types_are_checked_whole(ckpt, options, named):
      r"route\[0\]\.hi=1000000000 is not a batch size"),
     (lambda p: p["inputs"]["x"].update(shape=[HUGE, HUGE]), r"the inputs alone take .* GiB .* more than the .* GiB cpu has"),
     (lambda p: route_to(p, "graph", {"kind": "graph", "grid": [1, HUGE]}), r"backend 'graph' grid\[1\]=1000000000 is not a batch size"),
-])
+], ids=["max-batch-size", "batch-sizes", "range-bound", "input-shape", "graph-grid"])
 def test_numbers_beyond_the_format_are_refused_within_seconds(ckpt, edit, named):
     craft(ckpt, edit)
     start = time.monotonic()
