@@ -1,40 +1,78 @@
-"""``python -m pipeline``: compose the config with Hydra and run the stages."""
+"""``python -m pipeline``: compose the config with Hydra and run the stages.
+
+A mistake of the user's (a config check's :class:`ConfigError`, or Hydra failing to compose the
+config) is one line on stderr and exit code 2, and a run that fails its checks leaves no run
+directory; a traceback means a bug of tweakpipe's. ``HYDRA_FULL_ERROR=1`` shows Hydra's own report.
+"""
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
+import traceback
 from pathlib import Path
+from typing import NoReturn
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.errors import ConfigCompositionException, OverrideParseException
 from omegaconf import DictConfig
 
-from pipeline.config_errors import config_dirs_from_argv, explain_unknown_choices
+from pipeline.config_errors import ConfigError, config_dirs_from_argv, explain_unknown_choices, one_line
 from pipeline.runner import run
 from pipeline.schema import register_configs
 
 register_configs()
+FULL_ERROR = "HYDRA_FULL_ERROR"
+
+
+def remove_if_unused(run_dir: Path) -> None:
+    """Remove a run directory that holds nothing but what Hydra wrote before ``main`` (``.hydra/``, the log)."""
+    if run_dir.is_dir() and all(p.name == ".hydra" or p.suffix == ".log" for p in run_dir.iterdir()):
+        shutil.rmtree(run_dir)
+
+
+def fail(message: str) -> NoReturn:
+    """A user's mistake: one line on stderr, exit code 2."""
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def raised_in_main(exc: BaseException) -> bool:
+    """Whether ``exc`` came from the run itself rather than from Hydra setting up the job."""
+    return any(frame.f_code is main.__wrapped__.__code__ for frame, _ in traceback.walk_tb(exc.__traceback__))
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> None:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
-    ctx = run(cfg, run_dir)
+    try:
+        ctx = run(cfg, run_dir)
+    except ConfigError as exc:
+        remove_if_unused(run_dir)
+        fail(str(exc))  # SystemExit passes through Hydra, which would log and print an Exception
     print(f"run directory: {run_dir}")
     if ctx.routed is not None:
         print(f"route: {ctx.routed.extra_repr()}")
 
 
 def entry() -> None:
-    """Run Hydra's main; when composition fails on an unknown list choice, say which and what exists."""
+    """Run Hydra's main; a config Hydra cannot compose is reported in one line (unknown choices with what exists)."""
+    full_error = os.environ.get(FULL_ERROR) == "1"
+    os.environ[FULL_ERROR] = "1"  # Hydra then raises composition errors to us instead of printing its report
     try:
         main()
-    except SystemExit as exit_:
-        if exit_.code not in (0, None):
-            hint = explain_unknown_choices(sys.argv[1:], config_dirs_from_argv(sys.argv[1:]))
-            if hint:
-                print(hint, file=sys.stderr)
-        raise
+    except (ConfigCompositionException, OverrideParseException) as exc:
+        if full_error:
+            raise
+        argv = sys.argv[1:]
+        fail(f"{explain_unknown_choices(argv, config_dirs_from_argv(argv)) or one_line(exc)} "
+             f"(python -m pipeline --help lists every group and option)")
+    except OSError as exc:  # Hydra could not make the run directory (read-only, a file in the way)
+        if full_error or raised_in_main(exc):
+            raise
+        fail(f"{exc}; pick a writable run directory, e.g. hydra.run.dir=outputs/runs/mine")
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from torch import nn
 
 from pipeline import runner
 from pipeline.checkpoint import load, save
+from pipeline.config_errors import ConfigError
 from pipeline.models import DTYPES
 from pipeline.router import RoutedModule
 from pipeline.schema import InputSpec, register_configs
@@ -123,7 +124,7 @@ def tune(model: nn.Module, example_inputs: Example, overrides: Sequence[str] = (
     """
     cfg = compose_config(overrides)
     if "route" not in cfg.stages:
-        raise ValueError(f"tune returns the routed model, so stages must include route; got {list(cfg.stages)}")
+        raise ConfigError(f"tune returns the routed model, so stages must include route; got {list(cfg.stages)}")
     cfg.model.inputs = {name: InputSpec(**entry) for name, entry in input_spec(model, example_inputs).items()}
     if not any(o.lstrip("+").startswith("model.name=") for o in overrides):
         cfg.model.name = type(model).__name__

@@ -9,7 +9,8 @@ Layout of a ``.tweak`` file::
 The body holds the route table, each routed backend's config (rebuilt by ``kind`` through the
 backend registry, never by import path), the model's state dict, the input spec, the tuned batch
 sizes, the versions and the device it was tuned on. It is read with
-``torch.load(weights_only=True)`` only after its SHA-256 matches.
+``torch.load(weights_only=True)`` only after its SHA-256 matches, and every field is checked
+(``pipeline.payload``) before the caller's model is touched or anything is built.
 """
 
 from __future__ import annotations
@@ -24,15 +25,16 @@ import platform
 import time
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Union
+from typing import Any, Dict, Mapping, Optional, Union
 
 import torch
 from omegaconf import OmegaConf
 from torch import nn
 
 from pipeline import backends as backend_registry
-from pipeline import devices
+from pipeline import devices, limits, payload as payload_check
 from pipeline.models import make_inputs
+from pipeline.payload import CheckpointError, StateDictMismatch, UntrustedOptions  # noqa: F401 (callers catch them here)
 from pipeline.router import RoutedModule, TuneRecord
 from pipeline.routing import Range, sizes_owned
 
@@ -47,20 +49,12 @@ SAMPLE_SEED = 0
 PathLike = Union[str, os.PathLike]
 
 
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be loaded; the message says why and what to do."""
-
-
 class NotACheckpoint(CheckpointError):
     """The file was not written by tweakpipe."""
 
 
 class ChecksumMismatch(CheckpointError):
     """The file changed after it was written."""
-
-
-class StateDictMismatch(CheckpointError):
-    """The checkpoint's weights do not fit the model it is loaded into."""
 
 
 class DeviceMismatch(CheckpointError):
@@ -117,18 +111,24 @@ def payload_of(routed: RoutedModule) -> Dict[str, Any]:
 
 
 def write(payload: Mapping[str, Any], path: PathLike) -> Path:
-    """Write ``payload`` with its checksum; atomic, so a reader never sees half a file."""
+    """Write ``payload`` with its checksum; atomic, so a reader never sees half a file, and a failed
+    write (disk full, read-only directory) leaves no partial file and names the path."""
     buf = io.BytesIO()
     torch.save(dict(payload), buf)
     body = buf.getvalue()
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("wb") as f:
-        f.write(MAGIC + f" {FORMAT}\n".encode())
-        f.write(f"sha256:{hashlib.sha256(body).hexdigest()}\n".encode())
-        f.write(body)
-    os.replace(tmp, path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tmp.open("wb") as f:
+            f.write(MAGIC + f" {FORMAT}\n".encode())
+            f.write(f"sha256:{hashlib.sha256(body).hexdigest()}\n".encode())
+            f.write(body)
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise OSError(exc.errno, f"could not write the checkpoint {path} ({len(body) / 2**20:.1f} MiB): "
+                                 f"{exc.strerror or exc}; free space there or pick a writable directory") from exc
     return path
 
 
@@ -165,6 +165,9 @@ def read(path: PathLike) -> Dict[str, Any]:
     missing = [k for k in KEYS if not isinstance(payload, dict) or k not in payload]
     if missing:
         raise CheckpointError(f"{path} lacks {missing}; it was not written by pipeline.save or the route stage")
+    if payload.get("format", FORMAT) != FORMAT:
+        raise CheckpointError(f"{path} says format {FORMAT} in its header but {payload['format']!r} in its body; "
+                              f"it was edited. Re-save it with pipeline.save or re-tune")
     return payload
 
 
@@ -187,27 +190,6 @@ def target_device(payload: Mapping[str, Any], device: Optional[Union[str, torch.
     return devices.resolve(str(dev))
 
 
-def _listed(keys: List[str], limit: int = 8) -> str:
-    more = f" and {len(keys) - limit} more" if len(keys) > limit else ""
-    return ", ".join(keys[:limit]) + more
-
-
-def check_state_dict(saved: Mapping[str, torch.Tensor], model: nn.Module, name: str, path: Path) -> None:
-    """Fail before loading when the weights do not fit, naming the keys that differ."""
-    expected = model.state_dict()
-    missing = [k for k in expected if k not in saved]
-    unexpected = [k for k in saved if k not in expected]
-    shapes = [f"{k} {tuple(saved[k].shape)} vs {tuple(expected[k].shape)}" for k in expected
-              if k in saved and isinstance(expected[k], torch.Tensor) and saved[k].shape != expected[k].shape]
-    if missing or unexpected or shapes:
-        parts = [f"missing keys: {_listed(missing)}" if missing else "",
-                 f"unexpected keys: {_listed(unexpected)}" if unexpected else "",
-                 f"shape mismatches (checkpoint vs model): {_listed(shapes)}" if shapes else ""]
-        raise StateDictMismatch(
-            f"{path} holds weights of {name!r} that do not fit {type(model).__name__}: "
-            + "; ".join(p for p in parts if p) + ". Pass a model built like the one that was tuned")
-
-
 def warn_on_drift(payload: Mapping[str, Any], device: torch.device) -> None:
     """A route timed on another device model or torch version still works, but may no longer be the fastest."""
     tuned_torch = payload["versions"]["torch"]
@@ -219,8 +201,14 @@ def warn_on_drift(payload: Mapping[str, Any], device: torch.device) -> None:
         log.warning("checkpoint tuned on %s, loading on %s: re-tune if timings matter", payload["device"]["name"], here)
 
 
-def load(path: PathLike, model: nn.Module, device: Optional[Union[str, torch.device]] = None) -> RoutedModule:
+def load(path: PathLike, model: nn.Module, device: Optional[Union[str, torch.device]] = None,
+         trust_options: bool = False) -> RoutedModule:
     """Load a checkpoint's weights into ``model`` and rebuild only the routed backends.
+
+    Every field is checked first (``pipeline.payload``): a refused file leaves ``model`` unchanged.
+    Inductor options that can name a program or a path (``cpp.cxx``, ``*_dir``, any option whose
+    declared type admits free text) are refused unless ``trust_options=True``: pass it only for a file
+    whose every option you would put in your own config.
 
     Each backend is built for the batch sizes it owns up to the largest tuned size (a graph
     backend records only the sizes in its ranges, and its tuned sizes exactly, as capture did),
@@ -231,8 +219,12 @@ def load(path: PathLike, model: nn.Module, device: Optional[Union[str, torch.dev
     start = time.perf_counter()
     path = Path(path)
     payload = read(path)
+    payload_check.check(payload, model, path, trust_options)
     dev = target_device(payload, device, path)
-    check_state_dict(payload["state_dict"], model, payload["name"], path)
+    too_big = limits.memory_problem(payload["inputs"], payload["max_batch_size"], dev)
+    if too_big:
+        raise CheckpointError(f"{path}: {too_big}; nothing was loaded. Load it where more memory is free, "
+                              f"or re-tune with smaller model.batch_sizes")
     model.load_state_dict(payload["state_dict"])
     model.eval().to(dev)
     warn_on_drift(payload, dev)
@@ -249,7 +241,7 @@ def load(path: PathLike, model: nn.Module, device: Optional[Union[str, torch.dev
             backend(**make_inputs(inputs, bs, dev, SAMPLE_SEED))
         built[name] = backend
     devices.synchronize(dev)
-    routed = RoutedModule(built, route, TuneRecord(payload["name"], model, inputs, tuned, dev))
+    routed = RoutedModule(built, route, TuneRecord(payload["name"], model, inputs, tuned, dev, api=True))
     routed.load_seconds = time.perf_counter() - start
     log.info("loaded %s in %.2f s on %s: %s", path, routed.load_seconds, dev, routed.extra_repr())
     return routed

@@ -1,4 +1,7 @@
-"""Clearer errors for config choices Hydra cannot find.
+"""The user's config mistakes: one exception class for them, and clearer words for Hydra's own.
+
+:class:`ConfigError` is raised by every config check (``pipeline.checks``); ``python -m pipeline``
+prints its one-line message and exits 2, keeping tracebacks for tweakpipe's own bugs.
 
 Hydra lists the available options when a single group choice is unknown (``model=resnet1800``),
 but not for a list choice (``backends=[eager,indcutor]``). This names the unknown entries and
@@ -13,6 +16,20 @@ from typing import Iterable, List, Optional, Sequence
 
 DEFAULT_CONF = Path(__file__).resolve().parents[1] / "conf"
 _CHOICE = re.compile(r"^[+~]*(?P<group>[\w/]+)=\[?(?P<values>[^\]=]*)\]?$")
+# Lines of Hydra's and OmegaConf's reports that locate rather than explain.
+_LOCATING = ("full_key:", "reference_type=", "object_type=", "provider=")
+
+
+class ConfigError(ValueError):
+    """A mistake in the user's config or setup. The message is one line naming the problem and the fix."""
+
+
+def one_line(exc: BaseException) -> str:
+    """Hydra's multi-line composition error, and the OmegaConf error behind it, as one line."""
+    text = f"{exc}\n{exc.__cause__ or ''}".split("Config search path:")[0]
+    lines = [line.strip() for line in text.splitlines()]
+    kept = [line for line in dict.fromkeys(lines) if line and not line.startswith(_LOCATING)]
+    return "; ".join(kept).replace(":; ", ": ")
 
 
 def group_options(group: str, config_dirs: Iterable[Path]) -> List[str]:

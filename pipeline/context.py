@@ -51,6 +51,7 @@ class RunContext:
     model: nn.Module
     inputs: Dict[str, Dict[str, Any]]
     tracker: Any
+    api: bool = False  # the caller's model, tuned through pipeline.tune (not built from model.build)
     backends: Dict[str, Backend] = field(default_factory=dict)
     outcomes: Dict[str, BackendOutcome] = field(default_factory=dict)
     profile: Dict[str, Dict[int, Measurement]] = field(default_factory=dict)

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+import os
+from typing import Iterator, Optional
 
 import torch
+
+from pipeline.config_errors import ConfigError
 
 KNOWN = ("cpu", "cuda", "xpu")
 
@@ -30,9 +33,9 @@ def resolve(requested: str) -> torch.device:
         return torch.device("cpu")
     kind = requested.split(":")[0]
     if kind not in KNOWN:
-        raise ValueError(f"unknown device {requested!r}; use auto, cpu, cuda or xpu")
+        raise ConfigError(f"unknown device {requested!r}; use auto, cpu, cuda or xpu")
     if not available(kind):
-        raise RuntimeError(
+        raise ConfigError(
             f"device={requested} was asked for, but this machine's torch ({torch.__version__}) sees no {kind} device; "
             f"use device=auto or device=cpu"
         )
@@ -65,6 +68,27 @@ def peak_memory_bytes(device: torch.device) -> int:
     if device.type == "xpu":
         return int(torch.xpu.max_memory_allocated(device))
     return 0
+
+
+def available_memory_bytes(device: torch.device) -> Optional[int]:
+    """Memory a run can still take: the device's free memory, or the host's available RAM for cpu; None if unknown."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    if device.type == "xpu" and hasattr(torch.xpu, "mem_get_info"):
+        return int(torch.xpu.mem_get_info(device)[0])
+    if device.type != "cpu":
+        return None
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
 
 
 def reset_peak_memory(device: torch.device) -> None:

@@ -2,15 +2,20 @@
 
 ``torch.compile(options=...)`` only rejects a bad key once it compiles, deep inside a run. Here
 every key is checked at composition time against ``torch._inductor.list_options()`` (with the
-closest valid names on a typo) and against the type torch declares for it. Options that are
+closest valid names on a typo) and against the type torch declares for it (unions, Literal
+choices and containers included). Options that are
 valid but do nothing on the chosen device are reported, and options whose whole purpose needs a
-device the run does not have make the backend unsupported (recorded as skipped).
+device the run does not have make the backend unsupported (recorded as skipped). Options whose
+declared type admits free text (a compiler, a path, a directory) are named by :func:`untrusted`:
+a checkpoint that sets one is loaded only when its reader trusts the file.
 """
 
 from __future__ import annotations
 
+import collections.abc
 import difflib
 import functools
+import types
 import typing
 from typing import Any, Dict, List, Mapping, Optional
 
@@ -66,21 +71,69 @@ def flatten(options: Mapping[str, Any], prefix: str = "") -> Dict[str, Any]:
     return flat
 
 
-def type_problem(key: str, value: Any) -> Optional[str]:
-    """Why ``value`` does not fit the type torch declares for ``key`` (torch's own check, plus Literal choices)."""
+def declared_type(key: str) -> Any:
+    """The type torch declares for an option (``typing.Any`` where this torch does not say)."""
     from torch._inductor import config
 
     get_type = getattr(config, "get_type", None)
-    if get_type is None:
+    return get_type(key) if get_type is not None else Any
+
+
+def fits(value: Any, declared: Any) -> bool:
+    """Whether ``value`` fits a declared type: a class (as torch checks it), a Literal, a union, or a
+    list, tuple, dict or set of those. A YAML or checkpoint list stands for a tuple. Forward
+    references and Any are not checked."""
+    origin, args = typing.get_origin(declared), typing.get_args(declared)
+    if origin is None:
+        return declared is Any or not isinstance(declared, type) or isinstance(value, declared)
+    if origin is typing.Literal:
+        return value in args
+    if origin in (typing.Union, types.UnionType):
+        return any(fits(value, a) for a in args)
+    if origin in (list, set, frozenset, collections.abc.Sequence):
+        return isinstance(value, (list, tuple, set, frozenset)) and all(fits(v, args[0]) for v in value if args)
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            return False
+        if len(args) == 2 and args[1] is Ellipsis:
+            return all(fits(v, args[0]) for v in value)
+        return len(value) == len(args) and all(fits(v, a) for v, a in zip(value, args))
+    if origin in (dict, collections.abc.Mapping):
+        return isinstance(value, Mapping) and all(fits(k, args[0]) and fits(v, args[1]) for k, v in value.items())
+    if origin is collections.abc.Callable:
+        return callable(value)
+    return True
+
+
+def admits_free_text(declared: Any) -> bool:
+    """Whether an option of this type can hold a string that is not one of fixed choices (a program,
+    a path, a directory, a pattern, a name to look up), or a value of a type not known here."""
+    if declared in (bool, int, float, type(None)):
+        return False
+    origin, args = typing.get_origin(declared), typing.get_args(declared)
+    if origin is typing.Literal:
+        return False
+    if origin in (typing.Union, types.UnionType, list, tuple, dict, set, frozenset) and args:
+        return any(admits_free_text(a) for a in args if a is not Ellipsis)
+    return True
+
+
+def untrusted(options: Mapping[str, Any]) -> List[str]:
+    """The options (dotted) that could name something Inductor runs, reads or writes: those whose
+    declared type admits free text. A checkpoint's options are refused unless its reader trusts it."""
+    return [key for key in flatten(options) if admits_free_text(declared_type(key))]
+
+
+def type_problem(key: str, value: Any) -> Optional[str]:
+    """Why ``value`` does not fit the type torch declares for ``key``, or None."""
+    declared = declared_type(key)
+    if fits(value, declared):
         return None
-    declared = get_type(key)
-    origin = typing.get_origin(declared)
-    if origin is None and isinstance(declared, type):
-        if not isinstance(value, declared):
-            return f"{key}={value!r} is {type(value).__name__}, torch expects {declared.__name__}"
-    elif origin is typing.Literal and value not in typing.get_args(declared):
+    if isinstance(declared, type):
+        return f"{key}={value!r} is {type(value).__name__}, torch expects {declared.__name__}"
+    if typing.get_origin(declared) is typing.Literal:
         return f"{key}={value!r} is not one of {list(typing.get_args(declared))}"
-    return None
+    return f"{key}={value!r} does not fit {declared}, the type torch declares"
 
 
 def validate(options: Mapping[str, Any], where: str) -> Dict[str, Any]:

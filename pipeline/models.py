@@ -16,6 +16,8 @@ DTYPES: Dict[str, torch.dtype] = {
     "int32": torch.int32,
     "bool": torch.bool,
 }
+# How sample inputs are drawn: normal floats, integers in [0, high), or all ones (masks).
+FILLS = ("randn", "randint", "ones")
 
 
 def dtype_of(name: str) -> torch.dtype:
@@ -79,6 +81,6 @@ def make_inputs(inputs: Mapping[str, Any], batch_size: int, device: torch.device
         elif fill == "ones":
             t = torch.ones(shape, dtype=dtype)
         else:
-            raise ValueError(f"input {name!r}: unknown fill {fill!r}; use randn, randint or ones")
+            raise ValueError(f"input {name!r}: unknown fill {fill!r}; use one of {list(FILLS)}")
         out[name] = t.to(device)
     return out

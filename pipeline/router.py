@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Sequence
+from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
 import torch
 from torch import nn
 from torch.nn.modules import module as nn_module
 
 from pipeline.backends import Backend
+from pipeline.models import dtype_of
 from pipeline.routing import Range, backend_for
 
 
@@ -25,6 +26,7 @@ class TuneRecord:
     inputs: Dict[str, Dict[str, Any]]  # input name -> {shape (per sample), dtype, fill, high}
     batch_sizes: List[int]  # the tuned (profiled) sizes
     device: torch.device
+    api: bool = False  # tuned by pipeline.tune or loaded by pipeline.load: messages name example_inputs
 
 
 CHECKED_SHAPES = 4096  # input shapes a one-input model remembers as checked; calls with others are checked each time
@@ -49,16 +51,18 @@ class RoutedModule(nn.Module):
         self.route: List[Range] = list(route)
         self.record = record
         self.input_names = list(record.inputs)
-        # Hot-path tables, so a call costs a few dict and list lookups: per-sample shapes to check, and
-        # for every size up to the last range's start the owner's lock and backend.
+        # Hot-path tables, so a call costs a few dict and list lookups: per-sample shapes and dtypes to
+        # check, and for every size up to the last range's start the owner's lock and backend.
         self._shapes = {n: torch.Size(spec["shape"]) for n, spec in record.inputs.items()}
+        self._dtypes = {n: dtype_of(spec["dtype"]) for n, spec in record.inputs.items()}
+        self._device = torch.empty(0, device=record.device).device  # with its index: cuda is cuda:0
         serve = {name: (threading.Lock(), backend) for name, backend in self.backends.items()}
         self._serve = [None] + [serve[backend_for(self.route, bs)] for bs in range(1, self.route[-1].lo + 1)]
         self._serve_above = serve[self.route[-1].backend]
-        # A model with one input skips the checks for a full shape that passed them before: its owner
-        # is looked up by the shape alone (for the first CHECKED_SHAPES shapes, so the table is bounded).
+        # A model with one input skips the checks for a tensor whose shape, dtype and device passed them
+        # before: its owner is looked up by those alone (for the first CHECKED_SHAPES, so the table is bounded).
         self._single = self.input_names[0] if len(self.input_names) == 1 else None
-        self._checked: Dict[torch.Size, Any] = {}
+        self._checked: Dict[Tuple[torch.Size, torch.dtype, torch.device], Any] = {}
 
     def bind(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Dict[str, torch.Tensor]:
         """Positional and keyword arguments as the model's named inputs."""
@@ -72,16 +76,36 @@ class RoutedModule(nn.Module):
             raise TypeError(f"inputs must be {self.input_names}; unknown {sorted(unknown)}, missing {sorted(missing)}")
         return inputs
 
-    def check_shapes(self, inputs: Mapping[str, torch.Tensor]) -> int:
-        """The batch size, after checking every input against the per-sample shapes it was tuned for."""
+    def retune_hint(self) -> str:
+        """How to tune for other inputs, in the words of whoever tuned: the API or the config tree."""
+        return ("pipeline.tune again with example_inputs of that shape" if self.record.api
+                else "tune again with that shape in model.inputs")
+
+    def check_inputs(self, inputs: Mapping[str, Any]) -> int:
+        """The batch size, after checking every input's type, dtype, device and per-sample shape."""
         batch = None
         for name, t in inputs.items():
-            if t.shape[1:] != self._shapes[name]:
-                raise ValueError(f"input {name!r} has per-sample shape {tuple(t.shape[1:])}, but this model was tuned "
-                                 f"for {tuple(self._shapes[name])}; tune again with that shape in model.inputs")
-            if batch is not None and t.shape[0] != batch:
-                raise ValueError(f"inputs disagree on the batch size: {name!r} has {t.shape[0]}, others {batch}")
-            batch = t.shape[0]
+            dtype = self._dtypes[name]
+            if not isinstance(t, torch.Tensor):
+                raise TypeError(f"input {name!r} is a {type(t).__module__}.{type(t).__name__}; pass a torch.Tensor "
+                                f"of {dtype} on {self._device}, e.g. torch.as_tensor(x, dtype={dtype}, "
+                                f"device='{self._device}')")
+            if t.dtype is not dtype:
+                raise TypeError(f"input {name!r} has dtype {t.dtype}, but this model was tuned for {dtype}; "
+                                f"convert it: x.to({dtype})")
+            if t.device != self._device:
+                raise ValueError(f"input {name!r} is on {t.device}, but this model was tuned on {self._device}; "
+                                 f"move it: x.to('{self._device}')")
+            shape = t.shape
+            if not shape:
+                raise ValueError(f"input {name!r} is a 0-dim tensor; inputs are batch-first, here "
+                                 f"(batch, *{tuple(self._shapes[name])}): add the batch dimension, x.unsqueeze(0)")
+            if shape[1:] != self._shapes[name]:
+                raise ValueError(f"input {name!r} has per-sample shape {tuple(shape[1:])}, but this model was tuned "
+                                 f"for {tuple(self._shapes[name])} (inputs are batch-first); {self.retune_hint()}")
+            if batch is not None and shape[0] != batch:
+                raise ValueError(f"inputs disagree on the batch size: {name!r} has {shape[0]}, others {batch}")
+            batch = shape[0]
         if batch < 1:
             raise ValueError(f"batch size must be at least 1, got {batch}")
         return batch
@@ -93,7 +117,7 @@ class RoutedModule(nn.Module):
             return super().__call__(*args, **kwargs)
         if self._single is not None and len(args) + len(kwargs) == 1:
             x = args[0] if args else kwargs.get(self._single)
-            served = self._checked.get(x.shape) if isinstance(x, torch.Tensor) else None
+            served = self._checked.get((x.shape, x.dtype, x.device)) if isinstance(x, torch.Tensor) else None
             if served is not None:
                 lock, backend = served
                 with lock:
@@ -102,10 +126,11 @@ class RoutedModule(nn.Module):
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         inputs = kwargs if not args and kwargs.keys() == self._shapes.keys() else self.bind(args, kwargs)
-        batch_size = self.check_shapes(inputs)
+        batch_size = self.check_inputs(inputs)
         served = self._serve[batch_size] if batch_size < len(self._serve) else self._serve_above
         if self._single is not None and len(self._checked) < CHECKED_SHAPES:
-            self._checked[inputs[self._single].shape] = served
+            x = inputs[self._single]
+            self._checked[(x.shape, x.dtype, x.device)] = served
         lock, backend = served
         with lock:
             return backend(**inputs)

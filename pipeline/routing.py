@@ -133,6 +133,15 @@ def check_profile(profile: Profile) -> None:
                 raise ValueError(f"profile of {name!r} at batch size {bs}: {ms!r} ms is not a positive finite latency")
 
 
+def check_settings(strategy: str, min_gain: float) -> None:
+    """Refuse an unknown strategy or a negative ``min_gain``: checked with the config, before any work."""
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown route.strategy {strategy!r}; use one of {list(STRATEGIES)}, e.g. route=router")
+    if not min_gain >= 0:  # NaN too
+        raise ValueError(f"route.min_gain={min_gain} must be >= 0 (0.10 = a challenger must be 10% faster); "
+                         f"e.g. route.min_gain=0.10")
+
+
 def choose_route(profile: Profile, order: Sequence[str], strategy: str = "router", min_gain: float = 0.10,
                  backend: Optional[str] = None, failures: Optional[Mapping[str, str]] = None,
                  baseline: Optional[str] = None) -> List[Range]:
@@ -145,8 +154,7 @@ def choose_route(profile: Profile, order: Sequence[str], strategy: str = "router
     """
     failures = failures or {}
     check_profile(profile)
-    if min_gain < 0:
-        raise ValueError(f"route.min_gain={min_gain} must be >= 0 (0.10 = a challenger must be 10% faster)")
+    check_settings(strategy, min_gain)
     usable = [b for b in order if profile.get(b) and b not in failures]
     if strategy == "one_backend":
         if not backend:
@@ -166,10 +174,8 @@ def choose_route(profile: Profile, order: Sequence[str], strategy: str = "router
         return [Range(1, None, usable[0])]
     if strategy == "highest_throughput":
         return [Range(1, None, highest_throughput_backend(profile, usable))]
-    if strategy == "router":
-        return ranges_from_owners(owners_per_size({b: profile[b] for b in usable}, usable, min_gain,
-                                                  baseline if baseline in usable else None))
-    raise ValueError(f"unknown route.strategy {strategy!r}; use one of {list(STRATEGIES)}")
+    return ranges_from_owners(owners_per_size({b: profile[b] for b in usable}, usable, min_gain,  # the router
+                                              baseline if baseline in usable else None))
 
 
 def backend_for(route: Sequence[Range], batch_size: int) -> str:

@@ -5,22 +5,18 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, Optional
 
 import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from pipeline import backends as backend_registry
 from pipeline import devices
+from pipeline.checks import check_config
 from pipeline.context import RunContext
-from pipeline.schema import STAGE_NAMES
 from pipeline.tracking import make_tracker
 
 log = logging.getLogger(__name__)
-
-# A stage needs the ones named here to have run earlier in the same run.
-NEEDS = {"capture": [], "profile": ["capture"], "route": ["profile"], "validate": ["route"]}
 
 
 def stage_functions() -> Dict[str, Callable[[RunContext], None]]:
@@ -30,38 +26,15 @@ def stage_functions() -> Dict[str, Callable[[RunContext], None]]:
     return {"capture": capture.run, "profile": profile.run, "route": route.run, "validate": validate.run}
 
 
-def check_config(cfg: DictConfig) -> None:
-    """Every early error: stages, batch sizes, backend settings. Raises before any model is built."""
-    stages: List[str] = list(cfg.stages)
-    for i, stage in enumerate(stages):
-        if stage not in STAGE_NAMES:
-            raise ValueError(f"unknown stage {stage!r}; stages run in this order: {list(STAGE_NAMES)}")
-        missing = [n for n in NEEDS[stage] if n not in stages[:i]]
-        if missing:
-            raise ValueError(f"stage {stage!r} needs {missing} before it; e.g. stages=[capture,profile,route]")
-    bad = [b for b in cfg.model.batch_sizes if int(b) < 1]
-    if bad or not cfg.model.batch_sizes:
-        raise ValueError(f"model.batch_sizes must be positive integers, got {list(cfg.model.batch_sizes)}; "
-                         f"e.g. model.batch_sizes=[1,8,64]")
-    if not cfg.backends:
-        raise ValueError("no backends selected; e.g. 'backends=[eager,inductor]'")
-    if cfg.route.strategy == "one_backend" and (OmegaConf.is_missing(cfg.route, "backend") or not cfg.route.backend):
-        raise ValueError("route=one_backend needs the backend to deploy: route.backend=<name>")
-    if cfg.route.strategy == "one_backend" and cfg.route.backend not in cfg.backends:
-        raise ValueError(f"route.backend={cfg.route.backend} is not among the selected backends {list(cfg.backends)}; "
-                         f"pick one of them or add it to backends")
-    for name, bcfg in cfg.backends.items():
-        backend_registry.create(name, OmegaConf.to_container(bcfg, resolve=True))
-
-
 def build_context(cfg: DictConfig, run_dir: Path, model: Optional[torch.nn.Module] = None) -> RunContext:
     """Resolve the device, build the model with random weights (or take the caller's), open the tracker."""
     device = devices.resolve(cfg.device)
     torch.manual_seed(cfg.seed)
+    api = model is not None
     model = (instantiate(cfg.model.build) if model is None else model).eval().to(device)
     inputs = OmegaConf.to_container(cfg.model.inputs, resolve=True)
     return RunContext(cfg=cfg, run_dir=run_dir, device=device, model=model, inputs=inputs,
-                      tracker=make_tracker(cfg.tracking))
+                      tracker=make_tracker(cfg.tracking), api=api)
 
 
 def run(cfg: DictConfig, run_dir: Path, model: Optional[torch.nn.Module] = None) -> RunContext:
@@ -69,7 +42,7 @@ def run(cfg: DictConfig, run_dir: Path, model: Optional[torch.nn.Module] = None)
 
     ``model`` replaces building ``cfg.model.build`` (the Python API tunes the caller's model).
     """
-    check_config(cfg)
+    check_config(cfg, run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     ctx = build_context(cfg, run_dir, model)

@@ -1,8 +1,8 @@
 """Structured-config schemas behind the YAML in ``conf/``.
 
 Every group's YAML extends one of these dataclasses (registered in Hydra's ConfigStore as
-``base_*``), so a misspelt key or a wrong type fails when the config is composed, before any
-model is built.
+``schema_<group>``, outside the option groups), so a misspelt key or a wrong type fails when the
+config is composed, before any model is built.
 """
 
 from __future__ import annotations
@@ -129,6 +129,11 @@ class TrackingConfig:
     log_checkpoint: bool = True
 
 
+# The schema each group's YAML files extend, registered as ``schema_<group>``.
+SCHEMAS = {"model": ModelConfig, "profile": ProfileConfig, "route": RouteConfig, "validate": ValidateConfig,
+           "tracking": TrackingConfig}
+
+
 @dataclass
 class Config:
     """The whole run: which model, which backends compete, and which stages run."""
@@ -145,11 +150,9 @@ class Config:
 
 
 def register_configs() -> None:
-    """Register the schemas so the YAML files can name them in their defaults lists."""
+    """Register the schemas, outside every option group, so the YAML files extend them
+    (``- /schema_model@_here_``) while ``--help`` and ``model=...`` offer only real options."""
     cs = ConfigStore.instance()
     cs.store(name="base_config", node=Config)
-    cs.store(group="model", name="base_model", node=ModelConfig)
-    cs.store(group="profile", name="base_profile", node=ProfileConfig)
-    cs.store(group="route", name="base_route", node=RouteConfig)
-    cs.store(group="validate", name="base_validate", node=ValidateConfig)
-    cs.store(group="tracking", name="base_tracking", node=TrackingConfig)
+    for name, node in SCHEMAS.items():
+        cs.store(name=f"schema_{name}", node=node)

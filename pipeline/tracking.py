@@ -8,6 +8,11 @@ sweep directory, so this works for jobs in other processes and on other machines
 Many processes may write one SQLite file: every write takes an exclusive file lock next to the
 database (one writer at a time) and a write that still meets ``database is locked`` is retried
 with backoff, then fails with a message that points at ``tracking=server``.
+
+Before any work, :func:`check_store` refuses a store MLflow would fail on or damage: a server that
+does not answer (MLflow's own client would retry for minutes), a file that is not SQLite, another
+application's database (MLflow would add its tables to it), a store left half-migrated. A new SQLite
+store is created beside its path and renamed into place, so an interrupted first run leaves none.
 """
 
 from __future__ import annotations
@@ -19,11 +24,19 @@ import math
 import os
 import random
 import socket
+import sqlite3
+import ssl
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, Iterator, Mapping, Optional, TypeVar
+from typing import Any, Callable, Dict, Iterable, Iterator, Mapping, Optional, Set, TypeVar
 
 from omegaconf import DictConfig, OmegaConf
+
+from pipeline.config_errors import ConfigError
+from pipeline.paths import writable_problem
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +49,10 @@ SWEEP_TAG = "tweakpipe.sweep"
 SERVER_HINT = ("many processes writing one SQLite file: run a tracking server instead, e.g.\n"
                "  mlflow server --backend-store-uri sqlite:///outputs/mlflow.db --host 0.0.0.0 --port 5000\n"
                "  python -m pipeline -m tracking=server tracking.uri=http://HOST:5000 ...   (conf/tracking/server.yaml)")
+# Tables every MLflow SQLite store has; a database with tables but not these belongs to something else.
+MLFLOW_TABLES = {"alembic_version", "experiments", "runs"}
+# A probe of the server waits this long; MLflow's own client retries a dead server for minutes.
+PROBE_TIMEOUT_S = 5.0
 
 
 def flatten(cfg: Mapping[str, Any], prefix: str = "") -> Dict[str, Any]:
@@ -55,14 +72,85 @@ def sqlite_path(uri: str) -> Optional[Path]:
     return Path(uri[len("sqlite:///"):]).expanduser() if uri.startswith("sqlite:///") else None
 
 
-def ensure_store(uri: str) -> None:
-    """Create the folder of a local SQLite store, so the first run on a fresh clone works."""
+def sqlite_tables(db: Path) -> Optional[Set[str]]:
+    """The table names of a SQLite file, read without writing a byte; None if it is not SQLite."""
+    try:
+        con = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)
+    except sqlite3.Error:
+        return None
+    try:
+        return {row[0] for row in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.DatabaseError:
+        return None
+    finally:
+        con.close()
+
+
+def sqlite_problem(db: Path) -> Optional[str]:
+    """Why MLflow must not open ``db`` as its store (it would fail, or change another program's file), or None."""
+    if not db.exists():
+        return writable_problem(db.parent)
+    fresh = "point tracking.uri at a new file, e.g. tracking.uri=sqlite:///outputs/mlflow.db"
+    if not db.is_file():
+        return f"{db} is not a file; {fresh}"
+    tables = sqlite_tables(db) if db.stat().st_size else set()
+    if tables is None:
+        return f"{db} is not a SQLite database, so it is no MLflow store; it was left unchanged; {fresh}"
+    leftovers = sorted(t for t in tables if t.startswith("_alembic_tmp_"))
+    if leftovers:
+        return (f"{db} holds {leftovers[0]}, left by an interrupted MLflow migration, so MLflow cannot open it. "
+                f"If its runs do not matter delete it (rm {db}); else back it up, run "
+                f"sqlite3 {db} 'DROP TABLE {leftovers[0]}' and then mlflow db upgrade sqlite:///{db}")
+    if tables and not MLFLOW_TABLES <= tables:
+        shown = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
+        return (f"{db} is another application's SQLite database (tables {shown}), not an MLflow store: MLflow "
+                f"would add its own tables to it; it was left unchanged; {fresh}")
+    return writable_problem(db.parent)
+
+
+def server_problem(uri: str) -> Optional[str]:
+    """Why the tracking server at ``uri`` cannot be used (it does not answer within seconds), or None."""
+    try:
+        urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=PROBE_TIMEOUT_S).close()
+    except urllib.error.HTTPError:
+        return None  # it answered
+    except (urllib.error.URLError, OSError) as exc:
+        if isinstance(getattr(exc, "reason", None), ssl.SSLError):
+            return None  # it answered, in TLS this probe does not verify as MLflow may be told to
+        where = urllib.parse.urlsplit(uri)
+        return (f"the tracking server is unreachable ({getattr(exc, 'reason', exc)}); start one with "
+                f"mlflow server --backend-store-uri sqlite:///outputs/mlflow.db --host {where.hostname} "
+                f"--port {where.port or 5000}, or run with tracking=sqlite or tracking=off")
+    return None
+
+
+def check_store(uri: str) -> None:
+    """Refuse, before any work and changing nothing, a store MLflow would fail on or damage."""
     db = sqlite_path(uri)
     if db is not None:
-        db.parent.mkdir(parents=True, exist_ok=True)
+        problem = sqlite_problem(db)
+    elif uri.startswith(("http://", "https://")):
+        problem = server_problem(uri)
     elif uri.startswith("file:") or "://" not in uri:
-        raise ValueError(f"tracking.uri={uri!r}: use sqlite:///path/to/mlflow.db or a server URL "
-                         f"(http://host:port); MLflow refuses the plain-file store")
+        problem = "use sqlite:///path/to/mlflow.db or a server URL (http://host:port); MLflow refuses the plain-file store"
+    else:
+        problem = None
+    if problem:
+        raise ConfigError(f"tracking.uri={uri}: {problem}")
+
+
+def create_sqlite_store(db: Path) -> None:
+    """MLflow's tables, made in ``<db>.creating`` and renamed to ``db``: an interrupted creation
+    leaves no half-migrated store, only a file the next creation removes. Call under the store's lock."""
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    db.parent.mkdir(parents=True, exist_ok=True)
+    for stale in db.parent.glob(db.name + ".creating*"):  # an earlier creation, interrupted
+        stale.unlink()
+    tmp = db.with_name(db.name + ".creating")
+    store = SqlAlchemyStore(f"sqlite:///{tmp}", (db.parent.resolve() / "mlartifacts").as_uri())
+    store.engine.dispose()
+    os.replace(tmp, db)
 
 
 def is_locked_error(exc: BaseException) -> bool:
@@ -136,14 +224,16 @@ def open_experiment(uri: str, name: str, guard: StoreGuard) -> str:
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
-    ensure_store(uri)
+    check_store(uri)
+    db = sqlite_path(uri)
 
     def get_or_create() -> str:  # under the guard: a fresh SQLite store is created (migrated) by one process
+        if db is not None and not MLFLOW_TABLES <= (sqlite_tables(db) or set()):
+            create_sqlite_store(db)
         client = MlflowClient(tracking_uri=uri)
         found = client.get_experiment_by_name(name)
         if found is not None:
             return found.experiment_id
-        db = sqlite_path(uri)
         location = (db.parent.resolve() / "mlartifacts").as_uri() if db is not None else None
         try:
             return client.create_experiment(name, artifact_location=location)

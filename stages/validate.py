@@ -55,7 +55,8 @@ def run(ctx: RunContext) -> None:
     if ctx.cfg.validate.check_reload and ctx.checkpoint_path is not None:
         from pipeline.checkpoint import load
 
-        modules["reloaded"] = load(ctx.checkpoint_path, ctx.model, device=ctx.device)
+        # The run's own checkpoint, written moments ago from its own config: its options are trusted.
+        modules["reloaded"] = load(ctx.checkpoint_path, ctx.model, device=ctx.device, trust_options=True)
     with strict_compiles():  # a new size that recompiles past a limit fails here, not silently
         rows = check(ctx, modules)
     fallbacks = {f"{label}:{name}": reason for label, module in modules.items()

@@ -135,12 +135,12 @@ def test_a_shape_that_passed_the_checks_skips_them_and_a_bad_one_still_fails(mix
         out = routed(x) if bs == 2 else routed(x=x)  # positional and keyword calls share the table
         assert torch.allclose(out, mixed.record.model(x), rtol=1e-4, atol=1e-5)
     assert served == ["eager", "eager", "inductor", "inductor"]
-    assert set(routed._checked) == {torch.Size([2, 16]), torch.Size([9, 16])}
+    assert set(routed._checked) == {(torch.Size([bs, 16]), torch.float32, CPU) for bs in (2, 9)}
     with pytest.raises(ValueError, match="per-sample shape"):
         routed(torch.randn(2, 15))
     with pytest.raises(TypeError, match="unknown"):
         routed(y=torch.randn(2, 16))
-    assert set(routed._checked) == {torch.Size([2, 16]), torch.Size([9, 16])}
+    assert set(routed._checked) == {(torch.Size([bs, 16]), torch.float32, CPU) for bs in (2, 9)}
 
 
 def test_eight_threads_calling_one_loaded_module_agree_with_eager(mixed, tmp_path):

@@ -1,0 +1,112 @@
+"""Every check of a run's config, in one function that runs before the first model is built.
+
+A mistake found here costs seconds, not the minutes of compiling every backend first. Where a part
+already checks its own settings (``timing.Settings.of``, ``routing.check_settings``, the backend
+registry's ``check_config``, ``devices.resolve``, ``tracking.check_store``), that check runs here,
+early, rather than a second copy of it; their ``ValueError`` becomes a :class:`ConfigError`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Iterator, List, Optional
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from pipeline import backends as backend_registry
+from pipeline import devices, limits, routing, tracking
+from pipeline.config_errors import ConfigError
+from pipeline.paths import writable_problem
+from pipeline.schema import STAGE_NAMES
+from pipeline.timing import Settings
+
+# A stage needs the ones named here to have run earlier in the same run.
+NEEDS = {"capture": [], "profile": ["capture"], "route": ["profile"], "validate": ["route"]}
+EXAMPLE_SIZES = "[1,8,64]"
+
+
+@contextlib.contextmanager
+def reported() -> Iterator[None]:
+    """A reused check's ValueError as the user's ConfigError (its message already names the fix)."""
+    try:
+        yield
+    except ConfigError:
+        raise
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def check_stages(stages: List[str]) -> None:
+    for i, stage in enumerate(stages):
+        if stage not in STAGE_NAMES:
+            raise ConfigError(f"unknown stage {stage!r}; stages run in this order: {list(STAGE_NAMES)}")
+        missing = [n for n in NEEDS[stage] if n not in stages[:i]]
+        if missing:
+            raise ConfigError(f"stage {stage!r} needs {missing} before it; e.g. stages=[capture,profile,route]")
+
+
+def check_route(cfg: DictConfig) -> None:
+    rcfg = cfg.route
+    routing.check_settings(rcfg.strategy, rcfg.min_gain)
+    if rcfg.strategy == "one_backend" and (OmegaConf.is_missing(rcfg, "backend") or not rcfg.backend):
+        raise ConfigError("route=one_backend needs the backend to deploy: route.backend=<name>")
+    if rcfg.strategy == "one_backend" and rcfg.backend not in cfg.backends:
+        raise ConfigError(f"route.backend={rcfg.backend} is not among the selected backends {list(cfg.backends)}; "
+                          f"pick one of them or add it to backends")
+    name = rcfg.checkpoint_name
+    if not name or Path(name).name != name or name in (".", ".."):
+        raise ConfigError(f"route.checkpoint_name={name!r} must be a file name (it is written in the run directory); "
+                          f"e.g. route.checkpoint_name=model.tweak")
+
+
+def check_sizes(cfg: DictConfig, device: torch.device) -> None:
+    """Batch sizes in bounds, and the inputs at the largest size (tuned or validated) within memory."""
+    sizes = {"model.batch_sizes": list(cfg.model.batch_sizes),
+             "validate.extra_batch_sizes": list(cfg.validate.extra_batch_sizes)}
+    if not 1 <= len(sizes["model.batch_sizes"]) <= limits.MAX_TUNED_SIZES:
+        raise ConfigError(f"model.batch_sizes holds {len(sizes['model.batch_sizes'])} sizes, not 1 to "
+                          f"{limits.MAX_TUNED_SIZES}; e.g. model.batch_sizes={EXAMPLE_SIZES}")
+    key, largest = max(((k, max(v)) for k, v in sizes.items() if v), key=lambda kv: kv[1])
+    problem = limits.memory_problem(OmegaConf.to_container(cfg.model.inputs, resolve=True), largest, device)
+    if problem:
+        raise ConfigError(f"{key}: {problem}; lower the largest batch size, e.g. {key}={EXAMPLE_SIZES}")
+    for key, values in sizes.items():
+        for i, value in enumerate(values):
+            problem = limits.batch_size_problem(value, f"{key}[{i}]")
+            if problem:
+                raise ConfigError(f"{problem}; e.g. {key}={EXAMPLE_SIZES}")
+
+
+def check_run_dir(run_dir: Path) -> None:
+    problem = writable_problem(run_dir)
+    if problem:
+        raise ConfigError(f"run directory {run_dir}: {problem}; pick a writable one "
+                          f"(hydra.run.dir=... on the command line, run_dir=... in pipeline.tune)")
+
+
+def check_config(cfg: DictConfig, run_dir: Optional[Path] = None) -> None:
+    """Raise :class:`ConfigError` for the first mistake in ``cfg``; cheap checks first, nothing written."""
+    with reported():
+        check_stages(list(cfg.stages))
+        if OmegaConf.is_missing(cfg, "backends") or not cfg.backends:
+            raise ConfigError("no backends selected; e.g. 'backends=[eager,inductor]'")
+        if len(cfg.backends) > limits.MAX_BACKENDS:
+            raise ConfigError(f"{len(cfg.backends)} backends selected, more than {limits.MAX_BACKENDS}; "
+                              f"pick fewer, e.g. 'backends=[eager,inductor]'")
+        problem = limits.inputs_problem(OmegaConf.to_container(cfg.model.inputs, resolve=True))
+        if problem:
+            raise ConfigError(f"model.inputs: {problem}")
+        check_route(cfg)
+        Settings.of(cfg.profile)
+        if not cfg.validate.tolerance_scale > 0:
+            raise ConfigError(f"validate.tolerance_scale={cfg.validate.tolerance_scale} must be > 0; "
+                              f"e.g. validate.tolerance_scale=1.0")
+        for name, bcfg in cfg.backends.items():
+            backend_registry.create(name, OmegaConf.to_container(bcfg, resolve=True))
+        check_sizes(cfg, devices.resolve(cfg.device))
+        if run_dir is not None:
+            check_run_dir(run_dir)
+        if cfg.tracking.enabled:
+            tracking.check_store(cfg.tracking.uri)

@@ -1,0 +1,89 @@
+"""What a run may tune and a checkpoint may hold, written down once: batch sizes, input specs, memory.
+
+The config checks (``pipeline.checks``) and the checkpoint payload check (``pipeline.payload``) share
+these bounds, so a checkpoint can never ask ``load`` for more than a config could ask a run for.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping, Optional
+
+import torch
+
+from pipeline import devices
+from pipeline.models import DTYPES, FILLS
+
+# The largest batch size tweakpipe tunes, routes or rebuilds: the router keeps a table entry per
+# size up to its last range's start, and loading builds each backend for every size it owns.
+MAX_BATCH_SIZE = 1 << 16
+MAX_TUNED_SIZES = 256  # batch sizes one run profiles; a route has at most one range per tuned size
+MAX_BACKENDS = 64  # competing backends of a run, and backends of a checkpoint (each is built on load)
+MAX_INPUTS = 64  # named inputs of one model
+MAX_INPUT_DIMS = 8  # dimensions of one input's per-sample shape
+MAX_RANDINT_HIGH = 1 << 62  # randint draws in [0, high)
+# A run holds two batches of inputs at the largest size at once (capture's sample and the batch it checks).
+INPUT_COPIES = 2
+
+
+def is_int(value: Any) -> bool:
+    """An integer and not a bool (``True`` is an int to Python, never a size to us)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def batch_size_problem(value: Any, where: str) -> Optional[str]:
+    """Why ``value`` is not a batch size tweakpipe handles (an integer in 1..MAX_BATCH_SIZE), or None."""
+    if not is_int(value) or not 1 <= value <= MAX_BATCH_SIZE:
+        return f"{where}={value!r} is not a batch size (an integer from 1 to {MAX_BATCH_SIZE})"
+    return None
+
+
+def input_problem(name: str, spec: Mapping[str, Any]) -> Optional[str]:
+    """Why one input spec (``{shape, dtype, fill, high}``) cannot make sample inputs, or None."""
+    extra = sorted(set(spec) - {"shape", "dtype", "fill", "high"})
+    shape = spec.get("shape")
+    if extra:
+        return f"input {name!r} has unknown keys {extra}; an input spec holds shape, dtype, fill and high"
+    if not isinstance(shape, (list, tuple)) or len(shape) > MAX_INPUT_DIMS \
+            or not all(is_int(d) and d >= 0 for d in shape):
+        return (f"input {name!r}: shape={shape!r} must be a list of at most {MAX_INPUT_DIMS} non-negative integers "
+                f"(the per-sample shape, without the batch dimension), e.g. shape: [3, 224, 224]")
+    if spec.get("dtype") not in DTYPES:
+        return f"input {name!r}: unknown dtype {spec.get('dtype')!r}; use one of {sorted(DTYPES)}"
+    if spec.get("fill", "randn") not in FILLS:
+        return f"input {name!r}: unknown fill {spec.get('fill')!r}; use one of {list(FILLS)}"
+    high = spec.get("high", 2)
+    if not is_int(high) or not 1 <= high <= MAX_RANDINT_HIGH:
+        return f"input {name!r}: high={high!r} must be an integer from 1 to {MAX_RANDINT_HIGH} (randint draws in [0, high))"
+    return None
+
+
+def inputs_problem(inputs: Any) -> Optional[str]:
+    """Why a model's inputs (name -> spec) cannot make sample inputs, or None."""
+    if not isinstance(inputs, Mapping) or not 1 <= len(inputs) <= MAX_INPUTS:
+        return f"inputs must map 1 to {MAX_INPUTS} input names to their specs"
+    for name, spec in inputs.items():
+        problem = input_problem(str(name), spec) if isinstance(spec, Mapping) else f"input {name!r} is not a spec"
+        if problem:
+            return problem
+    return None
+
+
+def sample_bytes(inputs: Mapping[str, Mapping[str, Any]]) -> int:
+    """Bytes of one sample of every input."""
+    return sum(math.prod(spec["shape"]) * DTYPES[spec["dtype"]].itemsize for spec in inputs.values())
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.1f} GiB"
+
+
+def memory_problem(inputs: Mapping[str, Mapping[str, Any]], batch_size: int, device: torch.device) -> Optional[str]:
+    """Why the inputs at ``batch_size`` do not fit ``device``'s available memory (no model counted yet), or None."""
+    batch = sample_bytes(inputs) * batch_size
+    have = devices.available_memory_bytes(device)
+    if have is None or INPUT_COPIES * batch <= have:
+        return None
+    per_sample = ", ".join(f"{name}: {list(spec['shape'])} {spec['dtype']}" for name, spec in inputs.items())
+    return (f"at batch size {batch_size} the inputs alone take {_gib(batch)} ({per_sample} per sample) and a run holds "
+            f"{INPUT_COPIES} such batches at once, more than the {_gib(have)} {device.type} has available")

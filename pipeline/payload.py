@@ -1,0 +1,175 @@
+"""What a checkpoint may hold, checked field by field before ``load`` builds or changes anything.
+
+A checkpoint is data from anyone: its SHA-256 detects damage, not tampering, since whoever edits a
+file can write its checksum too. :func:`check` holds the whole payload to the format (each field's
+type, the bounds of ``pipeline.limits``, a route covering 1..inf without gaps, backend configs
+through the schema and the backend registry's ``check_config``, input specs, the state dict against
+the caller's model), so a refused file leaves the caller's model as it was. Inductor options whose
+declared type admits free text can name a program Inductor runs (``cpp.cxx``) or a path it writes:
+a checkpoint that sets one is refused unless the caller trusts it (``trust_options=True``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional
+
+import torch
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+from torch import nn
+
+from pipeline import backends as backend_registry
+from pipeline import devices, inductor_options, limits
+from pipeline.schema import BackendConfig
+
+# Every field a payload may hold, and its type (``created`` and ``format`` are informative).
+FIELDS: Dict[str, type] = {"format": int, "name": str, "created": str, "route": list, "backends": dict,
+                           "inputs": dict, "batch_sizes": list, "max_batch_size": int, "versions": dict,
+                           "device": dict, "state_dict": dict}
+ROUTE_KEYS = {"lo", "hi", "backend"}
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be loaded; the message says why and what to do."""
+
+
+class StateDictMismatch(CheckpointError):
+    """The checkpoint's weights do not fit the model it is loaded into."""
+
+
+class UntrustedOptions(CheckpointError):
+    """The checkpoint sets Inductor options that can name a program or a path, and the caller did not trust it."""
+
+
+def listed(keys: List[str], limit: int = 8) -> str:
+    more = f" and {len(keys) - limit} more" if len(keys) > limit else ""
+    return ", ".join(keys[:limit]) + more
+
+
+def fields_problem(payload: Mapping[str, Any]) -> Optional[str]:
+    """Unknown fields, wrong types, and the device and versions records."""
+    unknown = sorted(set(payload) - set(FIELDS))
+    if unknown:
+        return f"unknown fields {unknown}"
+    for key, kind in FIELDS.items():
+        if key in payload and (not isinstance(payload[key], kind) or (kind is int and not limits.is_int(payload[key]))):
+            return f"{key} is a {type(payload[key]).__name__}, not a {kind.__name__}"
+    device = payload["device"]
+    if device.get("type") not in devices.KNOWN or not isinstance(device.get("name"), str):
+        return f"device={device!r} must be {{type: one of {list(devices.KNOWN)}, name: a string}}"
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in payload["versions"].items()):
+        return "versions must map package names to version strings"
+    return None
+
+
+def sizes_problem(sizes: List[Any], largest: Any) -> Optional[str]:
+    """Tuned sizes: ascending, distinct, in bounds; ``max_batch_size`` is the largest of them."""
+    if not 1 <= len(sizes) <= limits.MAX_TUNED_SIZES:
+        return f"batch_sizes holds {len(sizes)} sizes, not 1 to {limits.MAX_TUNED_SIZES}"
+    for i, size in enumerate(sizes):
+        problem = limits.batch_size_problem(size, f"batch_sizes[{i}]")
+        if problem:
+            return problem
+    if sizes != sorted(set(sizes)):
+        return f"batch_sizes={sizes} must be ascending without repeats"
+    if largest != sizes[-1]:
+        return f"max_batch_size={largest!r} must be the largest of batch_sizes, {sizes[-1]}"
+    return None
+
+
+def route_problem(route: List[Any], backends: Mapping[str, Any], tuned: int) -> Optional[str]:
+    """Ranges from 1 up without gaps or overlaps, the last open-ended, each naming a stored backend;
+    no more of them than ``tuned`` sizes (a range is won at a profiled size)."""
+    if len(route) > tuned:
+        return f"route has {len(route)} ranges, more than its {tuned} tuned batch sizes can give"
+    start = 1
+    for i, r in enumerate(route):
+        where = f"route[{i}]"
+        if not isinstance(r, dict) or set(r) != ROUTE_KEYS:
+            return f"{where}={r!r} must hold exactly lo, hi and backend"
+        if r["lo"] != start or not limits.is_int(r["lo"]):
+            return f"{where} starts at {r['lo']!r}, not {start}: the ranges must cover 1..inf without gaps or overlaps"
+        if r["backend"] not in backends:
+            return f"{where} routes to backend {r['backend']!r}, which the checkpoint does not hold ({sorted(backends)})"
+        if r["hi"] is None:
+            if i != len(route) - 1:
+                return f"{where} is open-ended (hi: null) but not the last range"
+            return None
+        problem = limits.batch_size_problem(r["hi"], f"{where}.hi")
+        if problem or r["hi"] < r["lo"]:
+            return problem or f"{where} ends at {r['hi']}, before it starts at {r['lo']}"
+        start = r["hi"] + 1
+    return "the last range of route must be open-ended (hi: null), so that every batch size has a backend"
+
+
+def backend_problem(name: str, cfg: Any) -> Optional[str]:
+    """One stored backend config, held to the config schema and to its kind's own checks."""
+    if not isinstance(cfg, dict):
+        return f"backend {name!r} is a {type(cfg).__name__}, not a config"
+    body = {k: v for k, v in cfg.items() if k != "name"}
+    try:
+        OmegaConf.merge(OmegaConf.structured(BackendConfig), body)
+    except OmegaConfBaseException as exc:
+        return f"backend {name!r}: {str(exc).splitlines()[0]}"
+    if body.get("template"):
+        return f"backend {name!r} names template {body['template']!r}; a checkpoint holds a template's resolved options"
+    sizes = {"max_recorded_batch_size": body.get("max_recorded_batch_size", 1),
+             **{f"grid[{i}]": size for i, size in enumerate(body.get("grid") or [])}}
+    for key, size in sizes.items():
+        problem = limits.batch_size_problem(size, f"backend {name!r} {key}")
+        if problem:
+            return problem
+    try:
+        backend_registry.backend_class(name, body).check_config(name, body)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def check_state_dict(saved: Mapping[str, Any], model: nn.Module, name: str, path: Path) -> None:
+    """Fail before loading when the weights do not fit, naming the keys that differ."""
+    odd = [k for k, v in saved.items() if not isinstance(k, str) or not isinstance(v, torch.Tensor)
+           or v.layout != torch.strided or v.device.type != "cpu"]
+    if odd:
+        raise CheckpointError(f"{path}: state_dict entries {listed([str(k) for k in odd])} are not dense CPU tensors; "
+                              f"nothing was loaded. Re-save the checkpoint with pipeline.save")
+    expected = model.state_dict()
+    fits = [k for k in expected if k in saved and isinstance(expected[k], torch.Tensor)]
+    missing = [k for k in expected if k not in saved]
+    unexpected = [k for k in saved if k not in expected]
+    shapes = [f"{k} {tuple(saved[k].shape)} vs {tuple(expected[k].shape)}" for k in fits
+              if saved[k].shape != expected[k].shape]
+    dtypes = [f"{k} {saved[k].dtype} vs {expected[k].dtype}" for k in fits if saved[k].dtype != expected[k].dtype]
+    if missing or unexpected or shapes or dtypes:
+        parts = [f"missing keys: {listed(missing)}" if missing else "",
+                 f"unexpected keys: {listed(unexpected)}" if unexpected else "",
+                 f"shape mismatches (checkpoint vs model): {listed(shapes)}" if shapes else "",
+                 f"dtype mismatches (checkpoint vs model): {listed(dtypes)}" if dtypes else ""]
+        raise StateDictMismatch(
+            f"{path} holds weights of {name!r} that do not fit {type(model).__name__}: "
+            + "; ".join(p for p in parts if p) + ". Pass a model built like the one that was tuned")
+
+
+def check(payload: Mapping[str, Any], model: nn.Module, path: Path, trust_options: bool = False) -> None:
+    """Raise unless every field of ``payload`` is within the format and its weights fit ``model``."""
+    problem = (fields_problem(payload)
+               or sizes_problem(payload["batch_sizes"], payload["max_batch_size"])
+               or limits.inputs_problem(payload["inputs"])
+               or next(filter(None, (backend_problem(n, c) for n, c in payload["backends"].items())), None)
+               or (f"{len(payload['backends'])} backends, more than {limits.MAX_BACKENDS}"
+                   if len(payload["backends"]) > limits.MAX_BACKENDS else None)
+               or route_problem(payload["route"], payload["backends"], len(payload["batch_sizes"])))
+    if problem:
+        raise CheckpointError(f"{path} is not a checkpoint this tweakpipe can load: {problem}. Nothing was loaded; "
+                              f"re-save it with pipeline.save or re-tune")
+    routed = dict.fromkeys(r["backend"] for r in payload["route"])
+    risky = {n: inductor_options.untrusted(payload["backends"][n].get("options") or {}) for n in routed}
+    risky = {n: keys for n, keys in risky.items() if keys}
+    if risky and not trust_options:
+        named = "; ".join(f"backend {n!r} sets {', '.join(keys)}" for n, keys in risky.items())
+        raise UntrustedOptions(
+            f"{path}: {named}: Inductor options that can name a program it runs or a path it writes, and anyone "
+            f"can rewrite a checkpoint with its checksum, so nothing was loaded. If you trust whoever wrote this "
+            f"file, load it with pipeline.load(path, model, trust_options=True)")
+    check_state_dict(payload["state_dict"], model, payload["name"], path)
