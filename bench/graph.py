@@ -37,9 +37,9 @@ sys.path.insert(0, str(ROOT))
 from pipeline import backends as backend_registry  # noqa: E402
 from pipeline import devices  # noqa: E402
 from pipeline.api import compose_config  # noqa: E402
-from pipeline.compare import judge  # noqa: E402
+from pipeline.measure.compare import judge  # noqa: E402
 from pipeline.models import make_inputs  # noqa: E402
-from pipeline.timing import measure_interleaved  # noqa: E402
+from pipeline.measure.timing import measure_interleaved  # noqa: E402
 
 MODELS = ["mlp", "mobilenet_v3_small", "resnet18", "resnet50", "vit_b_16"]
 BACKENDS = ["eager", "inductor", "inductor_reduce_overhead", "graph", "graph_inductor"]

@@ -29,7 +29,8 @@ sys.path.insert(0, str(ROOT))
 
 import pipeline  # noqa: E402
 from bench.common import command_line  # noqa: E402
-from pipeline import compare, devices  # noqa: E402
+from pipeline import devices  # noqa: E402
+from pipeline.measure import compare  # noqa: E402
 
 SEQ = 128
 HF_SIZES = [1, 8, 32, 128]

@@ -59,7 +59,7 @@ def child(args: argparse.Namespace) -> None:
     import torch
 
     import pipeline
-    from pipeline.routing import backend_for
+    from pipeline.route.policy import backend_for
 
     import_s = time.perf_counter() - start
     model = resnet18(seed=1)  # other weights than the tuned model: the checkpoint must replace them
@@ -118,7 +118,7 @@ def parent(args: argparse.Namespace) -> None:
              for bs in sizes}
     small_graph = owner[min(sizes)].startswith("graph")
     large_inductor = owner[max(sizes)] == "inductor"
-    tol = 5e-3  # fp32 tolerance of pipeline/compare.py (TF32 convolutions, reordered reductions)
+    tol = 5e-3  # fp32 tolerance of pipeline/measure/compare.py (TF32 convolutions, reordered reductions)
     same_outputs = all(r["rel_err_vs_tuned_module"] <= 1e-5 for r in loaded["rows"])
     matches_eager = all(r["rel_err_vs_eager"] <= tol for r in loaded["rows"])
     result = {

@@ -43,9 +43,9 @@ from omegaconf import DictConfig, OmegaConf  # noqa: E402
 from pipeline import devices  # noqa: E402
 from pipeline.api import compose_config  # noqa: E402
 from pipeline.context import RunContext  # noqa: E402
-from pipeline.routing import backend_for, choose_route, eager_baseline  # noqa: E402
-from pipeline.timing import Measurement, host_probe_ms  # noqa: E402
-from pipeline.tracking import NullTracker  # noqa: E402
+from pipeline.route.policy import backend_for, choose_route, eager_baseline  # noqa: E402
+from pipeline.measure.timing import Measurement, host_probe_ms  # noqa: E402
+from pipeline.record.tracker import NullTracker  # noqa: E402
 from stages import capture as capture_stage  # noqa: E402
 from stages import profile as profile_stage  # noqa: E402
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-_LAZY = {"tune": "pipeline.api", "save": "pipeline.checkpoint", "load": "pipeline.checkpoint"}
+_LAZY = {"tune": "pipeline.api", "save": "pipeline.route.checkpoint", "load": "pipeline.route.checkpoint"}
 
 __all__ = sorted(_LAZY)
 

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+from pipeline.config import SHIPPED_CONF
 import copy
 import datetime
 import inspect
@@ -19,25 +20,21 @@ from omegaconf import DictConfig
 from torch import nn
 
 from pipeline import runner
-from pipeline.checkpoint import load, save
-from pipeline.config_errors import ConfigError
+from pipeline.route.checkpoint import load, save
+from pipeline.config.errors import ConfigError
 from pipeline.models import DTYPES
-from pipeline.router import RoutedModule
-from pipeline.schema import InputSpec, register_configs
+from pipeline.route.served import RoutedModule
+from pipeline.config.schema import InputSpec, register_configs
 
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 DTYPE_NAMES = {dtype: name for name, dtype in DTYPES.items()}
 
 Example = Union[torch.Tensor, Sequence[torch.Tensor], Mapping[str, torch.Tensor]]
 
 
 def compose_config(overrides: Sequence[str] = ()) -> DictConfig:
-    """``conf/config.yaml`` composed with command-line style overrides, as ``python -m pipeline`` would."""
-    if not (CONF_DIR / "config.yaml").is_file():
-        raise FileNotFoundError(f"the config tree is not at {CONF_DIR}; install tweakpipe from its repository "
-                                f"(pip install -e .) so that conf/ sits beside pipeline/")
+    """The shipped ``config.yaml`` composed with command-line style overrides, as ``python -m pipeline`` would."""
     register_configs()
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="tweakpipe_api"):
+    with initialize_config_dir(config_dir=str(SHIPPED_CONF), version_base="1.3", job_name="tweakpipe_api"):
         return compose(config_name="config", overrides=list(overrides))
 
 

@@ -11,8 +11,8 @@ from omegaconf import DictConfig
 from torch import nn
 
 from pipeline.backends import Backend
-from pipeline.routing import Range
-from pipeline.timing import Measurement
+from pipeline.route.policy import Range
+from pipeline.measure.timing import Measurement
 
 
 # Added wherever an unverified backend is left out, so the error names the key that lets it in.

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from pipeline.routing import Range, backend_for
-from pipeline.tracking import PARENT_TAG, SWEEP_TAG, sqlite_path
+from pipeline.route.policy import Range, backend_for
+from pipeline.record.tracker import PARENT_TAG, SWEEP_TAG, sqlite_path
 
 METRIC = re.compile(r"^latency_ms/(?P<backend>[^/]+)/bs(?P<bs>\d+)$")
 AUTO = "auto"

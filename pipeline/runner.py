@@ -12,9 +12,9 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from pipeline import devices
-from pipeline.checks import check_config
+from pipeline.config.checks import check_config
 from pipeline.context import RunContext
-from pipeline.tracking import make_tracker
+from pipeline.record.tracker import make_tracker
 
 log = logging.getLogger(__name__)
 

@@ -11,6 +11,7 @@ one line each. It needs neither torch nor a GPU.
 
 from __future__ import annotations
 
+from pipeline.config import SHIPPED_CONF
 import argparse
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 
 GROUP = "inductor_template"
 BACKENDS = "backends"
-SHIPPED = "file://" + str(Path(__file__).resolve().parents[1] / "conf")
+SHIPPED = "file://" + str(SHIPPED_CONF)
 TEMPLATE_KEYS = {"description", "options"}
 
 

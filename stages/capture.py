@@ -18,11 +18,12 @@ from typing import Callable, Dict, Optional
 import torch
 
 from pipeline import backends as backend_registry
-from pipeline import devices, progress
+from pipeline import devices
+from pipeline.record import progress
 from pipeline.backends import BackendUnsupported
-from pipeline.compare import combine, judge, tolerance
+from pipeline.measure.compare import combine, judge, tolerance
 from pipeline.context import ALLOW_HINT, BackendOutcome, RunContext
-from pipeline.references import Reference, random_fills, reference_at
+from pipeline.measure.references import Reference, random_fills, reference_at
 
 log = logging.getLogger(__name__)
 

@@ -13,10 +13,10 @@ import csv
 import logging
 from typing import List
 
-from pipeline import progress
+from pipeline.record import progress
 from pipeline.context import RunContext
 from pipeline.models import make_inputs
-from pipeline.timing import HostGauge, host_drift, host_probe_ms, profile_sizes
+from pipeline.measure.timing import HostGauge, host_drift, host_probe_ms, profile_sizes
 
 log = logging.getLogger(__name__)
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import logging
 
-from pipeline import checkpoint
+from pipeline.route import checkpoint
 from pipeline.context import RunContext
-from pipeline.router import RoutedModule, TuneRecord
-from pipeline.routing import choose_route, eager_baseline
+from pipeline.route.served import RoutedModule, TuneRecord
+from pipeline.route.policy import choose_route, eager_baseline
 
 log = logging.getLogger(__name__)
 

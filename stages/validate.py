@@ -9,10 +9,10 @@ from typing import Dict
 import torch
 
 from pipeline.backends.program import strict_compiles
-from pipeline.compare import judge, tolerance
+from pipeline.measure.compare import judge, tolerance
 from pipeline.context import RunContext
-from pipeline.references import random_fills, reference_at
-from pipeline.routing import backend_for
+from pipeline.measure.references import random_fills, reference_at
+from pipeline.route.policy import backend_for
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ def run(ctx: RunContext) -> None:
         raise RuntimeError("validate needs the route stage first: add route to stages")
     modules = {"routed": ctx.routed}
     if ctx.cfg.validate.check_reload and ctx.checkpoint_path is not None:
-        from pipeline.checkpoint import load
+        from pipeline.route.checkpoint import load
 
         # The run's own checkpoint, written moments ago from its own config: its options are trusted.
         modules["reloaded"] = load(ctx.checkpoint_path, ctx.model, device=ctx.device, trust_options=True)

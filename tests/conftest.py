@@ -5,14 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, List
 
+from pipeline.config import SHIPPED_CONF
 import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
-from pipeline.schema import register_configs
+from pipeline.config.schema import register_configs
 
 ROOT = Path(__file__).resolve().parents[1]
-CONF = ROOT / "conf"
+CONF = SHIPPED_CONF
 # Overrides for runs that must be quick on 2 CPU cores.
 TINY = ["model=tiny_mlp", "profile=quick", "tracking=off"]
 

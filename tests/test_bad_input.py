@@ -1,7 +1,7 @@
 """Bad input that never costs work: each mistake fails before any model is built, in one line naming the
 problem and the fix, and leaves nothing behind (no run directory, no changed store, no changed model).
 
-The config checks are called in-process (``pipeline.checks.check_config``, what every run calls first);
+The config checks are called in-process (``pipeline.config.checks.check_config``, what every run calls first);
 a batch of real ``python -m pipeline`` runs, started together, shows the command line's side: exit
 code 2, one line on stderr, no traceback, no run directory.
 """
@@ -27,14 +27,14 @@ import torch
 import pipeline
 from conftest import ROOT
 from mlflow_helpers import clean_env, free_port
-from pipeline import checkpoint
+from pipeline.route import checkpoint
 from pipeline.backends import create
-from pipeline.checks import check_config
-from pipeline.config_errors import ConfigError
+from pipeline.config.checks import check_config
+from pipeline.config.errors import ConfigError
 from pipeline.models import MLP
-from pipeline.router import RoutedModule, TuneRecord
-from pipeline.routing import Range
-from pipeline.tracking import MLFLOW_TABLES, StoreGuard, open_experiment
+from pipeline.route.served import RoutedModule, TuneRecord
+from pipeline.route.policy import Range
+from pipeline.record.tracker import MLFLOW_TABLES, StoreGuard, open_experiment
 
 CPU = torch.device("cpu")
 HAS_CUDA = torch.cuda.is_available()
@@ -221,7 +221,7 @@ def test_a_tracking_server_that_is_down_fails_within_seconds(compose_cfg):
 
 CREATE_STORE = """
 import sys
-from pipeline.tracking import StoreGuard, open_experiment
+from pipeline.record.tracker import StoreGuard, open_experiment
 open_experiment(sys.argv[1], "tweakpipe", StoreGuard(sys.argv[1]))
 """
 

@@ -12,12 +12,12 @@ import torch
 
 import pipeline
 from conftest import ROOT, TINY
-from pipeline import checkpoint
+from pipeline.route import checkpoint
 from pipeline.backends import create
-from pipeline.checkpoint import ChecksumMismatch, CheckpointError, DeviceMismatch, NotACheckpoint, StateDictMismatch
+from pipeline.route.checkpoint import ChecksumMismatch, CheckpointError, DeviceMismatch, NotACheckpoint, StateDictMismatch
 from pipeline.models import MLP, make_inputs
-from pipeline.router import RoutedModule, TuneRecord
-from pipeline.routing import Range, backend_for
+from pipeline.route.served import RoutedModule, TuneRecord
+from pipeline.route.policy import Range, backend_for
 
 # tiny_mlp tunes batch sizes 1, 3, 8: 2 and 5 are untuned (padded toward 3 and 8), 20 is above the maximum.
 SIZES = [1, 2, 3, 5, 8, 20]
@@ -77,7 +77,7 @@ def test_the_route_stage_saves_only_the_routed_backends(tuned, run_dir):
 LOAD_IN_FRESH_PROCESS = """
 import sys, torch, pipeline
 from pipeline.models import MLP
-from pipeline.routing import backend_for
+from pipeline.route.policy import backend_for
 torch.manual_seed(123)  # different weights: the checkpoint's must replace them
 tuned = pipeline.load(sys.argv[1], MLP(width=16, depth=2))
 inputs = torch.load(sys.argv[2], weights_only=True)

@@ -15,13 +15,14 @@ import pytest
 import torch
 
 import pipeline
-from pipeline import checkpoint, inductor_options
+from pipeline.route import checkpoint
+from pipeline.config import inductor_options
 from pipeline.backends import create
-from pipeline.checkpoint import CheckpointError, StateDictMismatch, UntrustedOptions
-from pipeline.limits import MAX_BATCH_SIZE
+from pipeline.route.checkpoint import CheckpointError, StateDictMismatch, UntrustedOptions
+from pipeline.config.limits import MAX_BATCH_SIZE
 from pipeline.models import MLP
-from pipeline.router import RoutedModule, TuneRecord
-from pipeline.routing import Range
+from pipeline.route.served import RoutedModule, TuneRecord
+from pipeline.route.policy import Range
 
 CPU = torch.device("cpu")
 HUGE = 1_000_000_000
@@ -207,8 +208,8 @@ def test_weights_of_another_dtype_or_not_tensors_are_refused(ckpt):
 
 
 def test_a_config_and_a_checkpoint_share_one_bound_on_batch_sizes(ckpt, compose_cfg):
-    from pipeline.checks import check_config
-    from pipeline.config_errors import ConfigError
+    from pipeline.config.checks import check_config
+    from pipeline.config.errors import ConfigError
 
     bound = rf"={MAX_BATCH_SIZE + 1} is not a batch size \(an integer from 1 to {MAX_BATCH_SIZE}\)"
     with pytest.raises(ConfigError, match=rf"model\.batch_sizes\[1\]{bound}"):

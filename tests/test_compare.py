@@ -9,9 +9,9 @@ import torch
 import torch.utils._pytree as pytree
 from torch import nn
 
-from pipeline.compare import Verdict, combine, judge, tolerance, uninformative
-from pipeline.leaves import tensor_leaves
-from pipeline.references import reference_at
+from pipeline.measure.compare import Verdict, combine, judge, tolerance, uninformative
+from pipeline.measure.leaves import tensor_leaves
+from pipeline.measure.references import reference_at
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from hydra.errors import ConfigCompositionException, MissingConfigException
 from omegaconf.errors import ValidationError
 
 from conftest import CONF, TINY
-from pipeline.config_errors import ConfigError, explain_unknown_choices
+from pipeline.config.errors import ConfigError, explain_unknown_choices
 from pipeline.runner import check_config, run
 
 GROUPS = ["model", "backends", "profile", "route", "validate", "tracking"]

@@ -9,9 +9,10 @@ import torch
 from torch import nn
 
 from pipeline import backends as backend_registry
-from pipeline import graph_plan, runner
+from pipeline import runner
+from pipeline.backends import graph_plan
 from pipeline.backends import Backend
-from pipeline.compare import combine, judge
+from pipeline.measure.compare import combine, judge
 from pipeline.models import MLP, make_inputs
 from conftest import TINY
 

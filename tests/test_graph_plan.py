@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from pipeline import backends as backend_registry
-from pipeline import graph_plan, runner
+from pipeline import runner
+from pipeline.backends import graph_plan
 from pipeline.backends.graph import GraphBackend, concat_chunks, stage_inputs, take_rows, tile
 from conftest import TINY
 

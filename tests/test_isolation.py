@@ -140,7 +140,7 @@ def test_tune_leaves_the_users_model_exactly_as_it_was(tmp_path):
     assert model.training and int(model.calls) == 0
     for key, value in model.state_dict().items():
         assert torch.equal(value, before[key]), key
-    stored = pipeline.checkpoint.read(tmp_path / "model.tweak")["state_dict"]
+    stored = pipeline.route.checkpoint.read(tmp_path / "model.tweak")["state_dict"]
     assert int(stored["calls"]) == 0  # the state handed in, not the count after thousands of timed calls
     assert int(tuned.record.model.calls) == 0  # the served copy starts from it too
 
@@ -169,7 +169,7 @@ def test_reduce_overhead_programs_own_their_cuda_graph_trees():
 @pytest.mark.gpu
 def test_an_hf_model_with_autocast_then_a_vision_model_in_one_gpu_process(tmp_path):
     transformers = pytest.importorskip("transformers")
-    from pipeline.compare import judge
+    from pipeline.measure.compare import judge
 
     config = transformers.BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
                                      intermediate_size=128, vocab_size=100)

@@ -8,7 +8,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from conftest import CONF
-from pipeline.compare import uninformative
+from pipeline.measure.compare import uninformative
 from pipeline.models import make_inputs
 
 MODELS = sorted(p.stem for p in (CONF / "model").glob("*.yaml") if p.stem != "base_model")

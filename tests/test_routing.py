@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.routing import Range, backend_for, choose_route, eager_baseline, sizes_owned
+from pipeline.route.policy import Range, backend_for, choose_route, eager_baseline, sizes_owned
 
 ORDER = ["eager", "inductor", "graph"]
 # Inductor has the best peak throughput (64 / 10 ms); graph is much faster at small sizes.

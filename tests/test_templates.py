@@ -14,9 +14,9 @@ from omegaconf import OmegaConf, open_dict
 
 from conftest import CONF, ROOT, TINY
 from pipeline import backends, templates
-from pipeline.compare import tolerance
+from pipeline.measure.compare import tolerance
 from pipeline.runner import check_config, run
-from pipeline.schema import BackendConfig
+from pipeline.config.schema import BackendConfig
 
 SHIPPED_TEMPLATES = {
     "triton": {"cpp_wrapper": False},
@@ -135,7 +135,7 @@ def test_listing_command_is_fast_and_shows_user_files(tmp_path: Path) -> None:
 
 
 def test_device_notes() -> None:
-    from pipeline import inductor_options as io
+    from pipeline.config import inductor_options as io
 
     cpu, cuda, xpu = torch.device("cpu"), torch.device("cuda"), torch.device("xpu")  # no device needed
     assert set(io.ineffective(SHIPPED_TEMPLATES["max_autotune"], cpu)) == {"coordinate_descent_tuning"}

@@ -21,10 +21,10 @@ from omegaconf import OmegaConf
 
 from pipeline import backends
 from pipeline.context import RunContext
-from pipeline.timing import (HostGauge, Measurement, agreeing_windows, device_time_ms, measure_interleaved,
+from pipeline.measure.timing import (HostGauge, Measurement, agreeing_windows, device_time_ms, measure_interleaved,
                              median_ci_ranks, host_drift, host_probe_ms, profile_sizes, python_probe_ms, saturated,
                              time_call)
-from pipeline.tracking import NullTracker
+from pipeline.record.tracker import NullTracker
 from stages import profile as profile_stage
 from conftest import TINY
 

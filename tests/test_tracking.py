@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pipeline.config import SHIPPED_CONF
 import csv
 import fcntl
 import os
@@ -19,9 +20,9 @@ from mlflow.tracking import MlflowClient
 from mlflow_helpers import ROOT, SWEEP, artifact_names, clean_env, copy_store, init_store, mlflow_server, \
     run_pipeline, sweep_runs
 from pipeline import report
-from pipeline.plots import latency_plot
-from pipeline.routing import Range
-from pipeline.tracking import StoreGuard, open_experiment
+from pipeline.record.plots import latency_plot
+from pipeline.route.policy import Range
+from pipeline.record.tracker import StoreGuard, open_experiment
 
 JOB_ARTIFACTS = {"capture.json", "config.yaml", "latency.png", "profile.csv", "route.json", "validation.json"}
 
@@ -118,7 +119,7 @@ def test_report_table_auto_is_the_route_or_a_measured_auto(tmp_path: Path, templ
 
 @pytest.mark.parametrize("ci", ["", "true"])
 def test_progress_shows_in_a_terminal_only_outside_ci(ci: str) -> None:
-    code = ("from pipeline import progress\nimport time\n"
+    code = ("from pipeline.record import progress\nimport time\n"
             "for x in progress.track(['alpha', 'beta'], 'capture', 2):\n    time.sleep(0.3)\n")
     env = {**clean_env(), "CI": ci, "TERM": "xterm"}
     master, slave = pty.openpty()
@@ -205,10 +206,10 @@ def test_parallel_fresh_processes_lose_no_run_and_report(tmp_path: Path, templat
 def test_launcher_configs_compose() -> None:
     from hydra import compose, initialize_config_dir
 
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(SHIPPED_CONF), version_base="1.3"):
         fresh = compose("config", overrides=["hydra/launcher=joblib_fresh"], return_hydra_config=True)
         assert fresh.hydra.launcher._target_.endswith("FreshProcessLauncher") and fresh.hydra.launcher.n_jobs == 0
-        assert fresh.hydra.callbacks.mlflow_sweep._target_ == "pipeline.sweep.MlflowSweep"
+        assert fresh.hydra.callbacks.mlflow_sweep._target_ == "pipeline.record.sweep.MlflowSweep"
         pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="pip install -e '.[slurm]'")
         slurm = compose("config", overrides=["hydra/launcher=slurm"], return_hydra_config=True)
         assert slurm.hydra.launcher._target_.endswith("SlurmLauncher") and slurm.hydra.launcher.gpus_per_node == 1

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from pipeline.backends.program import Program
-from pipeline.compare import Verdict
+from pipeline.measure.compare import Verdict
 from pipeline.models import dtype_of
 
 AUTOCAST_DTYPES = ("bfloat16", "float16")

@@ -21,11 +21,13 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 import torch
 from torch import nn
 
-from pipeline import devices, graph_plan
+from pipeline import devices
+
+from pipeline.backends import graph_plan
 from pipeline.backends.base import Backend
 from pipeline.backends.inductor import InductorBackend, settings_given
 from pipeline.backends.program import Program, dynamo_counts
-from pipeline.compare import Verdict, judge
+from pipeline.measure.compare import Verdict, judge
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,9 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_map_only
 
-from pipeline import inductor_options, templates
+from pipeline import templates
+
+from pipeline.config import inductor_options
 from pipeline.backends.base import Backend
 from pipeline.backends.program import Program
 

@@ -12,7 +12,7 @@ from torch.nn.modules import module as nn_module
 
 from pipeline.backends import Backend
 from pipeline.models import dtype_of
-from pipeline.routing import Range, backend_for
+from pipeline.route.policy import Range, backend_for
 
 
 @dataclass

@@ -16,11 +16,14 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from pipeline import backends as backend_registry
-from pipeline import devices, limits, routing, tracking
-from pipeline.config_errors import ConfigError
-from pipeline.paths import writable_problem
-from pipeline.schema import STAGE_NAMES
-from pipeline.timing import Settings
+from pipeline import devices
+from pipeline.config import limits
+from pipeline.route import policy as routing
+from pipeline.record import tracker as tracking
+from pipeline.config.errors import ConfigError
+from pipeline.config.paths import writable_problem
+from pipeline.config.schema import STAGE_NAMES
+from pipeline.measure.timing import Settings
 
 # A stage needs the ones named here to have run earlier in the same run.
 NEEDS = {"capture": [], "profile": ["capture"], "route": ["profile"], "validate": ["route"]}

@@ -2,7 +2,7 @@
 
 A checkpoint is data from anyone: its SHA-256 detects damage, not tampering, since whoever edits a
 file can write its checksum too. :func:`check` holds the whole payload to the format (each field's
-type, the bounds of ``pipeline.limits``, a route covering 1..inf without gaps, backend configs
+type, the bounds of ``pipeline.config.limits``, a route covering 1..inf without gaps, backend configs
 through the schema and the backend registry's ``check_config``, input specs, the state dict against
 the caller's model), so a refused file leaves the caller's model as it was. Inductor options whose
 declared type admits free text can name a program Inductor runs (``cpp.cxx``) or a path it writes:
@@ -20,8 +20,9 @@ from omegaconf.errors import OmegaConfBaseException
 from torch import nn
 
 from pipeline import backends as backend_registry
-from pipeline import devices, inductor_options, limits
-from pipeline.schema import BackendConfig
+from pipeline import devices
+from pipeline.config import inductor_options, limits
+from pipeline.config.schema import BackendConfig
 
 # Every field a payload may hold, and its type (``created`` and ``format`` are informative).
 FIELDS: Dict[str, type] = {"format": int, "name": str, "created": str, "route": list, "backends": dict,

@@ -3,7 +3,7 @@
 ``on_multirun_start`` (in the process that launches the sweep) creates the parent run and writes
 its id to ``<sweep dir>/mlflow_parent.json``. Each job, in whatever process or machine the
 launcher put it, reads that file when its tracker starts and tags its run ``mlflow.parentRunId``
-(:func:`pipeline.tracking.hydra_job_tags`). ``on_multirun_end`` logs the sweep's latency table
+(:func:`pipeline.record.tracker.hydra_job_tags`). ``on_multirun_end`` logs the sweep's latency table
 (:mod:`pipeline.report`) to the parent and closes it; a sweep that dies early closes it as FAILED.
 
 Configured in ``conf/config.yaml`` under ``hydra.callbacks``; single runs are untouched.
@@ -20,7 +20,7 @@ from typing import Any, Optional
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from pipeline.tracking import PARENT_FILE, SWEEP_TAG, StoreGuard, open_experiment
+from pipeline.record.tracker import PARENT_FILE, SWEEP_TAG, StoreGuard, open_experiment
 
 log = logging.getLogger(__name__)
 

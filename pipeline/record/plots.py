@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
-from pipeline.routing import Range, backend_for
+from pipeline.route.policy import Range, backend_for
 
 
 def latency_plot(medians: Mapping[str, Mapping[int, float]], route: Optional[Sequence[Range]], path: Path,

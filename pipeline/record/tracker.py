@@ -2,7 +2,7 @@
 
 The store is always explicit (``sqlite:///outputs/mlflow.db`` by default, or a server URL):
 current MLflow refuses the plain-file store. In a multirun sweep each job's run is a child of the
-sweep's parent run (see :mod:`pipeline.sweep`); the job finds the parent through a file in the
+sweep's parent run (see :mod:`pipeline.record.sweep`); the job finds the parent through a file in the
 sweep directory, so this works for jobs in other processes and on other machines alike.
 
 Many processes may write one SQLite file: every write takes an exclusive file lock next to the
@@ -35,8 +35,8 @@ from typing import Any, Callable, Dict, Iterable, Iterator, Mapping, Optional, S
 
 from omegaconf import DictConfig, OmegaConf
 
-from pipeline.config_errors import ConfigError
-from pipeline.paths import writable_problem
+from pipeline.config.errors import ConfigError
+from pipeline.config.paths import writable_problem
 
 log = logging.getLogger(__name__)
 
@@ -267,7 +267,7 @@ def hydra_job_tags(uri: str) -> Dict[str, str]:
     tags.update({"hydra.job.num": str(hc.job.num), "sweep_dir": str(hc.sweep.dir)})
     parent = read_parent(Path(hc.sweep.dir))
     if parent is None:
-        log.warning("mlflow: no %s in %s; this job's run has no parent (is pipeline.sweep.MlflowSweep in "
+        log.warning("mlflow: no %s in %s; this job's run has no parent (is pipeline.record.sweep.MlflowSweep in "
                     "hydra.callbacks?)", PARENT_FILE, hc.sweep.dir)
     elif parent["tracking_uri"] != uri:
         log.warning("mlflow: the sweep's parent run is in %s, this job logs to %s; no parent link",
@@ -379,7 +379,7 @@ class MlflowTracker(NullTracker):
         """Latency against batch size, one line per backend; redrawn with the routed ranges after route."""
         if not self.medians:
             return
-        from pipeline.plots import latency_plot
+        from pipeline.record.plots import latency_plot
 
         self.log_artifact(latency_plot(self.medians, route, run_dir / "latency.png", self.title))
 

@@ -10,7 +10,7 @@ The body holds the route table, each routed backend's config (rebuilt by ``kind`
 backend registry, never by import path), the model's state dict, the input spec, the tuned batch
 sizes, the versions and the device it was tuned on. It is read with
 ``torch.load(weights_only=True)`` only after its SHA-256 matches, and every field is checked
-(``pipeline.payload``) before the caller's model is touched or anything is built.
+(``pipeline.route.payload``) before the caller's model is touched or anything is built.
 """
 
 from __future__ import annotations
@@ -32,11 +32,13 @@ from omegaconf import OmegaConf
 from torch import nn
 
 from pipeline import backends as backend_registry
-from pipeline import devices, limits, payload as payload_check
+from pipeline import devices
+from pipeline.config import limits
+from pipeline.route import payload as payload_check
 from pipeline.models import make_inputs
-from pipeline.payload import CheckpointError, StateDictMismatch, UntrustedOptions  # noqa: F401 (callers catch them here)
-from pipeline.router import RoutedModule, TuneRecord
-from pipeline.routing import Range, sizes_owned
+from pipeline.route.payload import CheckpointError, StateDictMismatch, UntrustedOptions  # noqa: F401 (callers catch them here)
+from pipeline.route.served import RoutedModule, TuneRecord
+from pipeline.route.policy import Range, sizes_owned
 
 log = logging.getLogger(__name__)
 
@@ -205,7 +207,7 @@ def load(path: PathLike, model: nn.Module, device: Optional[Union[str, torch.dev
          trust_options: bool = False) -> RoutedModule:
     """Load a checkpoint's weights into ``model`` and rebuild only the routed backends.
 
-    Every field is checked first (``pipeline.payload``): a refused file leaves ``model`` unchanged.
+    Every field is checked first (``pipeline.route.payload``): a refused file leaves ``model`` unchanged.
     Inductor options that can name a program or a path (``cpp.cxx``, ``*_dir``, any option whose
     declared type admits free text) are refused unless ``trust_options=True``: pass it only for a file
     whose every option you would put in your own config.

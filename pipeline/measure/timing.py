@@ -50,7 +50,7 @@ from typing import Any, Callable, Collection, Dict, Iterator, List, Mapping, Opt
 import torch
 
 from pipeline import devices
-from pipeline.schema import ProfileConfig
+from pipeline.config.schema import ProfileConfig
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The user's config mistakes: one exception class for them, and clearer words for Hydra's own.
 
-:class:`ConfigError` is raised by every config check (``pipeline.checks``); ``python -m pipeline``
+:class:`ConfigError` is raised by every config check (``pipeline.config.checks``); ``python -m pipeline``
 prints its one-line message and exits 2, keeping tracebacks for tweakpipe's own bugs.
 
 Hydra lists the available options when a single group choice is unknown (``model=resnet1800``),
@@ -10,11 +10,12 @@ lists what exists, from the same config directories Hydra searched.
 
 from __future__ import annotations
 
+from pipeline.config import SHIPPED_CONF
 import re
 from pathlib import Path
 from typing import Iterable, List, Optional, Sequence
 
-DEFAULT_CONF = Path(__file__).resolve().parents[1] / "conf"
+DEFAULT_CONF = SHIPPED_CONF
 _CHOICE = re.compile(r"^[+~]*(?P<group>[\w/]+)=\[?(?P<values>[^\]=]*)\]?$")
 # Lines of Hydra's and OmegaConf's reports that locate rather than explain.
 _LOCATING = ("full_key:", "reference_type=", "object_type=", "provider=")

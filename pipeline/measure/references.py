@@ -16,7 +16,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import torch
 from torch import nn
 
-from pipeline.compare import uninformative
+from pipeline.measure.compare import uninformative
 from pipeline.models import make_inputs
 
 log = logging.getLogger(__name__)
