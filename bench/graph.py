@@ -39,7 +39,7 @@ from pipeline import devices  # noqa: E402
 from pipeline.api import compose_config  # noqa: E402
 from pipeline.measure.compare import judge  # noqa: E402
 from pipeline.models import make_inputs  # noqa: E402
-from pipeline.measure.timing import measure_interleaved  # noqa: E402
+from pipeline.measure.interleaved import measure_interleaved# noqa: E402
 
 MODELS = ["mlp", "mobilenet_v3_small", "resnet18", "resnet50", "vit_b_16"]
 BACKENDS = ["eager", "inductor", "inductor_reduce_overhead", "graph", "graph_inductor"]

@@ -2,7 +2,7 @@
 
 Tunes a model with one backend (so the route has one range), loads the checkpoint as a user would,
 and times ``routed(**inputs)`` against ``routed.backends[name](**inputs)`` interleaved round by
-round (pipeline.measure.timing), several windows of 2000 calls each. The difference of the medians is the
+round (pipeline.measure.interleaved), several windows of 2000 calls each. The difference of the medians is the
 router's own cost per call. ``checked`` is ``routed.forward``: input binding, the shape check, the
 range lookup and the lock on every call, which a call of a one-input model skips (but the lock)
 once its shape has passed them.
@@ -25,7 +25,7 @@ from pipeline.route import checkpoint  # noqa: E402
 from pipeline.api import compose_config  # noqa: E402
 from pipeline.models import make_inputs  # noqa: E402
 from pipeline.runner import run  # noqa: E402
-from pipeline.measure.timing import measure_interleaved  # noqa: E402
+from pipeline.measure.interleaved import measure_interleaved# noqa: E402
 
 WINDOW = {"min_samples": 2000, "max_samples": 2000, "budget_ms": 1e9, "rel_precision": 1e-9, "max_repeats": 0}
 

@@ -36,7 +36,7 @@ from pipeline.route import checkpoint  # noqa: E402
 from pipeline.api import compose_config  # noqa: E402
 from pipeline.models import make_inputs  # noqa: E402
 from pipeline.runner import run  # noqa: E402
-from pipeline.measure.timing import measure_interleaved  # noqa: E402
+from pipeline.measure.interleaved import measure_interleaved# noqa: E402
 
 MODELS = ["mlp", "mobilenet_v3_small", "resnet18", "resnet50", "vit_b_16"]
 BACKENDS = ["eager", "inductor", "graph", "graph_inductor", "inductor_reduce_overhead"]

@@ -3,7 +3,7 @@
 Each backend of the ``inductor_all`` set (conf/backends) is built as capture builds it, for the
 model's largest benchmarked batch size first, then called once at each smaller size (that call's
 time is the size's compile seconds). Its outputs are compared with eager at every size, and it is
-timed against eager, interleaved round by round (pipeline.measure.timing), so each speed-up comes from one
+timed against eager, interleaved round by round (pipeline.measure.interleaved), so each speed-up comes from one
 measurement. ``torch._dynamo.reset()`` runs between backends, so no backend reuses another's
 compiled frames. Inductor's on-disk caches start empty (a fresh TORCHINDUCTOR_CACHE_DIR unless one
 is set) but are shared within the run: a backend whose kernels or autotuning results another
@@ -66,7 +66,7 @@ from pipeline.config import inductor_options  # noqa: E402
 from pipeline.api import compose_config  # noqa: E402
 from pipeline.measure.compare import judge, tolerance  # noqa: E402
 from pipeline.models import make_inputs  # noqa: E402
-from pipeline.measure.timing import measure_interleaved, time_call  # noqa: E402
+from pipeline.measure.interleaved import measure_interleaved, time_call# noqa: E402
 
 # Cheapest first; the autotuning backends last, so they share autotuning results in that order.
 ORDER = ["inductor", "inductor_triton", "inductor_cudagraphs", "inductor_reduce_overhead", "inductor_freezing",

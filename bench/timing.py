@@ -44,7 +44,8 @@ from pipeline import devices  # noqa: E402
 from pipeline.api import compose_config  # noqa: E402
 from pipeline.context import RunContext  # noqa: E402
 from pipeline.route.policy import backend_for, choose_route, eager_baseline  # noqa: E402
-from pipeline.measure.timing import Measurement, host_probe_ms  # noqa: E402
+from pipeline.measure.host import host_probe_ms# noqa: E402
+from pipeline.measure.measurement import Measurement# noqa: E402
 from pipeline.record.tracker import NullTracker  # noqa: E402
 from stages import capture as capture_stage  # noqa: E402
 from stages import profile as profile_stage  # noqa: E402

@@ -12,7 +12,7 @@ from torch import nn
 
 from pipeline.backends import Backend
 from pipeline.route.policy import Range
-from pipeline.measure.timing import Measurement
+from pipeline.measure.measurement import Measurement
 
 
 # Added wherever an unverified backend is left out, so the error names the key that lets it in.

@@ -16,7 +16,8 @@ from typing import List
 from pipeline.record import progress
 from pipeline.context import RunContext
 from pipeline.models import make_inputs
-from pipeline.measure.timing import HostGauge, host_drift, host_probe_ms, profile_sizes
+from pipeline.measure.host import HostGauge, host_drift, host_probe_ms
+from pipeline.measure.interleaved import profile_sizes
 
 log = logging.getLogger(__name__)
 

@@ -21,9 +21,10 @@ from omegaconf import OmegaConf
 
 from pipeline import backends
 from pipeline.context import RunContext
-from pipeline.measure.timing import (HostGauge, Measurement, agreeing_windows, device_time_ms, measure_interleaved,
-                             median_ci_ranks, host_drift, host_probe_ms, profile_sizes, python_probe_ms, saturated,
-                             time_call)
+from pipeline.measure.host import HostGauge, host_drift, host_probe_ms, python_probe_ms
+from pipeline.measure.interleaved import device_time_ms, measure_interleaved, profile_sizes, saturated, time_call
+from pipeline.measure.measurement import Measurement, agreeing_windows
+from pipeline.measure.statistics import median_ci_ranks
 from pipeline.record.tracker import NullTracker
 from stages import profile as profile_stage
 from conftest import TINY

@@ -23,7 +23,7 @@ from pipeline.record import tracker as tracking
 from pipeline.config.errors import ConfigError
 from pipeline.config.paths import writable_problem
 from pipeline.config.schema import STAGE_NAMES
-from pipeline.measure.timing import Settings
+from pipeline.measure.measurement import Settings
 
 # A stage needs the ones named here to have run earlier in the same run.
 NEEDS = {"capture": [], "profile": ["capture"], "route": ["profile"], "validate": ["route"]}

@@ -64,7 +64,7 @@ class BackendConfig:
 
 @dataclass
 class ProfileConfig:
-    """Timing budgets and stop rules (pipeline/measure/timing.py); all durations in milliseconds."""
+    """Timing budgets and stop rules (pipeline/measure/); all durations in milliseconds."""
 
     # At each new batch size the first call (compile, record) is kept apart as first_call_ms, then
     # warm-up calls run for warmup_ms (at least min_warmup_calls). None of them is a sample.

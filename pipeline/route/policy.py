@@ -15,6 +15,8 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
+from pipeline.measure.statistics import samples_per_second
+
 # backend -> batch size -> median latency (ms). A backend may lack some sizes.
 Profile = Mapping[str, Mapping[int, float]]
 
@@ -36,7 +38,7 @@ class Range:
 
 def peak_throughput(latencies: Mapping[int, float]) -> float:
     """Best samples per second over the profiled sizes."""
-    return max((bs / (ms / 1e3) for bs, ms in latencies.items() if ms > 0), default=0.0)
+    return max((samples_per_second(bs, ms) for bs, ms in latencies.items() if ms > 0), default=0.0)
 
 
 def profiled(profile: Profile, order: Sequence[str]) -> List[str]:

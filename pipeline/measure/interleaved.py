@@ -1,0 +1,288 @@
+"""Timing callables as a caller sees them: warm-up budgets, device sync, interleaved rounds, stop rules.
+
+What is measured is the wall latency a caller sees: the device is synchronised before and after
+each call, and a monotonic clock reads the time in between. Like ``triton.testing.do_bench``,
+budgets are in milliseconds.
+
+At each batch size, for each callable:
+
+1. The first call (compile, graph record, allocator warm-up) is kept apart as ``first_call_ms``,
+   then warm-up calls run for ``warmup_ms`` (at least ``min_warmup_calls``). None of them counts.
+2. A *window* of rounds runs the callables interleaved, each round in a fresh (seeded) random order,
+   A B C, C A B, B C A, A C B ..., so drift of the machine hits all of them alike, and no callable
+   always follows the same one (a call's leftovers, warm caches or a busy GPU, fall on all). A
+   callable leaves the rounds at ``max_samples``, or, after
+   ``min_samples``, once it has spent ``budget_ms`` or (having spent ``min_window_ms``) its median
+   is known to ``rel_precision`` at 95% confidence. Python's cyclic collector is held off
+   during a window, as ``timeit`` does.
+3. A callable whose samples disagree (median not pinned down, wide p10-p90 spread, or a median
+   that drifted within the window) gets another window, up to ``max_repeats``, interleaved with
+   the others that disagree; its estimate pools the windows that agree with its calmest one
+   (:mod:`pipeline.measure.measurement`). If it still disagrees it is flagged ``noisy`` with the
+   reason, never silently smoothed over.
+4. On CUDA, callables the caller names are cross-checked against a graph-captured device time: a
+   wall latency below the device's own time means the measurement is wrong.
+5. With a :class:`~pipeline.measure.host.HostGauge`, every round also times a tiny fixed piece of
+   Python, so each window knows how fast the host ran it. A callable whose every
+   window the host ran slowly is repeated, and flagged noisy if the host never recovered;
+   :func:`profile_sizes` re-measures, once, the sizes whose pooled windows turn out slow against
+   the fastest host state seen later. Which windows are pooled is still step 3's choice.
+
+Across batch sizes, :func:`profile_sizes` applies the saturation rule to medians of measured
+windows only, never to a first call.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import gc
+import logging
+import random
+import statistics
+import time
+from typing import Any, Callable, Collection, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+
+import torch
+
+from pipeline import devices
+from pipeline.config.schema import ProfileConfig
+from pipeline.measure.host import Clock, HostGauge
+from pipeline.measure.measurement import Measurement, Settings
+from pipeline.measure.statistics import rel_halfwidth, samples_per_second
+
+log = logging.getLogger(__name__)
+
+ORDER_SEED = 0  # the interleaving order is random but the same in every run
+
+
+def time_call(fn: Callable[[], Any], device: torch.device, clock: Clock = time.perf_counter) -> float:
+    """Milliseconds of one call as a caller sees it, the device synchronised before and after."""
+    devices.synchronize(device)
+    start = clock()
+    fn()
+    devices.synchronize(device)
+    return (clock() - start) * 1e3
+
+
+def _warm_up(fn: Callable[[], Any], device: torch.device, m: Measurement, s: Settings, clock: Clock) -> None:
+    """First call kept apart, then ``warmup_ms`` of calls (at least ``min_warmup_calls``); none count.
+
+    The budget starts after the first call, so a 30 s compile does not eat the warm-up.
+    """
+    m.first_call_ms = time_call(fn, device, clock)
+    spent, calls = 0.0, 0
+    while calls < s.min_warmup_calls or spent < s.warmup_ms:
+        spent += time_call(fn, device, clock)
+        calls += 1
+    m.warmup_calls = calls
+
+
+def _window_done(sorted_ms: List[float], spent_ms: float, s: Settings) -> bool:
+    n = len(sorted_ms)
+    if n >= s.max_samples:
+        return True
+    if n < s.min_samples:  # min_samples wins over the budget: a median of two calls is not a median
+        return False
+    if spent_ms >= s.budget_ms:
+        return True
+    # The interval assumes independent samples; calls close in time share the machine's state, so
+    # a precision stop waits until the samples span min_window_ms.
+    return spent_ms >= s.min_window_ms and rel_halfwidth(sorted_ms) <= s.rel_precision
+
+
+@contextlib.contextmanager
+def _collector_held() -> Iterator[None]:
+    """Collect, then hold Python's cyclic collector off for a window (as ``timeit`` does).
+
+    The collector runs when allocation counts cross a threshold, not because of the backend; in a
+    process holding compiled graphs a full collection takes milliseconds and would land on
+    whichever call crossed the threshold.
+    """
+    was_enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _run_window(fns: Mapping[str, Callable[[], Any]], device: torch.device, s: Settings, clock: Clock,
+                host: Optional[HostGauge] = None) -> Tuple[Dict[str, List[float]], float]:
+    """Rounds until each callable's own stop rule ends it: samples in time order, and the host's reading.
+
+    The reading is the median of one host probe per round (nan without a gauge).
+
+    Every callable runs once per round, in an order shuffled anew each round by a seeded generator:
+    what a call leaves behind (warm or cold CPU and GPU caches, clocks) then falls on a different
+    successor each time. A plain rotation (A B C, B C A, ...) would not do: it keeps C after B in
+    almost every round.
+    """
+    samples: Dict[str, List[float]] = {n: [] for n in fns}
+    ordered: Dict[str, List[float]] = {n: [] for n in fns}
+    spent = {n: 0.0 for n in fns}
+    active = list(fns)
+    shuffler = random.Random(ORDER_SEED)
+    probes: List[float] = []
+    with _collector_held():
+        while active:
+            for name in shuffler.sample(active, len(active)):
+                t = time_call(fns[name], device, clock)
+                samples[name].append(t)
+                bisect.insort(ordered[name], t)
+                spent[name] += t
+            if host is not None:
+                probes.append(host.probe())
+            active = [n for n in active if not _window_done(ordered[n], spent[n], s)]
+    return samples, statistics.median(probes) if probes else float("nan")
+
+
+def measure_interleaved(fns: Mapping[str, Callable[[], Any]], device: torch.device, cfg: Mapping[str, Any], *,
+                        clock: Clock = time.perf_counter, device_check: Collection[str] = (),
+                        host: Optional[HostGauge] = None) -> Dict[str, Measurement]:
+    """Time every callable at one shape, interleaved round by round; see the module docstring.
+
+    ``cfg`` holds the stop rules (a ``ProfileConfig`` or any mapping; missing keys take its
+    defaults). ``device_check`` names the callables that may be captured in a CUDA graph for the
+    device-time cross-check (not those that are graph replays themselves). ``host`` gauges the
+    host's speed in every window; a callable it ran slowly in every window is repeated (step 5).
+    """
+    s = Settings.of(cfg)
+    results = {name: Measurement() for name in fns}
+    for name, fn in fns.items():
+        _warm_up(fn, device, results[name], s, clock)
+    pending = list(fns)
+    for _ in range(1 + s.max_repeats):
+        if not pending:
+            break
+        windows, host_ms = _run_window({n: fns[n] for n in pending}, device, s, clock, host)
+        if host is not None:
+            host.note(host_ms)
+        for name, window in windows.items():
+            results[name].windows.append(window)
+            results[name].host_ms.append(host_ms)
+            results[name].settle(s, host)
+        pending = [n for n in pending if results[n].noisy]
+    if device.type == "cuda":
+        for name in device_check:
+            if name in fns:  # a wall median clearly below the device's own time is flagged in settle
+                results[name].device_ms = device_time_ms(fns[name], device) or float("nan")
+                results[name].settle(s, host)
+    return results
+
+
+def device_time_ms(fn: Callable[[], Any], device: torch.device, target_ms: float = 10.0) -> Optional[float]:
+    """Device time of one call, from replays of a CUDA graph that captured it, timed by CUDA events.
+
+    A floor for the wall latency: launch overhead and a busy CPU cannot reach into a replay.
+    Returns None off CUDA or where the callable cannot be captured (host syncs, graph replays of
+    its own, dynamic allocation); the backend is then judged on its wall latency alone.
+    """
+    if device.type != "cuda":
+        return None
+    graph = None
+    try:
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):  # warm up on a side stream, as capture wants
+            fn()
+        torch.cuda.current_stream(device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with devices.graph_capture_workspace(device), torch.cuda.graph(graph):
+            fn()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        graph.replay()
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        replays = int(min(100, max(1, target_ms / max(start.elapsed_time(end), 1e-3))))
+        times = []
+        for _ in range(5):
+            start.record()
+            for _ in range(replays):
+                graph.replay()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / replays)
+        return statistics.median(times)
+    except Exception as exc:  # capture is optional: any failure falls back to wall latency only
+        log.debug("device time: graph capture failed (%s: %s); wall latency only", type(exc).__name__, exc)
+        try:
+            torch.cuda.synchronize(device)
+        except Exception:
+            pass
+        return None
+    finally:
+        del graph  # frees the graph's private memory pool
+
+
+def saturated(throughputs: Sequence[float], cutoff: float, backoff: int) -> bool:
+    """True once throughput has not grown by ``cutoff`` (relative) over the last ``backoff`` measured sizes.
+
+    ``throughputs`` must come from measured windows (medians), one per profiled size, ascending.
+    """
+    xs = [t for t in throughputs if t == t]  # a size with no samples says nothing
+    if backoff <= 0 or len(xs) <= backoff:
+        return False
+    return max(xs[-backoff:]) < max(xs[:-backoff]) * (1 + cutoff)
+
+
+def profile_sizes(make_fns: Callable[[int], Mapping[str, Callable[[], Any]]], sizes: Sequence[int],
+                  device: torch.device, cfg: Mapping[str, Any], *, clock: Clock = time.perf_counter,
+                  device_check: Collection[str] = (), host: Optional[HostGauge] = None,
+                  ) -> Dict[str, Dict[int, Measurement]]:
+    """Measure every callable at every size, ascending; one that has saturated skips larger sizes.
+
+    ``make_fns(bs)`` returns the callables at batch size ``bs``. Saturation (``saturation_cutoff``,
+    ``saturation_backoff`` in ``cfg``) is judged on throughput from medians of measured windows;
+    a first call, which may compile or record, never enters it. With a ``host`` gauge, a size
+    whose windows were all taken on a slow host, judged against the fastest host state of the
+    whole profile, is measured once more at the end and the two measurements pooled.
+    """
+    defaults = ProfileConfig()
+    cutoff = float(cfg.get("saturation_cutoff", defaults.saturation_cutoff))
+    backoff = int(cfg.get("saturation_backoff", defaults.saturation_backoff))
+    profile: Dict[str, Dict[int, Measurement]] = {}
+    throughputs: Dict[str, List[float]] = {}
+    stopped: Dict[str, int] = {}
+    for bs in sorted(set(int(b) for b in sizes)):
+        fns = {n: f for n, f in make_fns(bs).items() if n not in stopped}
+        if not fns:
+            log.info("profile: every backend saturated before batch size %d", bs)
+            break
+        for name, m in measure_interleaved(fns, device, cfg, clock=clock, device_check=device_check,
+                                           host=host).items():
+            profile.setdefault(name, {})[bs] = m
+            throughputs.setdefault(name, []).append(samples_per_second(bs, m.median))
+            if saturated(throughputs[name], cutoff, backoff):
+                stopped[name] = bs
+                log.info("profile: %s saturated at batch size %d (throughput grew < %.0f%% over %d sizes)",
+                         name, bs, cutoff * 100, backoff)
+    if host is not None:
+        remeasure_slow_sizes(profile, make_fns, device, cfg, clock, host)
+    return profile
+
+
+def remeasure_slow_sizes(profile: Dict[str, Dict[int, Measurement]],
+                         make_fns: Callable[[int], Mapping[str, Callable[[], Any]]], device: torch.device,
+                         cfg: Mapping[str, Any], clock: Clock, host: HostGauge) -> None:
+    """Judge every cell against the host's fastest state of the whole profile; measure slow sizes once more.
+
+    A size measured early, before the host showed how fast it can be, may have passed as normal.
+    """
+    s = Settings.of(cfg)
+    for per in profile.values():
+        for m in per.values():
+            m.settle(s, host)
+    slow = sorted({bs for per in profile.values() for bs, m in per.items()
+                   if m.host_slowdown > 1 + host.tolerance})
+    for bs in slow:
+        names = [n for n, per in profile.items() if bs in per]
+        log.info("profile: the host ran slowly while batch size %d was measured; measuring it again", bs)
+        fns = {n: f for n, f in make_fns(bs).items() if n in names}
+        again = measure_interleaved(fns, device, cfg, clock=clock, host=host)  # device times are known
+        for name, later in again.items():
+            profile[name][bs].absorb(later, s, host)

@@ -1,0 +1,186 @@
+"""One callable at one shape: its windows of samples, which of them are pooled, and why it is noisy.
+
+A window whose samples do not pin down one latency (median not known to ``rel_precision``, wide
+p10-p90 spread, drift within the window) is measured again; the estimate pools the calmest window
+with those that agree with it (:func:`agreeing_windows`), and a measurement that still disagrees is
+flagged ``noisy`` with the reason, never silently smoothed over.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field, fields
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+from pipeline.config.schema import ProfileConfig
+from pipeline.measure.host import HostGauge
+from pipeline.measure.statistics import median_ci, quantile, rel_halfwidth
+
+# Drift check: the window is cut into this many consecutive chunks of at least MIN_CHUNK samples.
+DRIFT_CHUNKS = 4
+MIN_CHUNK = 5
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The stop rules in force; missing keys take :class:`ProfileConfig`'s defaults."""
+
+    warmup_ms: float
+    min_warmup_calls: int
+    min_samples: int
+    max_samples: int
+    budget_ms: float
+    min_window_ms: float
+    rel_precision: float
+    noise_threshold: float
+    max_repeats: int
+
+    @classmethod
+    def of(cls, cfg: Mapping[str, Any]) -> "Settings":
+        defaults = ProfileConfig()
+        s = cls(**{f.name: type(getattr(defaults, f.name))(cfg.get(f.name, getattr(defaults, f.name)))
+                   for f in fields(cls)})
+        if s.min_samples < 1 or s.max_samples < s.min_samples:
+            raise ValueError(f"profile: need 1 <= min_samples <= max_samples, got min_samples={s.min_samples}, "
+                             f"max_samples={s.max_samples}; e.g. profile.min_samples=10 profile.max_samples=200")
+        if s.rel_precision <= 0 or s.noise_threshold <= 0 or s.budget_ms < 0 or s.warmup_ms < 0 or s.max_repeats < 0:
+            raise ValueError("profile: rel_precision and noise_threshold must be > 0, and budget_ms, warmup_ms and "
+                             f"max_repeats >= 0; got {s}")
+        return s
+
+
+def disagreement(samples_ms: Sequence[float], s: Settings) -> str:
+    """Why these samples (in time order) do not pin down one latency, or "" when they do."""
+    xs = sorted(samples_ms)
+    if not xs:
+        return "no samples"
+    med = statistics.median(xs)
+    hw = rel_halfwidth(xs)
+    if hw > s.rel_precision:
+        return f"median known only to +-{hw:.1%} at 95% (target +-{s.rel_precision:.1%}) after {len(xs)} samples"
+    spread = (quantile(xs, 0.9) - quantile(xs, 0.1)) / med
+    if spread > s.noise_threshold:
+        return f"p10-p90 spread is {spread:.0%} of the median (limit {s.noise_threshold:.0%})"
+    chunks = min(DRIFT_CHUNKS, len(xs) // MIN_CHUNK)
+    if chunks >= 2:
+        size = len(samples_ms) / chunks
+        medians = [statistics.median(samples_ms[round(i * size):round((i + 1) * size)]) for i in range(chunks)]
+        drift = max(abs(m - med) for m in medians) / med
+        if drift > s.noise_threshold / 2:
+            return f"median drifted {drift:.0%} within a window (limit {s.noise_threshold / 2:.0%})"
+    return ""
+
+
+def agreeing_windows(windows: Sequence[Sequence[float]], rel_precision: float) -> List[int]:
+    """Indices of the windows pooled into the estimate: the calmest window and those that agree with it.
+
+    A busy CPU only ever adds time (a preempted launch thread, a late sync), so a disturbed
+    window's median moves up. The anchor is the window whose median is most surely low, the one
+    with the lowest *upper* 95% bound, not simply the lowest median: the minimum of several
+    imprecise medians is low by chance, and picking it blindly would bias every repeated backend
+    downward against the others. A window agrees when its median lies in the anchor's interval
+    widened by ``rel_precision`` (two medians each known to that precision may differ by about
+    that much). On a quiet machine every window pools into one plain median, with no selection
+    bias; a disturbed window, or a wide one whose median sits between two modes, is dropped.
+    """
+    filled = [i for i, w in enumerate(windows) if w]
+    if not filled:
+        return []
+    cis = {i: median_ci(sorted(windows[i])) for i in filled}
+    anchor = min(filled, key=lambda i: (cis[i][1], i))
+    med = statistics.median(windows[anchor])
+    lo, hi = cis[anchor][0] - rel_precision * med, cis[anchor][1] + rel_precision * med
+    return [i for i in filled if lo <= statistics.median(windows[i]) <= hi]
+
+
+@dataclass
+class Measurement:
+    """One callable at one shape: the accepted samples, every window, and the cold first call apart."""
+
+    samples_ms: List[float] = field(default_factory=list)  # pooled agreeing windows, in time order
+    first_call_ms: float = float("nan")
+    warmup_calls: int = 0
+    windows: List[List[float]] = field(default_factory=list)  # every window's samples, kept
+    accepted: List[int] = field(default_factory=list)  # which windows are pooled into samples_ms
+    device_ms: float = float("nan")  # graph-captured device time of one call (CUDA), when checked
+    host_ms: List[float] = field(default_factory=list)  # per window: the host probe's median (nan: no gauge)
+    host_slowdown: float = float("nan")  # the best pooled window's host probe against the fastest host state seen
+    noise: str = ""  # why the measurement stayed noisy; "" when it settled
+
+    @property
+    def count(self) -> int:
+        return len(self.samples_ms)
+
+    @property
+    def repeats(self) -> int:
+        """Windows run beyond the first, because the samples disagreed."""
+        return max(0, len(self.windows) - 1)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.samples_ms) if self.samples_ms else float("nan")
+
+    def quantile(self, q: float) -> float:
+        """Linear-interpolated quantile of the accepted samples."""
+        return quantile(sorted(self.samples_ms), q)
+
+    @property
+    def rel_halfwidth(self) -> float:
+        """Half-width of the median's distribution-free 95% interval, relative to the median."""
+        return rel_halfwidth(sorted(self.samples_ms))
+
+    @property
+    def noisy(self) -> bool:
+        """Whether the samples still disagreed after every repeat (``noise`` says how)."""
+        return bool(self.noise)
+
+    def settle(self, s: Settings, host: Optional["HostGauge"] = None) -> None:
+        """Pool the agreeing windows into ``samples_ms`` and judge what is left.
+
+        A window the host ran slowly is not dropped for that alone: a latency it did not raise
+        (a graph replay) is as good as any, and one it raised loses to a calmer window anyway.
+        Only when every window was slow is the measurement noisy because of the host, so that it
+        is measured again. A window the probe calls normal can still be disturbed otherwise (the
+        H200 VM showed one at 7.5 ms between two at 4.2 ms), so the probe never picks a window.
+        """
+        self.accepted = agreeing_windows(self.windows, s.rel_precision)
+        self.samples_ms = [x for i in self.accepted for x in self.windows[i]]
+        self.noise = disagreement(self.samples_ms, s)
+        slack = max(2 * s.rel_precision, 0.05)
+        if self.device_ms == self.device_ms and self.median < self.device_ms * (1 - slack):
+            self.flag(f"wall median {self.median:.4f} ms is below the graph-captured device time "
+                      f"{self.device_ms:.4f} ms")
+        if host is not None and self.accepted:
+            readings = [ms for ms, window in zip(self.host_ms, self.windows) if window]
+            self.host_slowdown = host.slowdown(min(self.host_ms[i] for i in self.accepted))
+            if all(host.slow(ms) for ms in readings):
+                self.flag(f"the host ran {host.slowdown(min(readings)):.2f}x slower than its fastest state in every "
+                          "window, so a launch-bound latency here may read high")
+
+    def flag(self, reason: str) -> None:
+        """Add a reason the measurement is noisy to those already found."""
+        self.noise = f"{self.noise}; {reason}" if self.noise else reason
+
+    def absorb(self, later: "Measurement", s: Settings, host: Optional["HostGauge"] = None) -> None:
+        """Add a later measurement's windows (the first call stays this one's) and settle again."""
+        self.windows += later.windows
+        self.host_ms += later.host_ms
+        self.warmup_calls += later.warmup_calls
+        self.settle(s, host)
+
+    def summary(self) -> Dict[str, Any]:
+        return {
+            "median_ms": self.median,
+            "p10_ms": self.quantile(0.10),
+            "p90_ms": self.quantile(0.90),
+            "samples": self.count,
+            "rel_ci95": self.rel_halfwidth,
+            "first_call_ms": self.first_call_ms,
+            "warmup_calls": self.warmup_calls,
+            "repeats": self.repeats,
+            "windows_used": len(self.accepted),
+            "device_ms": self.device_ms,
+            "host_slowdown": self.host_slowdown,
+            "noisy": self.noisy,
+            "noise": self.noise,
+        }
