@@ -7,7 +7,7 @@
     batch size the chosen backend must be within 5% of the fastest (regret <= 1.05).
 
 Backends are built once per model by the capture stage and reused by every run; every run goes
-through the real profile stage (``stages/profile.py``), whose profile.csv lands in ``OUT/runs``.
+through the real profile stage (``stages/profile.py``).
 
     python bench/timing.py --out bench/results    # writes bench/results/timing-h200.json
     # about 4-6 minutes on one H200 (most of it Inductor compiles), torch 2.11
@@ -46,7 +46,6 @@ from pipeline.context import RunContext  # noqa: E402
 from pipeline.route.policy import backend_for, choose_route, eager_baseline  # noqa: E402
 from pipeline.measure.host import host_probe_ms# noqa: E402
 from pipeline.measure.measurement import Measurement# noqa: E402
-from pipeline.record.tracker import NullTracker  # noqa: E402
 from stages import capture as capture_stage  # noqa: E402
 from stages import profile as profile_stage  # noqa: E402
 
@@ -104,8 +103,7 @@ def cpu_load(processes: int, deadline_s: float = 300.0) -> Iterator[Dict[str, An
 def profile_run(base: RunContext, run_dir: Path) -> Profile:
     """One pass of the real profile stage over already-built backends."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    ctx = RunContext(cfg=base.cfg, run_dir=run_dir, device=base.device, model=base.model, inputs=base.inputs,
-                     tracker=NullTracker())
+    ctx = RunContext(cfg=base.cfg, run_dir=run_dir, device=base.device, model=base.model, inputs=base.inputs)
     ctx.backends = dict(base.backends)
     start = time.perf_counter()
     profile_stage.run(ctx)
@@ -118,7 +116,7 @@ def medians(profile: Profile) -> Dict[str, Dict[int, float]]:
 
 
 def cells(profile: Profile) -> Dict[str, Dict[str, Any]]:
-    """Every cell's summary plus its windows' sizes and medians (raw samples are in the run's profile.csv)."""
+    """Every cell's summary plus its windows' sizes and medians."""
     out: Dict[str, Dict[str, Any]] = {}
     for b, per in profile.items():
         for bs, m in sorted(per.items()):
@@ -173,7 +171,7 @@ def bench_model(model_name: str, args: argparse.Namespace, out: Path, load_proce
     torch.manual_seed(cfg.seed)
     model = instantiate(cfg.model.build).eval().to(device)
     base = RunContext(cfg=cfg, run_dir=out / "runs" / f"{model_name}-capture", device=device, model=model,
-                      inputs=OmegaConf.to_container(cfg.model.inputs, resolve=True), tracker=NullTracker())
+                      inputs=OmegaConf.to_container(cfg.model.inputs, resolve=True))
     base.run_dir.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     capture_stage.run(base)  # compiles and records once; every run below reuses these backends

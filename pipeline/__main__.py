@@ -20,7 +20,7 @@ from hydra.errors import ConfigCompositionException, OverrideParseException
 from omegaconf import DictConfig
 
 from pipeline.config.errors import ConfigError, config_dirs_from_argv, explain_unknown_choices, one_line
-from pipeline.runner import run
+from pipeline.runner import resumed_config, run
 from pipeline.config.schema import register_configs
 
 register_configs()
@@ -48,7 +48,9 @@ def raised_in_main(exc: BaseException) -> bool:
 def main(cfg: DictConfig) -> None:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
-        ctx = run(cfg, run_dir)
+        if cfg.resume:
+            cfg = resumed_config(run_dir, HydraConfig.get().overrides.task)
+        ctx = run(cfg, run_dir, resume=bool(cfg.resume))
     except ConfigError as exc:
         remove_if_unused(run_dir)
         fail(str(exc))  # SystemExit passes through Hydra, which would log and print an Exception

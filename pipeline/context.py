@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional
 
 import torch
 from omegaconf import DictConfig
@@ -40,25 +40,50 @@ class BackendOutcome:
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "BackendOutcome":
+        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
+
+
+@dataclass
+class Earlier:
+    """What an interrupted run in the same directory already found: capture's outcomes and the
+    profile's measured cells. Capture rebuilds only the backends that were ok; profile measures
+    only the cells that are missing."""
+
+    outcomes: Dict[str, BackendOutcome] = field(default_factory=dict)
+    cells: Dict[str, Dict[int, Measurement]] = field(default_factory=dict)
+
 
 @dataclass
 class RunContext:
-    """Data flows one way: config -> context -> capture -> profile -> route -> validate."""
+    """Data flows one way: config -> context -> capture -> profile -> route -> validate.
+
+    Each stage reads what the earlier ones left here and adds its own results as data; none does
+    I/O. The runner hands the results to the recorder after each stage, and the profile's cells as
+    they are measured (``on_cell``).
+    """
 
     cfg: DictConfig
     run_dir: Path
     device: torch.device
     model: nn.Module
     inputs: Dict[str, Dict[str, Any]]
-    tracker: Any
     api: bool = False  # the caller's model, tuned through pipeline.tune (not built from model.build)
+    earlier: Earlier = field(default_factory=Earlier)
+    on_cell: Callable[[str, int, Measurement], None] = lambda name, bs, m: None
+    # capture
     backends: Dict[str, Backend] = field(default_factory=dict)
     outcomes: Dict[str, BackendOutcome] = field(default_factory=dict)
+    # profile
     profile: Dict[str, Dict[int, Measurement]] = field(default_factory=dict)
     host_probe_ms: Dict[str, float] = field(default_factory=dict)  # host speed before/after the profile
+    # route
     route: List[Range] = field(default_factory=list)
+    route_info: Dict[str, Any] = field(default_factory=dict)  # route.json: the rule, ranges, medians, exclusions
     routed: Optional[nn.Module] = None
-    checkpoint_path: Optional[Path] = None
+    checkpoint_path: Optional[Path] = None  # written by the recorder once route has run
+    # validate
     validation: Dict[str, Any] = field(default_factory=dict)
     stage_seconds: Dict[str, float] = field(default_factory=dict)
     # The model's weights and buffers as handed in (on the CPU): every stage's calls may advance a

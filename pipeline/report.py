@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from pipeline.route.policy import Range, backend_for
-from pipeline.record.tracker import PARENT_TAG, SWEEP_TAG, sqlite_path
+from pipeline.record.store import sqlite_path
+from pipeline.record.tracker import PARENT_TAG, SWEEP_TAG
 
 METRIC = re.compile(r"^latency_ms/(?P<backend>[^/]+)/bs(?P<bs>\d+)$")
 AUTO = "auto"

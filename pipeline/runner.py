@@ -1,11 +1,20 @@
-"""Runs the configured stages in order over one run context; checks the config before any work."""
+"""Runs the configured stages in order over one run context; checks the config before any work.
+
+After each stage (and after each profile cell) the results go to the recorder, so a run that
+fails or is killed keeps what it measured; every way out marks the MLflow run FINISHED, FAILED
+(an error) or KILLED (Ctrl-C, SIGTERM). ``resume=True`` reuses an interrupted run's directory:
+its failed and skipped backends and its measured cells.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import signal
+import threading
 import time
 from pathlib import Path
-from typing import Callable, Dict, Optional
+from typing import Any, Callable, Dict, Iterator, Optional, Sequence
 
 import torch
 from hydra.utils import instantiate
@@ -13,10 +22,19 @@ from omegaconf import DictConfig, OmegaConf
 
 from pipeline import devices
 from pipeline.config.checks import check_config
-from pipeline.context import RunContext
+from pipeline.config.errors import ConfigError
+from pipeline.config.schema import Config
+from pipeline.context import Earlier, RunContext
+from pipeline.record.recorder import Recorder, earlier_results
 from pipeline.record.tracker import make_tracker
 
 log = logging.getLogger(__name__)
+LOG_FILE = "tweakpipe.log"
+LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"  # as Hydra's job log
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived: the run stops as if interrupted and is recorded KILLED."""
 
 
 def stage_functions() -> Dict[str, Callable[[RunContext], None]]:
@@ -26,42 +44,108 @@ def stage_functions() -> Dict[str, Callable[[RunContext], None]]:
     return {"capture": capture.run, "profile": profile.run, "route": route.run, "validate": validate.run}
 
 
-def build_context(cfg: DictConfig, run_dir: Path, model: Optional[torch.nn.Module] = None) -> RunContext:
-    """Resolve the device, build the model with random weights (or take the caller's), open the tracker."""
+def resumed_config(run_dir: Path, overrides: Sequence[str] = ()) -> DictConfig:
+    """The config an interrupted run in ``run_dir`` ran with (its ``config.yaml``), checked against the schema.
+
+    A resumed run is the same run: other overrides would make its cells incomparable, so they are refused.
+    """
+    others = [o for o in overrides if not o.lstrip("+").startswith("resume=")]
+    if others:
+        raise ConfigError(f"resume={run_dir} continues that run with its own config.yaml; drop {others} "
+                          f"(start a new run to change the config)")
+    saved = run_dir / "config.yaml"
+    if not saved.is_file():
+        raise ConfigError(f"resume={run_dir}: no config.yaml there; resume takes the directory of an interrupted run, "
+                          f"e.g. resume=outputs/runs/<time>_<model>_<pid>")
+    cfg = OmegaConf.merge(OmegaConf.structured(Config), OmegaConf.load(saved))
+    cfg.resume = str(run_dir)
+    return cfg
+
+
+def build_context(cfg: DictConfig, run_dir: Path, model: Optional[torch.nn.Module] = None,
+                  earlier: Optional[Earlier] = None) -> RunContext:
+    """Resolve the device and build the model with random weights (or take the caller's)."""
     device = devices.resolve(cfg.device)
     torch.manual_seed(cfg.seed)
     api = model is not None
     model = (instantiate(cfg.model.build) if model is None else model).eval().to(device)
     inputs = OmegaConf.to_container(cfg.model.inputs, resolve=True)
-    return RunContext(cfg=cfg, run_dir=run_dir, device=device, model=model, inputs=inputs,
-                      tracker=make_tracker(cfg.tracking), api=api)
+    return RunContext(cfg=cfg, run_dir=run_dir, device=device, model=model, inputs=inputs, api=api,
+                      earlier=earlier or Earlier())
 
 
-def run(cfg: DictConfig, run_dir: Path, model: Optional[torch.nn.Module] = None) -> RunContext:
-    """Check, then run every configured stage; each stage's results are logged as it ends.
+@contextlib.contextmanager
+def run_log(run_dir: Path) -> Iterator[None]:
+    """``tweakpipe.log`` in the run directory: Hydra writes it for command-line runs; for API runs
+    the run writes its own, at INFO, for its duration."""
+    path = (run_dir / LOG_FILE).resolve()
+    root = logging.getLogger()
+    if any(getattr(h, "baseFilename", None) == str(path) for h in root.handlers):
+        yield
+        return
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    ours = [logging.getLogger(name) for name in ("pipeline", "stages")]
+    levels = [logger.level for logger in ours]
+    root.addHandler(handler)
+    for logger in ours:
+        if logger.getEffectiveLevel() > logging.INFO:
+            logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+        handler.close()
+        for logger, level in zip(ours, levels):
+            logger.setLevel(level)
+
+
+@contextlib.contextmanager
+def sigterm_stops() -> Iterator[None]:
+    """SIGTERM raises :class:`Terminated` in the main thread, so the run is recorded KILLED, not left RUNNING."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: Any) -> None:
+        raise Terminated(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def run(cfg: DictConfig, run_dir: Path, model: Optional[torch.nn.Module] = None, resume: bool = False) -> RunContext:
+    """Check, then run every configured stage, recording each one's results as it ends.
 
     ``model`` replaces building ``cfg.model.build`` (the Python API tunes the caller's model).
     """
     check_config(cfg, run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
-    ctx = build_context(cfg, run_dir, model)
-    log.info("tuning %s on %s (%s); run directory %s", cfg.model.name, ctx.device, devices.name(ctx.device), run_dir)
-    ctx.tracker.start(cfg, run_dir)
-    status = "FAILED"
-    try:
-        functions = stage_functions()
-        for stage in cfg.stages:
-            start = time.perf_counter()
-            try:
-                functions[stage](ctx)
-            finally:
-                ctx.restore_model_state()
-            ctx.stage_seconds[stage] = time.perf_counter() - start
-            ctx.tracker.stage_done(stage, ctx.stage_seconds[stage])
-        status = "FINISHED"
-    finally:
-        for log_file in run_dir.glob("*.log"):
-            ctx.tracker.log_artifact(log_file)
-        ctx.tracker.finish(status)
+    with run_log(run_dir), sigterm_stops():
+        ctx = build_context(cfg, run_dir, model, earlier_results(run_dir) if resume else None)
+        recorder = Recorder(cfg, run_dir, make_tracker(cfg.tracking))
+        ctx.on_cell = recorder.cell
+        log.info("tuning %s on %s (%s); run directory %s%s", cfg.model.name, ctx.device, devices.name(ctx.device),
+                 run_dir, " (resumed)" if resume else "")
+        recorder.start(resume)
+        status = "FAILED"
+        try:
+            functions = stage_functions()
+            for stage in cfg.stages:
+                start = time.perf_counter()
+                try:
+                    functions[stage](ctx)
+                    ctx.stage_seconds[stage] = time.perf_counter() - start
+                finally:
+                    ctx.restore_model_state()
+                    recorder.stage_ended(stage, ctx)
+            status = "FINISHED"
+        except (KeyboardInterrupt, Terminated):
+            status = "KILLED"
+            raise
+        finally:
+            recorder.finish(status)
     return ctx

@@ -2,14 +2,14 @@
 
 A backend that is unsupported on the device is recorded as skipped; one that fails to build,
 crashes or does not match eager is recorded as failed with its reason. Either way it is excluded
-and the run goes on. Where eager's output cannot tell right from wrong on any input tried, the
+and the run goes on. A resumed run keeps the earlier run's failed and skipped outcomes, and
+rebuilds the others (compiled code does not outlive its process). Where eager's output cannot tell right from wrong on any input tried, the
 backend is recorded as unverified, and profiled and routed only with ``validate.allow_unverified=true``.
 """
 
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import time
 import traceback
@@ -95,7 +95,11 @@ def capture_one(ctx: RunContext, name: str, cfg: dict,
 def run(ctx: RunContext) -> None:
     references = functools.lru_cache(maxsize=None)(functools.partial(reference_outputs, ctx))  # per compute dtype
     for name, cfg in progress.track(ctx.cfg.backends.items(), "capture", len(ctx.cfg.backends), label=lambda kv: kv[0]):
-        outcome = capture_one(ctx, name, dict(cfg), references)
+        earlier = ctx.earlier.outcomes.get(name)
+        if earlier is not None and earlier.status in ("failed", "skipped"):
+            outcome = earlier  # the interrupted run's verdict; building it again would fail again
+        else:
+            outcome = capture_one(ctx, name, dict(cfg), references)
         ctx.outcomes[name] = outcome
         level = logging.INFO if outcome.status == "ok" else logging.WARNING
         log.log(level, "capture %-28s %-10s %s", name, outcome.status,
@@ -103,9 +107,6 @@ def run(ctx: RunContext) -> None:
                                   f"over {outcome.tensors} tensors"
                 + (f", {outcome.compile['graphs']} Dynamo graph(s), {outcome.compile['graph_breaks']} graph break(s)"
                    if outcome.compile else ""))
-    path = ctx.run_dir / "capture.json"
-    path.write_text(json.dumps({n: o.to_dict() for n, o in ctx.outcomes.items()}, indent=2))
-    ctx.tracker.log_capture(ctx.outcomes, path)
     if not ctx.backends:
         hint = f"; unverified: {', '.join(ctx.unverified())}{ALLOW_HINT}" if ctx.unverified() else ""
         raise RuntimeError(f"capture: no backend survived{hint}; see capture.json for each reason")

@@ -9,7 +9,6 @@ median, p10/p90, sample count and a ``noisy`` flag with its reason for every cel
 
 from __future__ import annotations
 
-import csv
 import logging
 from typing import List
 
@@ -18,13 +17,9 @@ from pipeline.context import RunContext
 from pipeline.models import make_inputs
 from pipeline.measure.host import HostGauge, host_drift, host_probe_ms
 from pipeline.measure.interleaved import profile_sizes
+from pipeline.measure.measurement import Measurement
 
 log = logging.getLogger(__name__)
-
-COLUMNS = ["backend", "batch_size", "median_ms", "p10_ms", "p90_ms", "samples", "rel_ci95", "first_call_ms",
-           "warmup_calls", "repeats", "windows_used", "device_ms", "host_slowdown", "throughput_per_s", "noisy",
-           "noise"]
-
 
 def run(ctx: RunContext) -> None:
     pcfg = ctx.cfg.profile
@@ -38,10 +33,15 @@ def run(ctx: RunContext) -> None:
         inputs = make_inputs(ctx.inputs, bs, ctx.device, ctx.cfg.seed)
         return {name: (lambda b=backend: b(**inputs)) for name, backend in ctx.backends.items()}
 
+    def on_cell(name: str, bs: int, m: Measurement) -> None:
+        ctx.profile.setdefault(name, {})[bs] = m
+        ctx.on_cell(name, bs, m)
+
+    known = {n: per for n, per in ctx.earlier.cells.items() if n in ctx.backends}
     probe_before = host_probe_ms()
     with progress.steps("profile", len(sizes)) as bar:
-        ctx.profile.update(profile_sizes(fns_at, sizes, ctx.device, pcfg, device_check=checked,
-                                         host=HostGauge() if pcfg.host_guard else None))
+        ctx.profile.update(profile_sizes(fns_at, sizes, ctx.device, pcfg, device_check=checked, known=known,
+                                         host=HostGauge() if pcfg.host_guard else None, on_cell=on_cell))
     ctx.host_probe_ms = {"before": probe_before, "after": host_probe_ms()}
     for name, backend in list(ctx.backends.items()):
         fallback = backend.fallback_reason()
@@ -51,23 +51,16 @@ def run(ctx: RunContext) -> None:
     drift = host_drift(ctx.host_probe_ms["before"], ctx.host_probe_ms["after"])
     if drift:
         log.warning("profile: %s", drift)
-    path = ctx.run_dir / "profile.csv"
     noisy = []
-    with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
-        writer.writeheader()
-        for name, per in ctx.profile.items():
-            for bs, m in sorted(per.items()):
-                s = m.summary()
-                log.info("profile %-24s bs=%-4d median %.4f ms  p10 %.4f  p90 %.4f  n=%-4d first %.1f ms%s%s",
-                         name, bs, m.median, s["p10_ms"], s["p90_ms"], m.count, m.first_call_ms,
-                         f"  device {m.device_ms:.4f} ms" if m.device_ms == m.device_ms else "",
-                         f"  NOISY: {m.noise}" if m.noisy else "")
-                writer.writerow({"backend": name, "batch_size": bs, **{k: s[k] for k in COLUMNS if k in s},
-                                 "throughput_per_s": bs / (m.median / 1e3) if m.count else float("nan")})
-                if m.noisy:
-                    noisy.append(f"{name} bs={bs} ({m.noise})")
+    for name, per in ctx.profile.items():
+        for bs, m in sorted(per.items()):
+            s = m.summary()
+            log.info("profile %-24s bs=%-4d median %.4f ms  p10 %.4f  p90 %.4f  n=%-4d first %.1f ms%s%s",
+                     name, bs, m.median, s["p10_ms"], s["p90_ms"], m.count, m.first_call_ms,
+                     f"  device {m.device_ms:.4f} ms" if m.device_ms == m.device_ms else "",
+                     f"  NOISY: {m.noise}" if m.noisy else "")
+            if m.noisy:
+                noisy.append(f"{name} bs={bs} ({m.noise})")
     if noisy:
         log.warning("profile: %d cell(s) stayed noisy after %d repeat(s); the route may rest on them: %s",
                     len(noisy), pcfg.max_repeats, "; ".join(noisy))
-    ctx.tracker.log_profile(ctx.profile, path, ctx.host_probe_ms)

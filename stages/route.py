@@ -1,11 +1,12 @@
-"""Route: pick the backend for each range of batch sizes from the profile, build the routed model, save its checkpoint."""
+"""Route: pick the backend for each range of batch sizes from the profile and build the routed model.
+
+The route and what it rests on land on the context (``route_info``); the recorder writes
+``route.json`` and the checkpoint."""
 
 from __future__ import annotations
 
-import json
 import logging
 
-from pipeline.route import checkpoint
 from pipeline.context import RunContext
 from pipeline.route.served import RoutedModule, TuneRecord
 from pipeline.route.policy import choose_route, eager_baseline
@@ -28,8 +29,7 @@ def run(ctx: RunContext) -> None:
     ctx.routed = RoutedModule({n: ctx.backends[n] for n in routed_names}, ctx.route, record)
     for r in ctx.route:
         log.info("route   batch %s..%s -> %s", r.lo, r.hi if r.hi is not None else "inf", r.backend)
-    path = ctx.run_dir / "route.json"
-    path.write_text(json.dumps({
+    ctx.route_info = {
         "strategy": rcfg.strategy,
         "min_gain": rcfg.min_gain,
         "never_slower_than": eager if rcfg.strategy == "router" else None,  # only the router applies it
@@ -37,9 +37,4 @@ def run(ctx: RunContext) -> None:
         "profile_medians_ms": {b: {str(bs): ms for bs, ms in per.items()} for b, per in medians.items()},
         "excluded": ctx.failures(),
         "unverified": unverified,
-    }, indent=2))
-    ctx.tracker.log_route(ctx.route, path)
-    ctx.checkpoint_path = checkpoint.save(ctx.routed, ctx.run_dir / rcfg.checkpoint_name)
-    log.info("route   checkpoint %s", ctx.checkpoint_path)
-    if ctx.cfg.tracking.log_checkpoint:
-        ctx.tracker.log_artifact(ctx.checkpoint_path)
+    }

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Dict
 
@@ -67,12 +66,9 @@ def run(ctx: RunContext) -> None:
                 "validate %-8s bs=%-4d %-24s err %.2e (tol %.1e) %d tensors %s", r["check"], r["batch_size"],
                 r["backend"], r["max_rel_error"], r["tolerance"], r["tensors"],
                 r["status"] if r["status"] == "ok" else f"{r['status'].upper()}: {r['reason']}")
-    path = ctx.run_dir / "validation.json"
-    path.write_text(json.dumps(ctx.validation, indent=2))
-    ctx.tracker.log_validation(ctx.validation, path)
     if not ctx.validation["ok"]:
         bad = [f"{r['check']} bs={r['batch_size']} ({r['backend']}, {r['status']})" for r in rows if not r["ok"]]
         bad += [f"{where} ({reason})" for where, reason in fallbacks.items()]
         hint = "; validate.allow_unverified=true accepts checks eager's output cannot decide" if any(
             r["status"] == "uninformative" for r in rows if not r["ok"]) else ""
-        raise ValidationFailed(f"routed model not shown to match eager at {', '.join(bad)}{hint}; see {path}")
+        raise ValidationFailed(f"routed model not shown to match eager at {', '.join(bad)}{hint}; see validation.json")

@@ -34,7 +34,7 @@ from pipeline.config.errors import ConfigError
 from pipeline.models import MLP
 from pipeline.route.served import RoutedModule, TuneRecord
 from pipeline.route.policy import Range
-from pipeline.record.tracker import MLFLOW_TABLES, StoreGuard, open_experiment
+from pipeline.record.store import MLFLOW_TABLES, StoreGuard, open_experiment
 
 CPU = torch.device("cpu")
 HAS_CUDA = torch.cuda.is_available()
@@ -221,7 +221,7 @@ def test_a_tracking_server_that_is_down_fails_within_seconds(compose_cfg):
 
 CREATE_STORE = """
 import sys
-from pipeline.record.tracker import StoreGuard, open_experiment
+from pipeline.record.store import StoreGuard, open_experiment
 open_experiment(sys.argv[1], "tweakpipe", StoreGuard(sys.argv[1]))
 """
 

@@ -6,7 +6,6 @@ clock is injected, so every stop rule is exercised deterministically and in mill
 
 from __future__ import annotations
 
-import csv
 import gc
 import itertools
 import math
@@ -25,7 +24,6 @@ from pipeline.measure.host import HostGauge, host_drift, host_probe_ms, python_p
 from pipeline.measure.interleaved import device_time_ms, measure_interleaved, profile_sizes, saturated, time_call
 from pipeline.measure.measurement import Measurement, agreeing_windows
 from pipeline.measure.statistics import median_ci_ranks
-from pipeline.record.tracker import NullTracker
 from stages import profile as profile_stage
 from conftest import TINY
 
@@ -237,21 +235,24 @@ def test_times_a_callable_of_known_duration_on_cpu() -> None:
     assert m.quantile(0.1) >= 2.0
 
 
-def test_profile_stage_writes_every_tuned_size(compose_cfg, tmp_path) -> None:
+def test_profile_stage_hands_on_every_tuned_size_as_it_is_measured(compose_cfg, tmp_path) -> None:
     config = compose_cfg([*TINY, "model.batch_sizes=[1,8]"])
     torch.manual_seed(0)
     model = instantiate(config.model.build).eval()
     inputs = OmegaConf.to_container(config.model.inputs, resolve=True)
-    ctx = RunContext(cfg=config, run_dir=tmp_path, device=CPU, model=model, inputs=inputs, tracker=NullTracker())
+    seen = []
+    ctx = RunContext(cfg=config, run_dir=tmp_path, device=CPU, model=model, inputs=inputs,
+                     on_cell=lambda name, bs, m: seen.append((name, bs, m.count)))
     eager = backends.create("eager", {"kind": "eager"})
     eager.build(model, {}, CPU, [1, 8])
     ctx.backends = {"eager": eager}
     profile_stage.run(ctx)
-    rows = list(csv.DictReader((tmp_path / "profile.csv").open()))
-    assert [int(r["batch_size"]) for r in rows] == [1, 8]
-    for r in rows:
-        assert float(r["first_call_ms"]) > 0 and int(r["samples"]) >= 6 and r["noisy"] in ("True", "False")
+    assert [(name, bs) for name, bs, _ in seen] == [("eager", 1), ("eager", 8)]  # each cell, as it was measured
+    assert all(count >= 6 for _, _, count in seen)
     assert set(ctx.profile["eager"]) == {1, 8}
+    for m in ctx.profile["eager"].values():
+        assert m.first_call_ms > 0 and m.count >= 6 and isinstance(m.noisy, bool)
+    assert not list(tmp_path.iterdir())  # a stage does no I/O: the recorder writes the files
 
 
 @pytest.mark.gpu

@@ -22,7 +22,7 @@ from mlflow_helpers import ROOT, SWEEP, artifact_names, clean_env, copy_store, i
 from pipeline import report
 from pipeline.record.plots import latency_plot
 from pipeline.route.policy import Range
-from pipeline.record.tracker import StoreGuard, open_experiment
+from pipeline.record.store import StoreGuard, open_experiment
 
 JOB_ARTIFACTS = {"capture.json", "config.yaml", "latency.png", "profile.csv", "route.json", "validation.json"}
 
@@ -182,7 +182,7 @@ def test_parallel_fresh_processes_lose_no_run_and_report(tmp_path: Path, templat
                          "hydra.launcher.n_jobs=2", f"tracking.uri={uri}", f"hydra.sweep.dir={tmp_path / 'sweep'}"])
     assert "a fresh process each" in proc.stdout + proc.stderr
     parent, children = check_sweep(uri)
-    pids = {c.data.tags["pid"] for c in children}
+    pids = {c.data.tags["tweakpipe.pid"] for c in children}
     assert len(pids) == 2, f"both jobs ran in one process: {pids}"
     assert max(c.info.start_time for c in children) < min(c.info.end_time for c in children), "jobs did not overlap"
 

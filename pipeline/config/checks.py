@@ -2,7 +2,7 @@
 
 A mistake found here costs seconds, not the minutes of compiling every backend first. Where a part
 already checks its own settings (``timing.Settings.of``, ``routing.check_settings``, the backend
-registry's ``check_config``, ``devices.resolve``, ``tracking.check_store``), that check runs here,
+registry's ``check_config``, ``devices.resolve``, ``store.check_store``), that check runs here,
 early, rather than a second copy of it; their ``ValueError`` becomes a :class:`ConfigError`.
 """
 
@@ -19,7 +19,7 @@ from pipeline import backends as backend_registry
 from pipeline import devices
 from pipeline.config import limits
 from pipeline.route import policy as routing
-from pipeline.record import tracker as tracking
+from pipeline.record import store
 from pipeline.config.errors import ConfigError
 from pipeline.config.paths import writable_problem
 from pipeline.config.schema import STAGE_NAMES
@@ -112,4 +112,4 @@ def check_config(cfg: DictConfig, run_dir: Optional[Path] = None) -> None:
         if run_dir is not None:
             check_run_dir(run_dir)
         if cfg.tracking.enabled:
-            tracking.check_store(cfg.tracking.uri)
+            store.check_store(cfg.tracking.uri)

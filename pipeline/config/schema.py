@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
+
+from pipeline.config.resolvers import register_resolvers
 from omegaconf import MISSING
 
 STAGE_NAMES = ("capture", "profile", "route", "validate")
@@ -147,11 +149,14 @@ class Config:
     device: str = "auto"
     seed: int = 0
     stages: List[str] = field(default_factory=lambda: list(STAGE_NAMES))
+    # An interrupted run's directory: its config, failed backends and measured cells are reused.
+    resume: Optional[str] = None
 
 
 def register_configs() -> None:
     """Register the schemas, outside every option group, so the YAML files extend them
     (``- /schema_model@_here_``) while ``--help`` and ``model=...`` offer only real options."""
+    register_resolvers()
     cs = ConfigStore.instance()
     cs.store(name="base_config", node=Config)
     for name, node in SCHEMAS.items():

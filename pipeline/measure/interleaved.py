@@ -233,6 +233,8 @@ def saturated(throughputs: Sequence[float], cutoff: float, backoff: int) -> bool
 def profile_sizes(make_fns: Callable[[int], Mapping[str, Callable[[], Any]]], sizes: Sequence[int],
                   device: torch.device, cfg: Mapping[str, Any], *, clock: Clock = time.perf_counter,
                   device_check: Collection[str] = (), host: Optional[HostGauge] = None,
+                  known: Optional[Mapping[str, Mapping[int, Measurement]]] = None,
+                  on_cell: Optional[Callable[[str, int, Measurement], None]] = None,
                   ) -> Dict[str, Dict[int, Measurement]]:
     """Measure every callable at every size, ascending; one that has saturated skips larger sizes.
 
@@ -241,34 +243,44 @@ def profile_sizes(make_fns: Callable[[int], Mapping[str, Callable[[], Any]]], si
     a first call, which may compile or record, never enters it. With a ``host`` gauge, a size
     whose windows were all taken on a slow host, judged against the fastest host state of the
     whole profile, is measured once more at the end and the two measurements pooled.
+
+    ``known`` cells (an interrupted run's) are taken as measured; ``on_cell(name, bs, m)`` hears of
+    every cell as soon as it is measured (and again if it is measured once more), so a run killed
+    midway keeps what it measured.
     """
     defaults = ProfileConfig()
     cutoff = float(cfg.get("saturation_cutoff", defaults.saturation_cutoff))
     backoff = int(cfg.get("saturation_backoff", defaults.saturation_backoff))
-    profile: Dict[str, Dict[int, Measurement]] = {}
+    profile: Dict[str, Dict[int, Measurement]] = {n: dict(per) for n, per in (known or {}).items()}
     throughputs: Dict[str, List[float]] = {}
     stopped: Dict[str, int] = {}
+    report = on_cell or (lambda name, bs, m: None)
     for bs in sorted(set(int(b) for b in sizes)):
         fns = {n: f for n, f in make_fns(bs).items() if n not in stopped}
         if not fns:
             log.info("profile: every backend saturated before batch size %d", bs)
             break
-        for name, m in measure_interleaved(fns, device, cfg, clock=clock, device_check=device_check,
-                                           host=host).items():
-            profile.setdefault(name, {})[bs] = m
-            throughputs.setdefault(name, []).append(samples_per_second(bs, m.median))
+        todo = {n: f for n, f in fns.items() if bs not in profile.get(n, {})}
+        measured = measure_interleaved(todo, device, cfg, clock=clock, device_check=device_check,
+                                       host=host) if todo else {}
+        for name in fns:
+            if name in measured:
+                profile.setdefault(name, {})[bs] = measured[name]
+                report(name, bs, measured[name])
+            throughputs.setdefault(name, []).append(samples_per_second(bs, profile[name][bs].median))
             if saturated(throughputs[name], cutoff, backoff):
                 stopped[name] = bs
                 log.info("profile: %s saturated at batch size %d (throughput grew < %.0f%% over %d sizes)",
                          name, bs, cutoff * 100, backoff)
     if host is not None:
-        remeasure_slow_sizes(profile, make_fns, device, cfg, clock, host)
+        remeasure_slow_sizes(profile, make_fns, device, cfg, clock, host, report)
     return profile
 
 
 def remeasure_slow_sizes(profile: Dict[str, Dict[int, Measurement]],
                          make_fns: Callable[[int], Mapping[str, Callable[[], Any]]], device: torch.device,
-                         cfg: Mapping[str, Any], clock: Clock, host: HostGauge) -> None:
+                         cfg: Mapping[str, Any], clock: Clock, host: HostGauge,
+                         on_cell: Callable[[str, int, Measurement], None]) -> None:
     """Judge every cell against the host's fastest state of the whole profile; measure slow sizes once more.
 
     A size measured early, before the host showed how fast it can be, may have passed as normal.
@@ -286,3 +298,4 @@ def remeasure_slow_sizes(profile: Dict[str, Dict[int, Measurement]],
         again = measure_interleaved(fns, device, cfg, clock=clock, host=host)  # device times are known
         for name, later in again.items():
             profile[name][bs].absorb(later, s, host)
+            on_cell(name, bs, profile[name][bs])

@@ -168,7 +168,16 @@ class Measurement:
         self.warmup_calls += later.warmup_calls
         self.settle(s, host)
 
+    def to_dict(self) -> Dict[str, Any]:
+        """Every field, as plain data: what a run directory keeps so an interrupted profile can resume."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Measurement":
+        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
+
     def summary(self) -> Dict[str, Any]:
+        """The cell as a table row: median, spread, samples and flags."""
         return {
             "median_ms": self.median,
             "p10_ms": self.quantile(0.10),

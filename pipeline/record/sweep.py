@@ -20,7 +20,8 @@ from typing import Any, Optional
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from pipeline.record.tracker import PARENT_FILE, SWEEP_TAG, StoreGuard, open_experiment
+from pipeline.record.store import StoreGuard, open_experiment, process_tags
+from pipeline.record.tracker import PARENT_FILE, SWEEP_TAG
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,8 @@ class MlflowSweep(Callback):
         params = config.hydra.sweeper.get("params")
         params = OmegaConf.to_container(params, resolve=True) if params else {}
         tags = {SWEEP_TAG: "1", "sweep_dir": str(sweep_dir), "hydra.overrides": " ".join(overrides) or "(none)",
-                "hydra.sweeper.params": json.dumps(params), "hydra.launcher": str(config.hydra.launcher._target_)}
+                "hydra.sweeper.params": json.dumps(params), "hydra.launcher": str(config.hydra.launcher._target_),
+                **process_tags()}
         client = MlflowClient(tracking_uri=tcfg.uri)
         run = guard(client.create_run, experiment_id, run_name=f"sweep {sweep_dir.name}", tags=tags)
         self.run_id, self.uri = run.info.run_id, tcfg.uri

@@ -1,0 +1,198 @@
+"""The one place a run's results leave the process: run-directory files, the plot and MLflow.
+
+Stages put their results on the run context and do no I/O; the runner hands them here after each
+stage, and the profile's cells as they are measured, so a crash or a kill loses nothing measured
+earlier. Every file is written whatever the tracking setting, for command-line and API runs alike:
+
+- ``config.yaml``: the resolved config (at the start);
+- ``capture.json``: each backend's status, reason, build seconds, error against eager, evidence;
+- ``profile.csv``: one row per backend and batch size, appended as each cell is measured and
+  rewritten whole when the profile ends; ``cells.jsonl`` keeps every cell's raw windows, so an
+  interrupted profile resumes where it stopped;
+- ``route.json``, ``model.tweak`` (the checkpoint), ``validation.json``, ``latency.png``;
+- ``tweakpipe.log``: the run's log (Hydra writes it for command-line runs; the runner for API runs).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any, Dict, Iterator, Mapping, Tuple
+
+from omegaconf import DictConfig, OmegaConf
+
+from pipeline.context import BackendOutcome, Earlier, RunContext
+from pipeline.measure.measurement import Measurement
+from pipeline.measure.statistics import samples_per_second
+from pipeline.record.tracker import NullTracker
+
+log = logging.getLogger(__name__)
+
+COLUMNS = ["backend", "batch_size", "median_ms", "p10_ms", "p90_ms", "samples", "rel_ci95", "first_call_ms",
+           "warmup_calls", "repeats", "windows_used", "device_ms", "host_slowdown", "throughput_per_s", "noisy",
+           "noise"]
+RUN_FILE = "mlflow_run.json"  # the MLflow run this directory logs to, so a resumed run continues it
+# What the recorder appends to; a fresh run in a reused directory starts them anew.
+APPENDED = ("profile.csv", "cells.jsonl", RUN_FILE)
+
+
+def profile_row(name: str, bs: int, m: Measurement) -> Dict[str, Any]:
+    """One cell as a ``profile.csv`` row; throughput is derived here, next to the measurement, once."""
+    summary = m.summary()
+    return {"backend": name, "batch_size": bs, **{k: summary[k] for k in COLUMNS if k in summary},
+            "throughput_per_s": samples_per_second(bs, m.median)}
+
+
+def write_atomic(path: Path, text: str) -> Path:
+    """Write ``text`` to ``path`` through a temporary file, so a reader never sees half of it."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+    return path
+
+
+def earlier_results(run_dir: Path) -> Earlier:
+    """What an interrupted run left in ``run_dir``: capture's outcomes and every measured cell."""
+    earlier = Earlier()
+    capture = run_dir / "capture.json"
+    if capture.is_file():
+        earlier.outcomes = {n: BackendOutcome.from_dict(o) for n, o in json.loads(capture.read_text()).items()}
+    cells = run_dir / "cells.jsonl"
+    if cells.is_file():
+        for line in cells.read_text().splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # the last line of a run killed mid-write
+            earlier.cells.setdefault(row["backend"], {})[int(row["batch_size"])] = Measurement.from_dict(row["cell"])
+    return earlier
+
+
+class Recorder:
+    """Writes one run's results to its directory and its tracker, as they appear."""
+
+    def __init__(self, cfg: DictConfig, run_dir: Path, tracker: NullTracker) -> None:
+        self.cfg, self.run_dir, self.tracker = cfg, run_dir, tracker
+        self.title = f"{cfg.model.name} ({cfg.device})"
+
+    def start(self, resume: bool = False) -> None:
+        """The resolved config, and the MLflow run (the earlier one again, when resuming)."""
+        if not resume:
+            for name in APPENDED:
+                (self.run_dir / name).unlink(missing_ok=True)
+        write_atomic(self.run_dir / "config.yaml", OmegaConf.to_yaml(self.cfg, resolve=True))
+        cfg = self.cfg
+        tags = {"model": cfg.model.name, "stages": ",".join(cfg.stages), "backends": ",".join(cfg.backends),
+                "run_dir": str(self.run_dir)}
+        earlier = self.run_dir / RUN_FILE
+        resume_id = json.loads(earlier.read_text())["run_id"] if earlier.is_file() else None
+        self.tracker.start(cfg.tracking.get("run_name") or cfg.model.name,
+                           OmegaConf.to_container(cfg, resolve=True), tags, resume_id=resume_id)
+        if self.tracker.run_id is not None:
+            write_atomic(earlier, json.dumps({"run_id": self.tracker.run_id, "tracking_uri": cfg.tracking.uri}))
+        self.tracker.log_artifact(self.run_dir / "config.yaml")
+
+    def cell(self, name: str, bs: int, m: Measurement) -> None:
+        """A profile cell as soon as it is measured: appended to ``profile.csv`` and ``cells.jsonl``."""
+        csv_path = self.run_dir / "profile.csv"
+        fresh = not csv_path.exists()
+        with csv_path.open("a", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=COLUMNS)
+            if fresh:
+                writer.writeheader()
+            writer.writerow(profile_row(name, bs, m))
+        with (self.run_dir / "cells.jsonl").open("a") as f:
+            f.write(json.dumps({"backend": name, "batch_size": bs, "cell": m.to_dict()}) + "\n")
+        self.tracker.log_metrics(self.cell_metrics(name, bs, m))
+
+    @staticmethod
+    def cell_metrics(name: str, bs: int, m: Measurement) -> Dict[str, float]:
+        return {f"latency_ms/{name}/bs{bs}": m.median, f"throughput/{name}/bs{bs}": samples_per_second(bs, m.median)}
+
+    def stage_ended(self, stage: str, ctx: RunContext) -> None:
+        """Whatever ``stage`` put on the context, finished or not (a failing stage's partial results too)."""
+        {"capture": self.capture, "profile": self.profile, "route": self.route, "validate": self.validate}[stage](ctx)
+        if stage in ctx.stage_seconds:
+            self.tracker.log_metrics({f"stage_s/{stage}": ctx.stage_seconds[stage]})
+            self.tracker.set_tags({f"stage.{stage}": "done"})
+
+    def capture(self, ctx: RunContext) -> None:
+        path = write_atomic(self.run_dir / "capture.json",
+                            json.dumps({n: o.to_dict() for n, o in ctx.outcomes.items()}, indent=2))
+        metrics: Dict[str, float] = {}
+        for name, o in ctx.outcomes.items():
+            if o.status in ("ok", "unverified"):
+                metrics.update({f"compile_s/{name}": o.build_seconds, f"max_rel_error/{name}": o.max_rel_error,
+                                f"peak_memory_mb/{name}": o.peak_memory_bytes / 2**20})
+                metrics.update({f"dynamo_{k}/{name}": v for k, v in o.compile.items()})
+        self.tracker.log_metrics(metrics)
+        self.tracker.set_tags({f"backend_status.{n}": f"{o.status}: {o.reason}" for n, o in ctx.outcomes.items()})
+        self.tracker.log_artifact(path)
+
+    def profile(self, ctx: RunContext) -> None:
+        """The profile as it ended: every cell's final figures (a re-measured size pooled its windows)."""
+        rows = [profile_row(name, bs, m) for name, bs, m in cells_of(ctx.profile)]
+        path = self.run_dir / "profile.csv"
+        with path.with_name("profile.csv.tmp").open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=COLUMNS)
+            writer.writeheader()
+            writer.writerows(rows)
+        os.replace(path.with_name("profile.csv.tmp"), path)
+        metrics = {f"host_probe_ms/{when}": ms for when, ms in ctx.host_probe_ms.items()}
+        for name, bs, m in cells_of(ctx.profile):
+            metrics.update(self.cell_metrics(name, bs, m))
+        self.tracker.log_metrics(metrics)
+        if any(o.status == "failed" and o.reason.startswith("not timed") for o in ctx.outcomes.values()):
+            self.capture(ctx)  # a backend the profile caught serving eager code is failed now
+        self.tracker.log_artifact(path)
+        self.plot(ctx)
+
+    def route(self, ctx: RunContext) -> None:
+        """``route.json`` and the checkpoint, which validate then reloads."""
+        if not ctx.route_info:
+            return
+        from pipeline.route import checkpoint
+
+        path = write_atomic(self.run_dir / "route.json", json.dumps(ctx.route_info, indent=2))
+        self.tracker.set_tags({
+            "route": "; ".join(f"{r.lo}-{r.hi or 'inf'}:{r.backend}" for r in ctx.route),
+            "route_json": json.dumps([r.to_dict() for r in ctx.route]),
+        })
+        self.tracker.log_artifact(path)
+        ctx.checkpoint_path = checkpoint.save(ctx.routed, self.run_dir / self.cfg.route.checkpoint_name)
+        log.info("route   checkpoint %s", ctx.checkpoint_path)
+        if self.cfg.tracking.log_checkpoint:
+            self.tracker.log_artifact(ctx.checkpoint_path)
+        self.plot(ctx)
+
+    def validate(self, ctx: RunContext) -> None:
+        if not ctx.validation:
+            return
+        path = write_atomic(self.run_dir / "validation.json", json.dumps(ctx.validation, indent=2))
+        self.tracker.log_metrics({"validation_ok": float(ctx.validation["ok"])})
+        self.tracker.log_artifact(path)
+
+    def plot(self, ctx: RunContext) -> None:
+        """``latency.png``, with the routed ranges shaded once there is a route."""
+        medians = ctx.medians()
+        if not any(medians.values()):
+            return
+        from pipeline.record.plots import latency_plot
+
+        self.tracker.log_artifact(latency_plot(medians, ctx.route or None, self.run_dir / "latency.png", self.title))
+
+    def finish(self, status: str) -> None:
+        """The log as an artifact, then the run's final status."""
+        for path in sorted(self.run_dir.glob("*.log")):
+            self.tracker.log_artifact(path)
+        self.tracker.finish(status)
+
+
+def cells_of(profile: Mapping[str, Mapping[int, Measurement]]) -> Iterator[Tuple[str, int, Measurement]]:
+    """Every cell of a profile, backend by backend, in ascending batch size."""
+    for name, per in profile.items():
+        for bs, m in sorted(per.items()):
+            yield name, bs, m

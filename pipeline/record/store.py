@@ -1,0 +1,311 @@
+"""The MLflow store: checked before any work, created atomically, written one process at a time.
+
+Before any work, :func:`check_store` refuses a store MLflow would fail on or damage: a server that
+does not answer (MLflow's own client would retry for minutes), a file that is not SQLite, another
+application's database (MLflow would add its tables to it), a store left half-migrated. A new SQLite
+store is created beside its path and renamed into place, so an interrupted first run leaves none.
+
+Many processes may write one SQLite file: every write takes an exclusive file lock next to the
+database (one writer at a time) and a write that still meets ``database is locked`` is retried
+with backoff, then fails with a message that points at ``tracking=server``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import random
+import socket
+import sqlite3
+import ssl
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterator, List, Optional, Set, TypeVar
+
+from pipeline.config.errors import ConfigError
+from pipeline.config.paths import writable_problem
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+SERVER_HINT = ("many processes writing one SQLite file: run a tracking server instead, e.g.\n"
+               "  mlflow server --backend-store-uri sqlite:///outputs/mlflow.db --host 0.0.0.0 --port 5000\n"
+               "  python -m pipeline -m tracking=server tracking.uri=http://HOST:5000 ...   (pipeline/conf/tracking/server.yaml)")
+# Tables every MLflow SQLite store has; a database with tables but not these belongs to something else.
+MLFLOW_TABLES = {"alembic_version", "experiments", "runs"}
+# A probe of the server waits this long; MLflow's own client retries a dead server for minutes.
+PROBE_TIMEOUT_S = 5.0
+
+
+def sqlite_path(uri: str) -> Optional[Path]:
+    """The database file of a ``sqlite:///`` URI, or None for a server."""
+    return Path(uri[len("sqlite:///"):]).expanduser() if uri.startswith("sqlite:///") else None
+
+
+def sqlite_tables(db: Path) -> Optional[Set[str]]:
+    """The table names of a SQLite file, read without writing a byte; None if it is not SQLite."""
+    try:
+        con = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)
+    except sqlite3.Error:
+        return None
+    try:
+        return {row[0] for row in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.DatabaseError:
+        return None
+    finally:
+        con.close()
+
+
+def sqlite_problem(db: Path) -> Optional[str]:
+    """Why MLflow must not open ``db`` as its store (it would fail, or change another program's file), or None."""
+    if not db.exists():
+        return writable_problem(db.parent)
+    fresh = "point tracking.uri at a new file, e.g. tracking.uri=sqlite:///outputs/mlflow.db"
+    if not db.is_file():
+        return f"{db} is not a file; {fresh}"
+    tables = sqlite_tables(db) if db.stat().st_size else set()
+    if tables is None:
+        return f"{db} is not a SQLite database, so it is no MLflow store; it was left unchanged; {fresh}"
+    leftovers = sorted(t for t in tables if t.startswith("_alembic_tmp_"))
+    if leftovers:
+        return (f"{db} holds {leftovers[0]}, left by an interrupted MLflow migration, so MLflow cannot open it. "
+                f"If its runs do not matter delete it (rm {db}); else back it up, run "
+                f"sqlite3 {db} 'DROP TABLE {leftovers[0]}' and then mlflow db upgrade sqlite:///{db}")
+    if tables and not MLFLOW_TABLES <= tables:
+        shown = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
+        return (f"{db} is another application's SQLite database (tables {shown}), not an MLflow store: MLflow "
+                f"would add its own tables to it; it was left unchanged; {fresh}")
+    return writable_problem(db.parent)
+
+
+def server_problem(uri: str) -> Optional[str]:
+    """Why the tracking server at ``uri`` cannot be used (it does not answer within seconds), or None."""
+    try:
+        urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=PROBE_TIMEOUT_S).close()
+    except urllib.error.HTTPError:
+        return None  # it answered
+    except (urllib.error.URLError, OSError) as exc:
+        if isinstance(getattr(exc, "reason", None), ssl.SSLError):
+            return None  # it answered, in TLS this probe does not verify as MLflow may be told to
+        where = urllib.parse.urlsplit(uri)
+        return (f"the tracking server is unreachable ({getattr(exc, 'reason', exc)}); start one with "
+                f"mlflow server --backend-store-uri sqlite:///outputs/mlflow.db --host {where.hostname} "
+                f"--port {where.port or 5000}, or run with tracking=sqlite or tracking=off")
+    return None
+
+
+def check_store(uri: str) -> None:
+    """Refuse, before any work and changing nothing, a store MLflow would fail on or damage."""
+    db = sqlite_path(uri)
+    if db is not None:
+        problem = sqlite_problem(db)
+    elif uri.startswith(("http://", "https://")):
+        problem = server_problem(uri)
+    elif uri.startswith("file:") or "://" not in uri:
+        problem = "use sqlite:///path/to/mlflow.db or a server URL (http://host:port); MLflow refuses the plain-file store"
+    else:
+        problem = None
+    if problem:
+        raise ConfigError(f"tracking.uri={uri}: {problem}")
+
+
+def create_sqlite_store(db: Path) -> None:
+    """MLflow's tables, made in ``<db>.creating`` and renamed to ``db``: an interrupted creation
+    leaves no half-migrated store, only a file the next creation removes. Call under the store's lock."""
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    db.parent.mkdir(parents=True, exist_ok=True)
+    for stale in db.parent.glob(db.name + ".creating*"):  # an earlier creation, interrupted
+        stale.unlink()
+    tmp = db.with_name(db.name + ".creating")
+    store = SqlAlchemyStore(f"sqlite:///{tmp}", (db.parent.resolve() / "mlartifacts").as_uri())
+    store.engine.dispose()
+    os.replace(tmp, db)
+
+
+def is_locked_error(exc: BaseException) -> bool:
+    """SQLite's busy error, however MLflow or SQLAlchemy wrapped it."""
+    text = f"{exc} {exc.__cause__ or ''} {exc.__context__ or ''}".lower()
+    return "database is locked" in text or "database table is locked" in text
+
+
+class StoreGuard:
+    """Runs store writes one at a time across processes (SQLite) and retries a locked database.
+
+    A server URI needs neither: the guard then just calls through.
+    """
+
+    def __init__(self, uri: str, max_wait_s: float = 120.0) -> None:
+        db = sqlite_path(uri)
+        self.uri = uri
+        self.lock_path = db.with_name(db.name + ".lock") if db is not None else None
+        self.max_wait_s = max_wait_s
+
+    @contextlib.contextmanager
+    def exclusive(self, deadline: float) -> Iterator[None]:
+        """An exclusive ``flock`` on ``<db>.lock``, polled with backoff until ``deadline``."""
+        if self.lock_path is None:
+            yield
+            return
+        import fcntl
+
+        self.lock_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.lock_path, "a") as fh:
+            delay = 0.01
+            while True:
+                try:
+                    fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"MLflow store {self.uri}: another process held {self.lock_path} "
+                                           f"for more than {self.max_wait_s:.0f}s; {SERVER_HINT}") from None
+                    time.sleep(delay * random.uniform(1.0, 2.0))
+                    delay = min(delay * 2, 1.0)
+            try:
+                yield
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+
+    def __call__(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        deadline = time.monotonic() + self.max_wait_s
+        delay = 0.1
+        while True:
+            try:
+                with self.exclusive(deadline):
+                    return fn(*args, **kwargs)
+            except Exception as exc:
+                if not is_locked_error(exc):
+                    raise
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"MLflow store {self.uri} stayed locked for more than "
+                                       f"{self.max_wait_s:.0f}s; {SERVER_HINT}") from exc
+                log.warning("mlflow: %s is locked; retrying in %.1fs", self.uri, delay)
+                time.sleep(delay * random.uniform(1.0, 2.0))
+                delay = min(delay * 2, 5.0)
+
+
+def open_experiment(uri: str, name: str, guard: StoreGuard) -> str:
+    """The experiment's id, created if missing.
+
+    A SQLite store keeps its artifacts beside the database (``<db dir>/mlartifacts``) instead of
+    MLflow's default ``./mlruns`` under whatever directory the job started in.
+    """
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    check_store(uri)
+    db = sqlite_path(uri)
+
+    def get_or_create() -> str:  # under the guard: a fresh SQLite store is created (migrated) by one process
+        if db is not None and not MLFLOW_TABLES <= (sqlite_tables(db) or set()):
+            create_sqlite_store(db)
+        if db is not None:
+            repair_moved_artifacts(db)
+        client = MlflowClient(tracking_uri=uri)
+        found = client.get_experiment_by_name(name)
+        if found is not None:
+            return found.experiment_id
+        location = (db.parent.resolve() / "mlartifacts").as_uri() if db is not None else None
+        try:
+            return client.create_experiment(name, artifact_location=location)
+        except MlflowException:  # created meanwhile by another process sharing a server
+            found = client.get_experiment_by_name(name)
+            if found is None:
+                raise
+            return found.experiment_id
+
+    return guard(get_or_create)
+
+
+def artifact_root(db: Path) -> str:
+    """Where a SQLite store keeps its artifacts: ``mlartifacts`` beside the database, as a file URI."""
+    return (db.parent.resolve() / "mlartifacts").as_uri()
+
+
+def repair_moved_artifacts(db: Path) -> List[str]:
+    """Point experiments whose artifact folder is gone at ``mlartifacts`` beside the database.
+
+    MLflow stores absolute artifact locations; a project (and its ``outputs/``) moved to another
+    folder would otherwise send new artifacts to the old path and leave old ones unreachable. Only
+    locations that no longer exist are rewritten, and only when the folder beside the database
+    holds that experiment's artifacts (or nothing yet). Returns the experiments repaired.
+    """
+    root = artifact_root(db)
+    repaired = []
+    con = sqlite3.connect(db)
+    try:
+        with con:
+            for exp_id, location in con.execute("SELECT experiment_id, artifact_location FROM experiments").fetchall():
+                old = str(location or "")
+                if not old.startswith("file://") or old.startswith(root) or Path(urllib.parse.urlsplit(old).path).exists():
+                    continue
+                tail = old.rstrip("/").rsplit("/mlartifacts", 1)
+                if len(tail) != 2:
+                    continue  # not a location tweakpipe chose: explain, do not guess
+                new = root + tail[1]
+                con.execute("UPDATE experiments SET artifact_location = ? WHERE experiment_id = ?", (new, exp_id))
+                con.execute("UPDATE runs SET artifact_uri = ? || substr(artifact_uri, ?) "
+                            "WHERE experiment_id = ? AND artifact_uri LIKE ? || '%'",
+                            (new, len(old) + 1, exp_id, old))
+                repaired.append(str(exp_id))
+                log.warning("mlflow: experiment %s kept its artifacts at %s, which no longer exists (the store was "
+                            "moved?); its artifact paths now point at %s", exp_id, old, new)
+    finally:
+        con.close()
+    return repaired
+
+
+def process_started(pid: int) -> str:
+    """When process ``pid`` started (clock ticks since boot, from /proc), or "" where that is unknown:
+    with the pid it names one process, even after the pid is reused."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return stat.rsplit(")", 1)[-1].split()[19]
+
+
+def process_tags() -> Dict[str, str]:
+    """This process, as tags: a run whose process is gone while it is still RUNNING was killed."""
+    return {"tweakpipe.host": socket.gethostname(), "tweakpipe.pid": str(os.getpid()),
+            "tweakpipe.pid_started": process_started(os.getpid())}
+
+
+def process_alive(pid: int, started: str) -> bool:
+    """Whether the process that wrote ``(pid, started)`` still runs on this host."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # it exists, under another user
+    return not started or process_started(pid) in ("", started)
+
+
+def mark_orphans_killed(client: Any) -> List[str]:
+    """Mark KILLED every RUNNING run of this host whose process is gone (killed with SIGKILL, or the
+    machine lost power): nothing else would ever end it. Returns their run ids."""
+    host = socket.gethostname()
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    if not experiments:
+        return []
+    quoted = host.replace("'", "\\'")
+    found = client.search_runs(experiments, f"attributes.status = 'RUNNING' and tags.`tweakpipe.host` = '{quoted}'",
+                               max_results=1000)
+    killed = []
+    for run in found:
+        tags = run.data.tags
+        pid = tags.get("tweakpipe.pid", "")
+        if pid.isdigit() and not process_alive(int(pid), tags.get("tweakpipe.pid_started", "")):
+            client.set_terminated(run.info.run_id, "KILLED")
+            client.set_tag(run.info.run_id, "tweakpipe.killed", f"process {pid} on {host} was gone while the run "
+                                                                 f"was RUNNING; marked KILLED by a later run")
+            killed.append(run.info.run_id)
+            log.warning("mlflow: run %s (pid %s on %s) was left RUNNING by a killed process; marked KILLED",
+                        run.info.run_id, pid, host)
+    return killed
