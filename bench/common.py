@@ -1,8 +1,11 @@
-"""What every bench writes beside its figures: the command that made them, without machine paths."""
+"""What benches write beside their figures: the command that made them, without machine paths, and
+how fast the host ran Python while they measured."""
 
 from __future__ import annotations
 
+import statistics
 import sys
+import time
 from pathlib import Path
 from typing import Sequence
 
@@ -23,3 +26,17 @@ def command_line(argv: Sequence[str] = ()) -> str:
             word = word.split("=", 1)[0] + "=OUT"
         words.append(word)
     return " ".join(words)
+
+
+def host_probe_ms(calls: int = 50) -> float:
+    """Median milliseconds of a fixed piece of pure Python (``sum(range(20_000))``).
+
+    Launch-bound latencies (eager, Inductor without graphs) move with how fast the host runs a
+    launch thread, so a bench records this beside them.
+    """
+    def once() -> float:
+        start = time.perf_counter()
+        sum(range(20_000))
+        return (time.perf_counter() - start) * 1e3
+
+    return statistics.median(once() for _ in range(calls))

@@ -2,8 +2,8 @@
 
 Issue 6 asks two identical profiles to agree within 5%. Launch-bound cells (eager, Inductor without
 graphs) cost host time per call, so they can only repeat if the host runs Python at one speed. This
-bench samples that speed over time: every ``--every`` seconds the profile's own host probe
-(``pipeline.measure.host.host_probe_ms``, ten runs), and beside it the wall time of a launch-bound GPU
+bench samples that speed over time: every ``--every`` seconds a fixed piece of Python
+(``bench.common.host_probe_ms``, ten runs), and beside it the wall time of a launch-bound GPU
 loop (``--launches`` tiny kernels, then a sync). Three phases of ``--phase-s`` seconds each:
 
 - ``idle``: nothing else runs;
@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from pipeline.measure.host import host_probe_ms# noqa: E402
+from bench.common import host_probe_ms  # noqa: E402
 
 SLOW = 1.5  # a sample this many times the fastest counts as the slow state
 SPIN = "while True:\n    pass\n"

@@ -40,11 +40,11 @@ import torch  # noqa: E402
 from hydra.utils import instantiate  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
+from bench.common import host_probe_ms  # noqa: E402
 from pipeline import devices  # noqa: E402
 from pipeline.api import compose_config  # noqa: E402
 from pipeline.context import RunContext  # noqa: E402
 from pipeline.route.policy import backend_for, choose_route, eager_baseline  # noqa: E402
-from pipeline.measure.host import host_probe_ms# noqa: E402
 from pipeline.measure.measurement import Measurement# noqa: E402
 from stages import capture as capture_stage  # noqa: E402
 from stages import profile as profile_stage  # noqa: E402

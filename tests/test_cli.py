@@ -41,7 +41,6 @@ def test_cli_tunes_logs_and_prints_the_run_directory(tmp_path):
         assert f"compile_s/{backend}" in run.data.metrics
     assert run.data.params["model.name"] == "tiny_mlp"
     assert all(run.data.metrics[f"stage_s/{s}"] > 0 for s in ("capture", "profile", "route", "validate"))
-    assert all(run.data.metrics[f"host_probe_ms/{when}"] > 0 for when in ("before", "after"))  # the host speed
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"config.yaml", "profile.csv", "route.json", "validation.json", "capture.json"} <= artifacts
 

@@ -91,9 +91,9 @@ class ProfileConfig:
     max_repeats: int = 2
     # On CUDA, cross-check each backend that can be captured against a graph-captured device time.
     device_check: bool = True
-    # Time a tiny piece of Python every round: windows the host ran >20% slower than its fastest
-    # state are set aside (repeated), and sizes measured only on a slow host are measured again.
-    host_guard: bool = True
+    # Every cell is measured in this many passes over all batch sizes, seconds apart: a cell whose
+    # passes disagree is flagged noisy, and each cell's interval spans its passes.
+    passes: int = 2
 
 
 @dataclass

@@ -31,9 +31,9 @@ from pipeline.record.tracker import NullTracker
 
 log = logging.getLogger(__name__)
 
-COLUMNS = ["backend", "batch_size", "median_ms", "p10_ms", "p90_ms", "samples", "rel_ci95", "first_call_ms",
-           "warmup_calls", "repeats", "windows_used", "device_ms", "host_slowdown", "throughput_per_s", "noisy",
-           "noise"]
+COLUMNS = ["backend", "batch_size", "median_ms", "ci_lo_ms", "ci_hi_ms", "p10_ms", "p90_ms", "samples",
+           "first_call_ms", "warmup_calls", "passes", "repeats", "windows_used", "device_ms", "throughput_per_s",
+           "noisy", "noise"]
 RUN_FILE = "mlflow_run.json"  # the MLflow run this directory logs to, so a resumed run continues it
 # What the recorder appends to; a fresh run in a reused directory starts them anew.
 APPENDED = ("profile.csv", "cells.jsonl", RUN_FILE)
@@ -141,7 +141,7 @@ class Recorder:
             writer.writeheader()
             writer.writerows(rows)
         os.replace(path.with_name("profile.csv.tmp"), path)
-        metrics = {f"host_probe_ms/{when}": ms for when, ms in ctx.host_probe_ms.items()}
+        metrics: Dict[str, float] = {}
         for name, bs, m in cells_of(ctx.profile):
             metrics.update(self.cell_metrics(name, bs, m))
         self.tracker.log_metrics(metrics)
