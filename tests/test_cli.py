@@ -41,8 +41,17 @@ def test_cli_tunes_logs_and_prints_the_run_directory(tmp_path):
         assert f"compile_s/{backend}" in run.data.metrics
     assert run.data.params["model.name"] == "tiny_mlp"
     assert all(run.data.metrics[f"stage_s/{s}"] > 0 for s in ("capture", "profile", "route", "validate"))
+    assert run.data.tags["route.rests_on_noisy"] in ("true", "false")
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"config.yaml", "profile.csv", "route.json", "validation.json", "capture.json"} <= artifacts
+
+
+def test_cli_refuses_a_route_resting_on_noise_in_one_line_when_confidence_is_required(tmp_path):
+    proc = run_cli("model=tiny_mlp", "profile=quick", "backends=[eager]", "tracking=off", "model.batch_sizes=[1]",
+                   "profile.noise_threshold=1e-9", "route.require_confident=true", f"hydra.run.dir={tmp_path}")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("error: the route rests on 1 cell(s) the profile flagged noisy (eager bs=1; ")
+    assert proc.stderr.count("\n") == 1 and (tmp_path / "route.json").is_file()
 
 
 def test_cli_names_an_unknown_backend_and_what_exists(tmp_path):

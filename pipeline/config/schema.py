@@ -103,6 +103,8 @@ class RouteConfig:
     strategy: str = "router"  # router | highest_throughput | first_wins | one_backend
     backend: Optional[str] = None  # for one_backend
     min_gain: float = 0.10
+    # Fail the run, saving nothing, when the route rests on cells the profile flagged noisy.
+    require_confident: bool = False
     checkpoint_name: str = "model.tweak"
 
 

@@ -158,10 +158,17 @@ class Recorder:
 
         path = write_atomic(self.run_dir / "route.json", json.dumps(ctx.route_info, indent=2))
         self.tracker.set_tags({
+            "route.rests_on_noisy": str(ctx.route_info["rests_on_noisy"]).lower(),
+            "route.noisy_cells": ", ".join(f"{c['backend']} bs={c['batch_size']}"
+                                           for c in ctx.route_info["noisy_cells"]),
+        })
+        self.tracker.log_artifact(path)
+        if ctx.routed is None:  # refused (route.require_confident): route.json says why, nothing ships
+            return
+        self.tracker.set_tags({
             "route": "; ".join(f"{r.lo}-{r.hi or 'inf'}:{r.backend}" for r in ctx.route),
             "route_json": json.dumps([r.to_dict() for r in ctx.route]),
         })
-        self.tracker.log_artifact(path)
         ctx.checkpoint_path = checkpoint.save(ctx.routed, self.run_dir / self.cfg.route.checkpoint_name)
         log.info("route   checkpoint %s", ctx.checkpoint_path)
         if self.cfg.tracking.log_checkpoint:
