@@ -41,6 +41,9 @@ def test_cli_tunes_logs_and_prints_the_run_directory(tmp_path):
         assert f"compile_s/{backend}" in run.data.metrics
     assert run.data.params["model.name"] == "tiny_mlp"
     assert all(run.data.metrics[f"stage_s/{s}"] > 0 for s in ("capture", "profile", "route", "validate"))
+    for bs in sizes:  # each cell's interval and noisy flag, which the report marks
+        assert run.data.metrics[f"latency_lo_ms/eager/bs{bs}"] <= run.data.metrics[f"latency_ms/eager/bs{bs}"]
+        assert run.data.metrics[f"noisy/eager/bs{bs}"] in (0.0, 1.0)
     assert run.data.tags["route.rests_on_noisy"] in ("true", "false")
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"config.yaml", "profile.csv", "route.json", "validation.json", "capture.json"} <= artifacts

@@ -110,7 +110,11 @@ class Recorder:
 
     @staticmethod
     def cell_metrics(name: str, bs: int, m: Measurement) -> Dict[str, float]:
-        return {f"latency_ms/{name}/bs{bs}": m.median, f"throughput/{name}/bs{bs}": samples_per_second(bs, m.median)}
+        """The median, its interval, throughput and the noisy flag (1.0 or 0.0), which the report marks."""
+        lo, hi = m.interval
+        return {f"latency_ms/{name}/bs{bs}": m.median, f"latency_lo_ms/{name}/bs{bs}": lo,
+                f"latency_hi_ms/{name}/bs{bs}": hi, f"throughput/{name}/bs{bs}": samples_per_second(bs, m.median),
+                f"noisy/{name}/bs{bs}": float(m.noisy)}
 
     def stage_ended(self, stage: str, ctx: RunContext) -> None:
         """Whatever ``stage`` put on the context, finished or not (a failing stage's partial results too)."""
@@ -183,13 +187,15 @@ class Recorder:
         self.tracker.log_artifact(path)
 
     def plot(self, ctx: RunContext) -> None:
-        """``latency.png``, with the routed ranges shaded once there is a route."""
+        """``latency.png``: medians, p10-p90 bands, and the routed ranges shaded once there is a route."""
         medians = ctx.medians()
         if not any(medians.values()):
             return
         from pipeline.record.plots import latency_plot
 
-        self.tracker.log_artifact(latency_plot(medians, ctx.route or None, self.run_dir / "latency.png", self.title))
+        bands = ctx.cell_figures(lambda m: (m.quantile(0.10), m.quantile(0.90)))
+        self.tracker.log_artifact(latency_plot(medians, ctx.route or None, self.run_dir / "latency.png", self.title,
+                                               bands))
 
     def finish(self, status: str) -> None:
         """The log as an artifact, then the run's final status."""
