@@ -11,6 +11,7 @@ from pipeline.backends.program import strict_compiles
 from pipeline.measure.compare import judge, tolerance
 from pipeline.context import RunContext
 from pipeline.measure.references import random_fills, reference_at
+from pipeline.record import progress
 from pipeline.route.policy import backend_for
 
 log = logging.getLogger(__name__)
@@ -26,15 +27,17 @@ def check_sizes(ctx: RunContext) -> list:
     return sorted(set(ctx.batch_sizes) | set(extra) | {max(ctx.batch_sizes) + 1})
 
 
-def check(ctx: RunContext, modules: Dict[str, torch.nn.Module]) -> list:
+def check(ctx: RunContext, modules: Dict[str, torch.nn.Module], bar: progress.Steps) -> list:
     """One row per module and batch size: which backend served it, its error, how many tensors were
     compared and whether it is within tolerance. Eager's reference runs once per size (on inputs other
-    than capture's) and serves every module; an uninformative row passes only with validate.allow_unverified."""
+    than capture's) and serves every module; an uninformative row passes only with validate.allow_unverified.
+    ``bar`` shows each size as it is checked (a new size may compile for a while)."""
     vcfg = ctx.cfg.validate
     sources = random_fills(ctx.inputs, ctx.device, ctx.cfg.seed + 1)
     rows: Dict[str, list] = {label: [] for label in modules}  # all of one check, then the next
     for bs in check_sizes(ctx):
         name = backend_for(ctx.route, bs)
+        bar.next(f"bs={bs} ({name})")
         dtype = ctx.backends[name].compute_dtype
         ref = reference_at(ctx.model, bs, sources, dtype, vcfg.tolerance_scale)
         with torch.inference_mode():
@@ -51,13 +54,16 @@ def run(ctx: RunContext) -> None:
     if ctx.routed is None:
         raise RuntimeError("validate needs the route stage first: add route to stages")
     modules = {"routed": ctx.routed}
-    if ctx.cfg.validate.check_reload and ctx.checkpoint_path is not None:
-        from pipeline.route.checkpoint import load
+    reload = ctx.cfg.validate.check_reload and ctx.checkpoint_path is not None
+    with progress.steps("validate", int(reload) + len(check_sizes(ctx))) as bar:
+        if reload:
+            from pipeline.route.checkpoint import load
 
-        # The run's own checkpoint, written moments ago from its own config: its options are trusted.
-        modules["reloaded"] = load(ctx.checkpoint_path, ctx.model, device=ctx.device, trust_options=True)
-    with strict_compiles():  # a new size that recompiles past a limit fails here, not silently
-        rows = check(ctx, modules)
+            bar.next(f"reloading {ctx.checkpoint_path.name} (rebuilds the routed backends)")
+            # The run's own checkpoint, written moments ago from its own config: its options are trusted.
+            modules["reloaded"] = load(ctx.checkpoint_path, ctx.model, device=ctx.device, trust_options=True)
+        with strict_compiles():  # a new size that recompiles past a limit fails here, not silently
+            rows = check(ctx, modules, bar)
     fallbacks = {f"{label}:{name}": reason for label, module in modules.items()
                  for name, backend in module.backends.items() if (reason := backend.fallback_reason())}
     ctx.validation = {"ok": all(r["ok"] for r in rows) and not fallbacks, "rows": rows, "fallbacks": fallbacks}

@@ -22,6 +22,7 @@ from mlflow_helpers import ROOT, SWEEP, artifact_names, clean_env, copy_store, i
 from pipeline import report
 from pipeline.measure.measurement import Measurement
 from pipeline.record.plots import latency_figure, latency_plot
+from pipeline.record.progress import Steps
 from pipeline.record.recorder import Recorder
 from pipeline.record.tracker import MlflowTracker
 from pipeline.route.policy import Range
@@ -123,6 +124,20 @@ def test_report_marks_noisy_cells_and_routes_that_rest_on_them(tmp_path: Path, t
     assert report.LEGEND in md and "mlp: the route rests on noisy cells (eager bs=1)" in md
     _, csv_path = report.write(table, tmp_path / "out" / "report")
     assert list(csv.reader(csv_path.open()))[1] == ["mlp", "eager", "1.0", "4.0", "1"]
+
+
+def test_progress_count_never_passes_its_total() -> None:
+    from rich.console import Console
+    from rich.progress import Progress
+    import io
+
+    with Progress(console=Console(file=io.StringIO())) as progress:
+        bar = Steps(progress, progress.add_task("profile", total=3), "profile", 3)
+        seen = []
+        for step in range(7):  # a stage that takes more steps than it planned
+            bar.next(f"step {step}")
+            seen.append(progress.tasks[0].completed)
+    assert seen == [0, 1, 2, 3, 3, 3, 3]
 
 
 def test_report_table_auto_is_the_route_or_a_measured_auto(tmp_path: Path, template: Path) -> None:
