@@ -205,10 +205,10 @@ def test_passes_that_agree_pool_into_one_cell_whose_interval_spans_both() -> Non
 def test_a_cell_whose_median_moves_between_passes_is_flagged_and_its_interval_spans_them() -> None:
     clock = FakeClock()
     m = profile_sizes(two_passes(clock, [1.0, 1.5]), [1], CPU, cfg(passes=2), clock=clock)["a"][1]
-    assert m.accepted == [0] and m.median == pytest.approx(1.0, rel=0.01)  # the calm pass is the estimate
-    assert m.noisy and "median moved between passes" in m.noise
+    assert m.noisy and "median moved between passes (1-1.5 ms over 2 passes)" in m.noise
+    assert m.accepted == [0, 1] and 1.0 < m.median < 1.5  # no pass is the truth: the estimate pools both
     lo, hi = m.interval
-    assert lo <= 1.0 and hi >= 1.49  # but a re-run may land in either state: the interval says so
+    assert lo <= 1.0 and hi >= 1.49  # and a re-run may land in either state: the interval says so
 
 
 def test_a_resumed_profile_measures_only_the_passes_a_cell_lacks() -> None:

@@ -3,12 +3,12 @@
 A window whose samples do not pin down one latency (median not known to ``rel_precision``, wide
 p10-p90 spread, drift within the window) is measured again; the estimate pools the calmest window
 with those that agree with it (:func:`agreeing_windows`), and a measurement that still disagrees is
-flagged ``noisy`` with the reason, never silently smoothed over.
+flagged ``noisy`` with the reason, never silently smoothed over: its estimate then pools every window.
 
 A profile measures every cell in several passes, seconds apart, because a host that changes speed
 for seconds at a time moves a launch-bound median between windows far more than the samples of
-one window show. A cell whose passes agree states an interval that spans them (:attr:`Measurement.interval`);
-one whose passes disagree is flagged, and its interval spans every window.
+one window show. A cell whose passes agree states an interval that spans them
+(:attr:`Measurement.interval`); one whose passes disagree is flagged, and its interval spans every window.
 """
 
 from __future__ import annotations
@@ -143,7 +143,7 @@ class Measurement:
     @property
     def interval(self) -> Tuple[float, float]:
         """Where a re-run's median is expected to land: the pooled median's 95% interval, widened to
-        the median of every pooled window (of every window, once the cell is noisy).
+        the median of every pooled window (every window, once the cell is noisy).
 
         The samples of one window share the host's state of that moment, so their interval alone is
         too narrow to hold on a re-run; the windows of other passes show how far the state moves it.
@@ -151,7 +151,7 @@ class Measurement:
         if not self.samples_ms:
             return float("nan"), float("nan")
         lo, hi = median_ci(sorted(self.samples_ms))
-        medians = [statistics.median(w) for i, w in enumerate(self.windows) if w and (self.noisy or i in self.accepted)]
+        medians = [statistics.median(self.windows[i]) for i in self.accepted]
         return min([lo, *medians]), max([hi, *medians])
 
     def settle(self, s: Settings) -> None:
@@ -159,18 +159,28 @@ class Measurement:
 
         Windows of every pass must agree: a pass none of whose windows is pooled means the median
         moved with the host between passes, and no interval of one pass would hold on a re-run.
+        Windows that do not settle on one latency pool whole: the calmest of them is a best case a
+        re-run may never see again (a host's rare fast second), and the flag says why.
         """
         self.accepted = agreeing_windows(self.windows, s.rel_precision)
-        self.samples_ms = [x for i in self.accepted for x in self.windows[i]]
-        self.noise = disagreement(self.samples_ms, s)
-        if set(self.passes) - {self.passes[i] for i in self.accepted}:
-            medians = [statistics.median(w) for w in self.windows if w]
+        reason = disagreement(self.pooled(), s)
+        moved = set(self.passes) - {self.passes[i] for i in self.accepted}
+        if reason or moved:
+            self.accepted = [i for i, w in enumerate(self.windows) if w]
+            reason = disagreement(self.pooled(), s) or reason
+        self.samples_ms, self.noise = self.pooled(), reason
+        if moved:
+            medians = [statistics.median(self.windows[i]) for i in self.accepted]
             self.flag(f"median moved between passes ({min(medians):.4g}-{max(medians):.4g} ms "
                       f"over {len(set(self.passes))} passes)")
         slack = max(2 * s.rel_precision, 0.05)
         if self.device_ms == self.device_ms and self.median < self.device_ms * (1 - slack):
             self.flag(f"wall median {self.median:.4f} ms is below the graph-captured device time "
                       f"{self.device_ms:.4f} ms")
+
+    def pooled(self) -> List[float]:
+        """The samples of the accepted windows, in time order."""
+        return [x for i in self.accepted for x in self.windows[i]]
 
     def flag(self, reason: str) -> None:
         """Add a reason the measurement is noisy to those already found."""
