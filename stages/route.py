@@ -24,11 +24,10 @@ class RouteNotConfident(RuntimeError):
 def run(ctx: RunContext) -> None:
     rcfg = ctx.cfg.route
     medians, intervals = ctx.medians(), ctx.intervals()
-    eager = eager_baseline(ctx.cfg.backends)
-    order = list(ctx.cfg.backends)
-    route = choose_route(medians, order, rcfg.strategy, rcfg.min_gain, rcfg.backend, ctx.failures(),
+    eager, order, failures = eager_baseline(ctx.cfg.backends), list(ctx.cfg.backends), ctx.failures()
+    route = choose_route(medians, order, rcfg.strategy, rcfg.min_gain, rcfg.backend, failures,
                          baseline=eager, intervals=intervals)
-    competed = {b: medians[b] for b in usable(medians, order, ctx.failures())}
+    competed = {b: medians[b] for b in usable(medians, order, failures)}
     cells = rests_on(route, competed, intervals) if rcfg.strategy in TIMED else []
     noisy: List[Dict[str, Any]] = [{"backend": b, "batch_size": bs, "reason": ctx.profile[b][bs].noise}
                                    for b, bs in cells if ctx.profile[b][bs].noisy]
@@ -44,7 +43,7 @@ def run(ctx: RunContext) -> None:
         "rests_on": [{"backend": b, "batch_size": bs} for b, bs in cells],
         "noisy_cells": noisy,
         "rests_on_noisy": bool(noisy),
-        "excluded": ctx.failures(),
+        "excluded": failures,
         "unverified": unverified,
     }
     for r in route:

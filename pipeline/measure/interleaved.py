@@ -38,7 +38,7 @@ import logging
 import random
 import statistics
 import time
-from typing import Any, Callable, Collection, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Collection, Dict, Iterator, List, Mapping, Optional, Sequence
 
 import torch
 
