@@ -143,16 +143,16 @@ class Measurement:
     @property
     def interval(self) -> Tuple[float, float]:
         """Where a re-run's median is expected to land: the pooled median's 95% interval, widened to
-        the median of every pooled window (every window, once the cell is noisy).
+        the 95% interval of every pooled window's median (every window's, once the cell is noisy).
 
         The samples of one window share the host's state of that moment, so their interval alone is
-        too narrow to hold on a re-run; the windows of other passes show how far the state moves it.
+        too narrow to hold on a re-run; the windows of other passes show how far the state moves it,
+        each known only to its own precision.
         """
         if not self.samples_ms:
             return float("nan"), float("nan")
-        lo, hi = median_ci(sorted(self.samples_ms))
-        medians = [statistics.median(self.windows[i]) for i in self.accepted]
-        return min([lo, *medians]), max([hi, *medians])
+        bounds = [median_ci(sorted(w)) for w in (self.samples_ms, *(self.windows[i] for i in self.accepted))]
+        return min(lo for lo, _ in bounds), max(hi for _, hi in bounds)
 
     def settle(self, s: Settings) -> None:
         """Pool the agreeing windows into ``samples_ms`` and judge what is left.
