@@ -14,7 +14,8 @@ Per model, and in ``summary`` over all of them:
   median (``unflagged_interval_held_share``: of the cells that run did not flag);
 - ``cross_regret``: each quiet run's route (the product route: ``route.min_gain``, the cells'
   intervals, the eager baseline), timed with the other run's medians, against the fastest backend
-  there, at the worst size;
+  there, at the worst size (``cross_regret_of_confident_routes``: of the routes that did not rest
+  on noisy cells, the claim a route makes when route.json says ``rests_on_noisy: false``);
 - ``busy_cpu_regret``: the route the loaded profile picks (``min_gain=0``: the fastest backend per
   size as it saw it), timed with each quiet run's medians, against the fastest there.
 
@@ -52,7 +53,7 @@ from pipeline import devices  # noqa: E402
 from pipeline.api import compose_config  # noqa: E402
 from pipeline.context import RunContext  # noqa: E402
 from pipeline.measure.measurement import Measurement  # noqa: E402
-from pipeline.route.policy import backend_for, choose_route, eager_baseline  # noqa: E402
+from pipeline.route.policy import backend_for, choose_route, eager_baseline, rests_on  # noqa: E402
 from stages import capture as capture_stage  # noqa: E402
 from stages import profile as profile_stage  # noqa: E402
 
@@ -156,9 +157,14 @@ def interval_held(stated: Profile, rerun: Profile) -> Dict[str, Any]:
 
 def regret(route_from: RunContext, judge: RunContext, order: List[str], min_gain: float, baseline: Optional[str],
            use_intervals: bool) -> Dict[str, Any]:
-    """Route on ``route_from``; time each size's chosen backend with ``judge``'s medians, against the fastest there."""
+    """Route on ``route_from``; time each size's chosen backend with ``judge``'s medians, against the fastest there.
+
+    Says too whether the route rested on cells ``route_from`` flagged noisy, as route.json would.
+    """
     route = choose_route(route_from.medians(), order, "router", min_gain, baseline=baseline,
                          intervals=route_from.intervals() if use_intervals else None)
+    noisy = [(b, bs) for b, bs in rests_on(route, route_from.medians(), route_from.intervals())
+             if route_from.profile[b][bs].noisy]
     timed = judge.medians()
     rows = []
     for bs in sorted({bs for per in timed.values() for bs in per}):
@@ -167,7 +173,8 @@ def regret(route_from: RunContext, judge: RunContext, order: List[str], min_gain
         rows.append({"batch_size": bs, "chosen": chosen, "best": best,
                      "regret": measured[chosen] / measured[best] if chosen in measured else float("inf")})
     return {"min_gain": min_gain, "intervals": use_intervals, "route": [r.to_dict() for r in route],
-            "per_size": rows, "worst_regret": max(r["regret"] for r in rows)}
+            "rests_on_noisy": bool(noisy), "noisy_cells": noisy, "per_size": rows,
+            "worst_regret": max(r["regret"] for r in rows)}
 
 
 def bench_model(model_name: str, args: argparse.Namespace, out: Path, load_processes: int) -> Dict[str, Any]:
@@ -218,6 +225,9 @@ def summary(models: Mapping[str, Mapping[str, Any]]) -> Dict[str, Any]:
         "unflagged_interval_held_share": min((h["unflagged_share"] for h in held if h["unflagged_cells"]),
                                              default=float("nan")),
         "cross_regret": worst("cross_regret"),
+        "cross_regret_of_confident_routes": max((r["worst_regret"] for m in models.values()
+                                                 for r in m["cross_regret"].values() if not r["rests_on_noisy"]),
+                                                default=float("nan")),
         "busy_cpu_regret": worst("busy_cpu_regret"),
         "busy_cpu_regret_product_route": worst("busy_cpu_regret_product_route"),
     }
@@ -232,7 +242,8 @@ def print_model(name: str, r: Mapping[str, Any]) -> None:
         print(f"  {run}: interval held the other run's median in {h['share']:.0%} of {h['cells']} cells "
               f"({h['unflagged_share']:.0%} of the {h['unflagged_cells']} it did not flag)")
     for key in ("cross_regret", "busy_cpu_regret", "busy_cpu_regret_product_route"):
-        print(f"  {key}: " + ", ".join(f"{run} {x['worst_regret']:.3f}" for run, x in r[key].items()))
+        print(f"  {key}: " + ", ".join(f"{run} {x['worst_regret']:.3f}" + (" (rests on noise)" * x["rests_on_noisy"])
+                                       for run, x in r[key].items()))
     for backend, outcome in r["capture"].items():
         if outcome["status"] != "ok":
             print(f"  {backend}: {outcome['status']}: {outcome['reason'][:200]}")
