@@ -2,7 +2,7 @@
 
 Launch-bound cells (eager, Inductor without graphs) cost host time per call, so two profiles agree
 only if the host runs Python at one speed. Every ``--every`` seconds this samples the profile's own
-host probe (``pipeline.measure.timing.host_probe_ms``) and the wall time of a launch-bound GPU loop
+host probe (``host_probe_ms``) and the wall time of a launch-bound GPU loop
 (``--launches`` tiny kernels, then a sync), in three phases of ``--phase-s`` seconds: ``idle``,
 ``neighbour`` (one spinning process pinned to another core) and ``idle_again``. For each phase it
 prints the median, p10 and p90, the share of samples more than 1.5x slower than the fastest seen,

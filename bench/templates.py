@@ -3,7 +3,7 @@
 Each backend of the ``inductor_all`` set is built as capture builds it, for the model's largest
 benchmarked batch size first, then called once at each smaller size (that call's time is the
 size's compile seconds). Its outputs are compared with eager at every size, and it is timed against
-eager, interleaved round by round (pipeline.measure.timing), so each speed-up comes from one
+eager, interleaved round by round (as the profile stage times), so each speed-up comes from one
 measurement. ``torch._dynamo.reset()`` runs between backends. Inductor's on-disk caches start empty
 (a fresh TORCHINDUCTOR_CACHE_DIR unless one is set) but are shared within the run, so backends run
 cheapest first and the autotuning ones last. Writes ``templates-<tag>.json`` under --out after
