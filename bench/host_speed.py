@@ -1,17 +1,12 @@
 """Does the host's own speed change while nothing else runs, and does a busy neighbour core change it?
 
-Issue 6 asks two identical profiles to agree within 5%. Launch-bound cells (eager, Inductor without
-graphs) cost host time per call, so they can only repeat if the host runs Python at one speed. This
-bench samples that speed over time: every ``--every`` seconds the profile's own host probe
-(``pipeline.measure.host.host_probe_ms``, ten runs), and beside it the wall time of a launch-bound GPU
-loop (``--launches`` tiny kernels, then a sync). Three phases of ``--phase-s`` seconds each:
-
-- ``idle``: nothing else runs;
-- ``neighbour``: one spinning process pinned to another core (what a busy host would add);
-- ``idle_again``.
-
-For each phase it prints the median, p10 and p90, the share of samples more than 1.5x slower than
-the fastest seen in the whole run, and the longest stretch of such samples in seconds.
+Launch-bound cells (eager, Inductor without graphs) cost host time per call, so two profiles agree
+only if the host runs Python at one speed. Every ``--every`` seconds this samples the profile's own
+host probe (``host_probe_ms``) and the wall time of a launch-bound GPU loop
+(``--launches`` tiny kernels, then a sync), in three phases of ``--phase-s`` seconds: ``idle``,
+``neighbour`` (one spinning process pinned to another core) and ``idle_again``. For each phase it
+prints the median, p10 and p90, the share of samples more than 1.5x slower than the fastest seen,
+and the longest stretch of such samples in seconds.
 
     python bench/host_speed.py --out OUT          # about 3 x --phase-s seconds; writes OUT/host-speed.json
 """

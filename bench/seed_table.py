@@ -1,17 +1,18 @@
-"""The seed release table on this machine's GPU: every backend and the routed model, one run per model.
+"""The seed release table on this machine's GPU: every backend and the routed model, per model.
 
 For each model it tunes with the pipeline itself (the ``seed_table`` backends, the chosen profile
-preset), loads the routed model back from its checkpoint (``auto``, served exactly as a user would),
-then times every backend and ``auto`` interleaved round by round at each batch size, so all the
-ratios in a row come from one measurement. Writes ``seed-table-<tag>.json`` and ``.md`` under --out.
+preset), loads the routed model back from its checkpoint (``auto``, served as a user would), then
+times every backend and ``auto`` interleaved round by round at each batch size, so all the ratios
+in a row come from one measurement. All models are tuned one after another in this one process;
+the table is rewritten after each model, so a run cut short keeps the models it finished. Writes
+``seed-table-<tag>.json`` and ``.md`` under --out.
 
-    python bench/seed_table.py --out bench/results --tag h200                  # fp32
-    python bench/seed_table.py --out bench/results --tag h200-bf16 --autocast bfloat16
+    python bench/seed_table.py --out OUT --tag h200                      # fp32
+    python bench/seed_table.py --out OUT --tag h200-bf16 --autocast bfloat16
 
-All models are tuned one after another in this one process, as a notebook user would; the table is
-rewritten after each model, so a run cut short keeps the models it finished. Models can be split
-over GPUs (``--models``, one command per GPU, distinct ``--tag``) and joined afterwards with
-``--combine part1.json part2.json --tag h200``.
+Models can be split over GPUs (``--models``, one command per GPU, each its own ``--tag``) and the
+parts joined: ``python bench/seed_table.py --combine OUT/seed-table-h200-a.json
+OUT/seed-table-h200-b.json --out OUT --tag h200``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 6 on one GPU: profiles that repeat, and routes that a busy CPU does not decide.
+"""Profiles that repeat, and routes that a busy CPU does not decide, on one GPU.
 
 (a) Two back-to-back profile runs of each model (same built backends, same config) must agree
     within 5% on every cell (backend x batch size).
@@ -8,13 +8,10 @@
 
 Backends are built once per model by the capture stage and reused by every run; every run goes
 through the real profile stage (``stages/profile.py``).
+Verdict (b) uses min_gain=0 (the fastest backend per size as the profile saw it); the product route
+(``route.min_gain``) is reported beside it, against the route the quiet profile would pick.
 
-    python bench/timing.py --out bench/results    # writes bench/results/timing-h200.json
-    # about 4-6 minutes on one H200 (most of it Inductor compiles), torch 2.11
-
-Verdict for (b) uses min_gain=0, i.e. the fastest backend per size as the profile saw it: that is
-what timing decides. The product route (route.min_gain, default 0.10, keeps the incumbent unless a
-challenger is 10% faster) is reported beside it, against the route the quiet profile would pick.
+    python bench/timing.py --out OUT     # writes OUT/timing-h200.json; about 4-6 minutes on one H200
 """
 
 from __future__ import annotations
