@@ -31,6 +31,7 @@ from omegaconf import OmegaConf
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.common import command_line  # noqa: E402
 from pipeline import backends as backend_registry  # noqa: E402
 from pipeline import devices  # noqa: E402
 from pipeline.api import compose_config  # noqa: E402
@@ -132,7 +133,7 @@ def main() -> None:
         for r in rows:  # JSON turned the batch-size keys into strings
             r["cells"] = {b: {int(bs): c for bs, c in per.items()} for b, per in r["cells"].items()}
         commands = previous["commands"]
-    commands.append("python " + " ".join(sys.argv))
+    commands.append(command_line())
     for name in args.models:
         print(f"== {name} (at {time.perf_counter() - start:.0f} s)", flush=True)
         rows.append(bench_model(name, device))

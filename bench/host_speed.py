@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
+from bench.common import command_line  # noqa: E402
 from pipeline.measure.host import host_probe_ms# noqa: E402
 
 SLOW = 1.5  # a sample this many times the fastest counts as the slow state
@@ -94,7 +95,7 @@ def main() -> None:
     keys = ["probe_ms"] + (["launch_ms"] if x is not None else [])
     fastest = {k: min(s[k] for p in phases.values() for s in p) for k in keys}
     summary = {p: {k: summarise(s, k, fastest[k], args.every) for k in keys} for p, s in phases.items()}
-    report = {"command": " ".join(["python", "bench/host_speed.py", *sys.argv[1:]]), "torch": torch.__version__,
+    report = {"command": command_line(), "torch": torch.__version__,
               "python": platform.python_version(), "cores": cores, "sample_core": cores[0],
               "neighbour_core": cores[1], "launches": args.launches,
               "device": torch.cuda.get_device_name() if x is not None else "cpu",

@@ -52,13 +52,14 @@ from omegaconf import OmegaConf  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.common import command_line  # noqa: E402
 from pipeline import backends as backend_registry  # noqa: E402
 from pipeline import devices  # noqa: E402
 from pipeline.config import inductor_options  # noqa: E402
 from pipeline.api import compose_config  # noqa: E402
 from pipeline.measure.compare import judge, tolerance  # noqa: E402
 from pipeline.models import make_inputs  # noqa: E402
-from pipeline.measure.interleaved import measure_interleaved, time_call# noqa: E402
+from pipeline.measure.interleaved import measure_interleaved, time_call  # noqa: E402
 
 # Cheapest first; the autotuning backends last, so they share autotuning results in that order.
 ORDER = ["inductor", "inductor_triton", "inductor_cudagraphs", "inductor_reduce_overhead", "inductor_freezing",
@@ -203,10 +204,9 @@ def main() -> None:
     spec = OmegaConf.to_container(cfg.model.inputs, resolve=True)
     start = time.perf_counter()
     result: Dict[str, Any] = {
-        "command": "python " + " ".join(sys.argv), "device": devices.name(device), "torch": torch.__version__,
+        "command": command_line(), "device": devices.name(device), "torch": torch.__version__,
         "python": platform.python_version(), "model": args.model, "dtype": "float32",
         "batch_sizes": sorted(args.batch_sizes), "timing": TIMING,
-        "inductor_cache_dir": os.environ["TORCHINDUCTOR_CACHE_DIR"],
         "note": "compile_s of the largest size is the build (first compile); of the others, the first call "
                 "there. Inductor caches are shared within the run, in backend order.",
         "backends": {},
