@@ -21,6 +21,7 @@ from omegaconf import OmegaConf
 
 from pipeline import backends
 from pipeline.context import RunContext
+from pipeline.config.schema import ProfileConfig
 from pipeline.measure.timing import (HostGauge, Measurement, agreeing_windows, device_time_ms, measure_interleaved,
                              median_ci_ranks, host_drift, host_probe_ms, profile_sizes, python_probe_ms, saturated,
                              time_call)
@@ -206,7 +207,8 @@ def test_partial_config_takes_defaults_and_bad_one_fails_early() -> None:
     clock = FakeClock()
     old_style = dict(warmup_ms=0, min_warmup_calls=1, min_samples=10, max_samples=50, budget_ms=100, rel_precision=0.02)
     m = measure_interleaved({"a": clock.stream(itertools.repeat(1.0))}, CPU, old_style, clock=clock)["a"]
-    assert m.count == 20 and m.repeats == 0  # min_window_ms defaults to 20 ms
+    # min_window_ms takes the schema's default: that many 1 ms samples.
+    assert m.count == ProfileConfig().min_window_ms and m.repeats == 0
     with pytest.raises(ValueError, match="min_samples"):
         measure_interleaved({"a": clock.stream(itertools.repeat(1.0))}, CPU, cfg(min_samples=20, max_samples=10))
 

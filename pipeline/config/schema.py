@@ -3,6 +3,9 @@
 Every group's YAML extends one of these dataclasses (registered in Hydra's ConfigStore as
 ``schema_<group>``, outside the option groups), so a misspelt key or a wrong type fails when the
 config is composed, before any model is built.
+
+Each default lives here and only here: a group's ``default`` option holds nothing but its schema
+reference, and the other options say only what they change (``tests/test_config_defaults.py``).
 """
 
 from __future__ import annotations
@@ -68,15 +71,15 @@ class ProfileConfig:
 
     # At each new batch size the first call (compile, record) is kept apart as first_call_ms, then
     # warm-up calls run for warmup_ms (at least min_warmup_calls). None of them is a sample.
-    warmup_ms: float = 50.0
-    min_warmup_calls: int = 2
+    warmup_ms: float = 100.0
+    min_warmup_calls: int = 3
     # One window of interleaved rounds stops a backend at max_samples, or after min_samples once it
     # has spent budget_ms or, having spent min_window_ms (calls close in time are not independent),
     # its median is known to +-rel_precision at 95% confidence.
     min_samples: int = 10
-    max_samples: int = 200
-    budget_ms: float = 500.0
-    min_window_ms: float = 20.0
+    max_samples: int = 300
+    budget_ms: float = 1000.0
+    min_window_ms: float = 30.0
     rel_precision: float = 0.02
     # Saturation: stop growing batch size once throughput has not grown by `cutoff` (relative)
     # for `backoff` consecutive measured sizes. backoff <= 0 disables the rule.
@@ -109,7 +112,7 @@ class ValidateConfig:
     """End-to-end check of the routed model against eager."""
 
     # Untuned sizes checked beside the tuned ones: padded, and above the largest (chunked).
-    extra_batch_sizes: List[int] = field(default_factory=lambda: [3, 17])
+    extra_batch_sizes: List[int] = field(default_factory=lambda: [2, 5, 100])
     check_reload: bool = True
     # Tolerance scale applied on top of the dtype-aware defaults.
     tolerance_scale: float = 1.0
