@@ -2,7 +2,8 @@
 
 Every group's YAML extends one of these dataclasses (registered in Hydra's ConfigStore as
 ``schema_<group>``, outside the option groups), so a misspelt key or a wrong type fails when the
-config is composed, before any model is built.
+config is composed, before any model is built. Backends have one schema per kind
+(``pipeline.config.backend_schema``).
 
 Each default lives here and only here: a group's ``default`` option holds nothing but its schema
 reference, and the other options say only what they change (``tests/test_config_defaults.py``).
@@ -15,6 +16,8 @@ from typing import Any, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
+
+from pipeline.config import backend_schema
 
 STAGE_NAMES = ("capture", "profile", "route", "validate")
 
@@ -39,30 +42,6 @@ class ModelConfig:
     build: Dict[str, Any] = MISSING
     inputs: Dict[str, InputSpec] = MISSING
     batch_sizes: List[int] = MISSING
-
-
-@dataclass
-class BackendConfig:
-    """One competing backend. ``kind`` picks the implementation; the other keys set it up."""
-
-    kind: str = MISSING  # eager | inductor | graph
-    description: str = ""
-    # Inductor (also used by graph when compile_with_inductor is true). Exactly one of
-    # mode / options / template may be set.
-    fullgraph: bool = False
-    dynamic: Optional[bool] = None
-    mode: Optional[str] = None
-    options: Dict[str, Any] = field(default_factory=dict)  # empty = not set
-    template: Optional[str] = None
-    # Autocast applies to any backend.
-    autocast_enabled: bool = False
-    autocast_dtype: str = "bfloat16"
-    # Graph backend.
-    compile_with_inductor: bool = False
-    max_recorded_batch_size: int = 256
-    # Recorded batch sizes; null = 1, 2, 4 and every multiple of 8 (up to the cap).
-    grid: Optional[List[int]] = None
-    clone_outputs: bool = True
 
 
 @dataclass
@@ -142,7 +121,8 @@ class Config:
     """The whole run: which model, which backends compete, and which stages run."""
 
     model: ModelConfig = MISSING
-    backends: Dict[str, BackendConfig] = MISSING
+    # Each backend is typed by its kind's schema where its file extends it, else checked early.
+    backends: Dict[str, Any] = MISSING
     profile: ProfileConfig = field(default_factory=ProfileConfig)
     route: RouteConfig = field(default_factory=RouteConfig)
     validate: ValidateConfig = field(default_factory=ValidateConfig)
@@ -159,3 +139,4 @@ def register_configs() -> None:
     cs.store(name="base_config", node=Config)
     for name, node in SCHEMAS.items():
         cs.store(name=f"schema_{name}", node=node)
+    backend_schema.register(cs)
