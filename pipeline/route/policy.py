@@ -15,6 +15,8 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
+from pipeline.config.schema import RouteConfig
+
 # backend -> batch size -> median latency (ms). A backend may lack some sizes.
 Profile = Mapping[str, Mapping[int, float]]
 
@@ -142,7 +144,8 @@ def check_settings(strategy: str, min_gain: float) -> None:
                          f"e.g. route.min_gain=0.10")
 
 
-def choose_route(profile: Profile, order: Sequence[str], strategy: str = "router", min_gain: float = 0.10,
+def choose_route(profile: Profile, order: Sequence[str], strategy: str = RouteConfig.strategy,
+                 min_gain: float = RouteConfig.min_gain,
                  backend: Optional[str] = None, failures: Optional[Mapping[str, str]] = None,
                  baseline: Optional[str] = None) -> List[Range]:
     """The route for a strategy.
