@@ -257,7 +257,7 @@ def test_a_payload_missing_fields_or_of_another_format(eager_ckpt):
     with pytest.raises(CheckpointError, match=r"lacks \['route'\]"):
         checkpoint.read(eager_ckpt)
     data = eager_ckpt.read_bytes()
-    eager_ckpt.write_bytes(data.replace(b"TWEAKPIPE-CHECKPOINT 1\n", b"TWEAKPIPE-CHECKPOINT 9\n", 1))
+    eager_ckpt.write_bytes(data.replace(f"TWEAKPIPE-CHECKPOINT {checkpoint.FORMAT}\n".encode(), b"TWEAKPIPE-CHECKPOINT 9\n", 1))
     with pytest.raises(CheckpointError, match="format '9'"):
         checkpoint.read(eager_ckpt)
 

@@ -68,12 +68,19 @@ def test_typo_in_a_key_fails_at_composition(compose_cfg):
     assert "Key 'warmup_msec' not in 'ProfileConfig'" in str(err.value.__cause__)
 
 
-def test_typo_in_a_users_backend_file_fails_at_composition(compose_cfg, tmp_path):
+def test_typo_in_a_users_backend_file_fails_at_composition_or_in_the_early_checks(compose_cfg, tmp_path):
     (tmp_path / "backends").mkdir()
-    (tmp_path / "backends" / "mine.yaml").write_text("# @package backends.mine\nkind: inductor\nfulgraph: true\n")
-    with pytest.raises(ConfigCompositionException) as err:
-        compose_cfg(["backends=[mine]", f"hydra.searchpath=[file://{tmp_path}]"])
-    assert "Key 'fulgraph' not in 'BackendConfig'" in str(err.value)
+    typed = "defaults:\n  - /schema_backend_inductor@_here_\n"
+    (tmp_path / "backends" / "typed.yaml").write_text(f"# @package backends.typed\n{typed}fulgraph: true\n")
+    (tmp_path / "backends" / "plain.yaml").write_text("# @package backends.plain\nkind: inductor\nfulgraph: true\n")
+    searchpath = f"hydra.searchpath=[file://{tmp_path}]"
+    with pytest.raises(ConfigCompositionException) as err:  # a file extending its kind's schema: at composition
+        compose_cfg(["backends=[typed]", searchpath])
+    assert "Key 'fulgraph' not in 'InductorSettings'" in str(err.value)
+    cfg = compose_cfg(["backends=[plain]", searchpath])  # a file that only names its kind: in the early checks
+    with pytest.raises(ConfigError, match=r"^backend 'plain' \(kind inductor\) sets 'fulgraph', which inductor backends "
+                                          r"do not take \(no backend kind has it\); inductor keys: kind, description"):
+        check_config(cfg)
 
 
 def test_wrong_type_fails_at_composition(compose_cfg):

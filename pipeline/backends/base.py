@@ -13,9 +13,6 @@ from pipeline.backends.program import Program
 from pipeline.measure.compare import Verdict
 from pipeline.models import dtype_of
 
-AUTOCAST_DTYPES = ("bfloat16", "float16")
-
-
 class BackendUnsupported(RuntimeError):
     """Raised when a backend cannot run on the chosen device: recorded as skipped, not failed."""
 
@@ -23,8 +20,10 @@ class BackendUnsupported(RuntimeError):
 class Backend:
     """A way of running one model. Subclasses set ``kind`` and implement ``_build``.
 
-    Life cycle: ``check_config`` (at composition, no torch work) -> ``unsupported_reason(device)``
-    (before any work) -> ``build(model, sample, device, batch_sizes)`` -> ``__call__(**inputs)``.
+    Life cycle: ``backends.create`` checks the config (``rules.check``: its kind's schema and every
+    rule between its settings, no torch work) and constructs it with every key of its kind ->
+    ``unsupported_reason(device)`` (before any work) -> ``build(model, sample, device, batch_sizes)``
+    -> ``__call__(**inputs)``.
     """
 
     kind: ClassVar[str] = ""
@@ -38,15 +37,6 @@ class Backend:
         self.program: Optional[Program] = None  # set by build where the backend compiles the model
         self._fn: Any = None
 
-    @classmethod
-    def check_config(cls, name: str, cfg: Mapping[str, Any]) -> None:
-        """Reject contradictory settings before any model is built."""
-        if cfg.get("autocast_enabled") and cfg.get("autocast_dtype") not in AUTOCAST_DTYPES:
-            raise ValueError(
-                f"backend {name!r}: autocast_dtype={cfg.get('autocast_dtype')!r} is not supported; "
-                f"use one of {list(AUTOCAST_DTYPES)}"
-            )
-
     def unsupported_reason(self, device: torch.device) -> Optional[str]:
         """Why this backend cannot run on ``device``, or None if it can. Answered before any work."""
         return None
@@ -54,7 +44,7 @@ class Backend:
     @property
     def compute_dtype(self) -> Optional[torch.dtype]:
         """The reduced precision this backend computes in, if any (drives tolerances)."""
-        return dtype_of(self.cfg["autocast_dtype"]) if self.cfg.get("autocast_enabled") else None
+        return dtype_of(self.cfg["autocast_dtype"]) if self.cfg["autocast_enabled"] else None
 
     @property
     def records_cuda_graphs(self) -> bool:

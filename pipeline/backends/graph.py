@@ -25,7 +25,7 @@ from pipeline import devices
 
 from pipeline.backends import graph_plan
 from pipeline.backends.base import Backend
-from pipeline.backends.inductor import InductorBackend, settings_given
+from pipeline.backends.inductor import InductorBackend
 from pipeline.backends.program import Program, dynamo_counts
 from pipeline.measure.compare import Verdict, judge
 
@@ -102,9 +102,9 @@ class GraphBackend(Backend):
 
     def __init__(self, name: str, cfg: Mapping[str, Any]) -> None:
         super().__init__(name, cfg)
-        self._clone = bool(self.cfg.get("clone_outputs", True))
+        self._clone = self.cfg["clone_outputs"]
         # Inductor's side (options, templates, device support) is exactly the inductor backend's.
-        self._inductor = InductorBackend(name, cfg) if self.cfg.get("compile_with_inductor") else None
+        self._inductor = InductorBackend(name, cfg) if self.cfg["compile_with_inductor"] else None
         self._api: Any = None
         self._model: Optional[nn.Module] = None
         self._static: Dict[str, torch.Tensor] = {}
@@ -112,25 +112,6 @@ class GraphBackend(Backend):
         self._recorded: List[int] = []
         self._pad: Dict[int, int] = {}
         self._stats: Dict[str, Any] = {}
-
-    @classmethod
-    def check_config(cls, name: str, cfg: Mapping[str, Any]) -> None:
-        if cfg.get("compile_with_inductor"):
-            InductorBackend.check_config(name, cfg)
-            if InductorBackend(name, cfg).records_cuda_graphs:
-                raise ValueError(f"backend {name!r}: its Inductor setting records CUDA graphs of its own inside ours "
-                                 f"(mode reduce-overhead or max-autotune, or triton.cudagraphs); use mode=default, "
-                                 f"max-autotune-no-cudagraphs, or options without triton.cudagraphs")
-        else:
-            super().check_config(name, cfg)
-            given = settings_given(cfg)
-            if given:
-                raise ValueError(f"backend {name!r} sets {' and '.join(given)}, which only apply with "
-                                 f"compile_with_inductor=true; set it or drop them")
-        try:
-            graph_plan.grid(1, int(cfg.get("max_recorded_batch_size", graph_plan.DEFAULT_CAP)), cfg.get("grid"))
-        except ValueError as exc:
-            raise ValueError(f"backend {name!r}: {exc}") from None
 
     @property
     def records_cuda_graphs(self) -> bool:
@@ -154,13 +135,13 @@ class GraphBackend(Backend):
         device = self.device
         api = self._api = getattr(torch, device.type)  # torch.cuda or torch.xpu: the same graph API
         graph_class = api.CUDAGraph if device.type == "cuda" else api.XPUGraph
-        cap = int(self.cfg.get("max_recorded_batch_size", graph_plan.DEFAULT_CAP))
-        recorded = graph_plan.sizes_to_record(batch_sizes, cap, self.cfg.get("grid"), self.exact_sizes)
+        recorded = graph_plan.sizes_to_record(batch_sizes, self.cfg["max_recorded_batch_size"], self.cfg["grid"],
+                                              self.exact_sizes)
         # Static buffers live outside the graph pool; every graph records on a prefix view of them.
         self._static = {name: tile(t.to(device), recorded[-1]) for name, t in sample.items()}
         views = {size: {name: buf[:size] for name, buf in self._static.items()} for size in recorded}
         fn = self._compiled(model)
-        if self._inductor and self.cfg.get("dynamic") is None:
+        if self._inductor and self.cfg["dynamic"] is None:
             for inputs in views.values():  # one dynamic batch dimension: a few compiles, not one per size
                 for t in inputs.values():
                     torch._dynamo.maybe_mark_dynamic(t, 0)

@@ -43,7 +43,7 @@ from pipeline.route.policy import Range, sizes_owned
 log = logging.getLogger(__name__)
 
 MAGIC = b"TWEAKPIPE-CHECKPOINT"
-FORMAT = 1
+FORMAT = 2  # 2: each backend's config holds the keys of its kind's schema only
 KEYS = ("name", "route", "backends", "state_dict", "inputs", "batch_sizes", "max_batch_size", "versions", "device")
 # The seed of the sample inputs used to build and warm the backends on load.
 SAMPLE_SEED = 0

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from pipeline.measure.statistics import samples_per_second
+from pipeline.config.schema import RouteConfig
 
 # backend -> batch size -> median latency (ms). A backend may lack some sizes.
 Profile = Mapping[str, Mapping[int, float]]
@@ -144,7 +145,8 @@ def check_settings(strategy: str, min_gain: float) -> None:
                          f"e.g. route.min_gain=0.10")
 
 
-def choose_route(profile: Profile, order: Sequence[str], strategy: str = "router", min_gain: float = 0.10,
+def choose_route(profile: Profile, order: Sequence[str], strategy: str = RouteConfig.strategy,
+                 min_gain: float = RouteConfig.min_gain,
                  backend: Optional[str] = None, failures: Optional[Mapping[str, str]] = None,
                  baseline: Optional[str] = None) -> List[Range]:
     """The route for a strategy.
