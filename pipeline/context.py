@@ -73,6 +73,7 @@ class RunContext:
     earlier: Earlier = field(default_factory=Earlier)
     on_cell: Callable[[str, int, Measurement], None] = lambda name, bs, m: None
     # capture
+    output_batch_dims: Dict[str, Optional[int]] = field(default_factory=dict)  # pipeline.batching
     backends: Dict[str, Backend] = field(default_factory=dict)
     outcomes: Dict[str, BackendOutcome] = field(default_factory=dict)
     # profile

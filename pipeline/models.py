@@ -65,7 +65,8 @@ def vision_transformer(arch: str = "vit_b_16", **kwargs: Any) -> nn.Module:
 
 
 def make_inputs(inputs: Mapping[str, Any], batch_size: int, device: torch.device, seed: int = 0) -> Dict[str, torch.Tensor]:
-    """Sample inputs for one batch size, deterministic in ``seed`` so every backend sees the same data."""
+    """Sample inputs for one batch size, deterministic in ``seed`` so every backend sees the same data.
+    Each input's batch lies in its ``batch_dim`` (the first by default)."""
     if batch_size < 1:
         raise ValueError(f"batch size must be at least 1, got {batch_size}")
     gen = torch.Generator().manual_seed(seed * 100_003 + batch_size)
@@ -82,5 +83,5 @@ def make_inputs(inputs: Mapping[str, Any], batch_size: int, device: torch.device
             t = torch.ones(shape, dtype=dtype)
         else:
             raise ValueError(f"input {name!r}: unknown fill {fill!r}; use one of {list(FILLS)}")
-        out[name] = t.to(device)
+        out[name] = t.movedim(0, int(spec.get("batch_dim", 0))).contiguous().to(device)
     return out

@@ -23,6 +23,7 @@ from pipeline.record import progress
 from pipeline.backends import BackendUnsupported
 from pipeline.measure.compare import combine, judge, tolerance
 from pipeline.context import ALLOW_HINT, BackendOutcome, RunContext
+from pipeline.batching import BatchDims, output_batch_dims
 from pipeline.measure.references import Reference, random_fills, reference_at
 
 log = logging.getLogger(__name__)
@@ -64,7 +65,8 @@ def capture_one(ctx: RunContext, name: str, cfg: dict,
         largest = max(ctx.batch_sizes)
         # Every size up to the largest tuned one may be served, tuned or not.
         sample = refs[largest].inputs
-        backend.build(ctx.model, sample, ctx.device, list(range(1, largest + 1)), ctx.batch_sizes)
+        backend.build(ctx.model, sample, ctx.device, list(range(1, largest + 1)), ctx.batch_sizes,
+                      BatchDims.of(ctx.inputs, ctx.output_batch_dims))
         with backend.watched():  # every compile is this backend's; a recompile limit hit fails it
             checks = backend.self_check(ctx.model, sample, scale)  # variants the tuned sizes miss, e.g. each graph
             for bs, ref in refs.items():
@@ -93,6 +95,7 @@ def capture_one(ctx: RunContext, name: str, cfg: dict,
 
 
 def run(ctx: RunContext) -> None:
+    ctx.output_batch_dims = output_batch_dims(ctx.model, random_fills(ctx.inputs, ctx.device, ctx.cfg.seed)[0][1])
     references = functools.lru_cache(maxsize=None)(functools.partial(reference_outputs, ctx))  # per compute dtype
     for name, cfg in progress.track(ctx.cfg.backends.items(), "capture", len(ctx.cfg.backends), label=lambda kv: kv[0]):
         earlier = ctx.earlier.outcomes.get(name)

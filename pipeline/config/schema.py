@@ -20,13 +20,15 @@ STAGE_NAMES = ("capture", "profile", "route", "validate")
 
 @dataclass
 class InputSpec:
-    """One batch-first model input: its per-sample shape, dtype and how to fill it."""
+    """One model input: its per-sample shape, dtype, how to fill it, and where its batch dimension goes."""
 
     shape: List[int] = MISSING
     dtype: str = "float32"
     # "randn" for floats; "randint" draws integers in [0, high) (token ids, masks).
     fill: str = "randn"
     high: int = 2
+    # The batch's place in the full tensor: 0 is batch-first; 1 for (time, batch, features).
+    batch_dim: int = 0
 
 
 @dataclass
