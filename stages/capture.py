@@ -24,7 +24,7 @@ from pipeline.backends import BackendUnsupported
 from pipeline.measure.compare import combine, judge, tolerance
 from pipeline.context import ALLOW_HINT, BackendOutcome, RunContext
 from pipeline.batching import BatchDims, output_batch_dims
-from pipeline.measure.references import Reference, random_fills, reference_at
+from pipeline.measure.references import Reference, reference_at
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ OUTCOMES = {"ok": ("ok", ""), "mismatch": ("failed", "output differs from eager:
 def reference_outputs(ctx: RunContext, compute_dtype: Optional[torch.dtype]) -> Dict[int, Reference]:
     """Eager's outputs at every tuned batch size, each from the first inputs whose output can judge a
     backend computing in ``compute_dtype``: the truth every backend is held to."""
-    sources = random_fills(ctx.inputs, ctx.device, ctx.cfg.seed)
+    sources = ctx.input_sources()
     references = {bs: reference_at(ctx.model, bs, sources, compute_dtype, ctx.cfg.validate.tolerance_scale)
                   for bs in ctx.batch_sizes}
     unproved = {bs: ref.uninformative for bs, ref in references.items() if ref.uninformative}
@@ -95,7 +95,9 @@ def capture_one(ctx: RunContext, name: str, cfg: dict,
 
 
 def run(ctx: RunContext) -> None:
-    ctx.output_batch_dims = output_batch_dims(ctx.model, random_fills(ctx.inputs, ctx.device, ctx.cfg.seed)[0][1])
+    label, inputs_at = ctx.input_sources()[0]
+    log.info("capture: batches are made of %s", label)
+    ctx.output_batch_dims = output_batch_dims(ctx.model, inputs_at)
     references = functools.lru_cache(maxsize=None)(functools.partial(reference_outputs, ctx))  # per compute dtype
     for name, cfg in progress.track(ctx.cfg.backends.items(), "capture", len(ctx.cfg.backends), label=lambda kv: kv[0]):
         earlier = ctx.earlier.outcomes.get(name)
@@ -111,5 +113,7 @@ def run(ctx: RunContext) -> None:
                 + (f", {outcome.compile['graphs']} Dynamo graph(s), {outcome.compile['graph_breaks']} graph break(s)"
                    if outcome.compile else ""))
     if not ctx.backends:
-        hint = f"; unverified: {', '.join(ctx.unverified())}{ALLOW_HINT}" if ctx.unverified() else ""
+        hint = (f"; unverified: {', '.join(ctx.unverified())}{ALLOW_HINT}, or tune on inputs on which its output "
+                f"varies: " + ("real data in example_inputs" if ctx.api else "model.examples=<a .pt file of them>")
+                if ctx.unverified() else "")
         raise RuntimeError(f"capture: no backend survived{hint}; see capture.json for each reason")

@@ -38,8 +38,11 @@ class ModelConfig:
     name: str = MISSING
     # ``{_target_: dotted.path, **kwargs}``: instantiated by Hydra with random weights.
     build: Dict[str, Any] = MISSING
+    # Left out (or an input's shape left ???), they are taken from examples.
     inputs: Dict[str, InputSpec] = MISSING
     batch_sizes: List[int] = MISSING
+    # A torch.save'd dict of input name -> tensor: the data every tuned batch is built from.
+    examples: Optional[str] = None
 
 
 @dataclass
