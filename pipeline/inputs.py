@@ -1,7 +1,9 @@
 """Where a run's ``model.inputs`` come from when the config leaves them out: filled in before the checks.
 
 Inputs written in the config are used as written. Left out (or an input's ``shape: ???``), they come
-from ``model.examples`` (the user's own tensors, which then also make every tuned batch).
+from ``model.examples`` (the user's own tensors, which then also make every tuned batch), else from
+the model's library: ``model=hf`` reads the transformers model's signature and config, ``model=timm``
+the model's default input size.
 """
 
 from __future__ import annotations
@@ -33,6 +35,16 @@ def derived_inputs(mcfg: DictConfig, given: Optional[Mapping[str, Any]]
     if mcfg.examples:
         examples, spec = user_examples.from_file(mcfg.examples, given)
         return spec, examples
+    if mcfg.hf is not None and mcfg.timm is not None:
+        raise ConfigError("model sets both hf and timm; a model comes from one library, e.g. model=hf or model=timm")
+    if mcfg.hf is not None:
+        from pipeline.zoo import hf
+
+        return hf.inputs(OmegaConf.to_container(mcfg.hf, resolve=True)), {}
+    if mcfg.timm is not None:
+        from pipeline.zoo import timm
+
+        return timm.inputs(OmegaConf.to_container(mcfg.timm, resolve=True)), {}
     return None, {}
 
 

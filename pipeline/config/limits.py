@@ -55,6 +55,8 @@ def input_problem(name: str, spec: Mapping[str, Any]) -> Optional[str]:
         return f"input {name!r}: unknown dtype {spec.get('dtype')!r}; use one of {sorted(DTYPES)}"
     if spec.get("fill", "randn") not in FILLS:
         return f"input {name!r}: unknown fill {spec.get('fill')!r}; use one of {list(FILLS)}"
+    if spec.get("fill") == "mask" and not shape:
+        return f"input {name!r}: fill mask pads along the last per-sample dimension, and shape={shape!r} has none"
     high = spec.get("high", 2)
     if not is_int(high) or not 1 <= high <= MAX_RANDINT_HIGH:
         return f"input {name!r}: high={high!r} must be an integer from 1 to {MAX_RANDINT_HIGH} (randint draws in [0, high))"
