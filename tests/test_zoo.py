@@ -13,6 +13,7 @@ import yaml
 from conftest import ROOT
 from pipeline import runner
 from pipeline.api import compose_config
+from pipeline.config import SHIPPED_CONF
 from pipeline.config.errors import ConfigError
 from pipeline.inputs import complete
 from pipeline.zoo import hf
@@ -95,3 +96,15 @@ def test_a_wrong_timm_name_and_a_missing_library_are_named_in_one_line(tmp_path,
         runner.run(compose_config(["model=timm", "tracking=off"]), tmp_path / "b")
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
+
+def test_the_hf_suite_sweeps_six_full_size_models_in_bf16_on_every_gpu_backend():
+    cfg = compose_config(["experiment=hf_suite"])
+    suite = yaml.safe_load((SHIPPED_CONF / "experiment" / "hf_suite.yaml").read_text())
+    classes = suite["hydra"]["sweeper"]["params"]["model.hf.model_class"].split(",")
+    assert len(classes) >= 6 and {"BertForQuestionAnswering", "ElectraForQuestionAnswering"} <= set(classes)
+    assert list(cfg.backends) == ["eager", "inductor", "graph", "graph_inductor", "inductor_reduce_overhead"]
+    assert all(b.autocast_enabled and b.autocast_dtype == "bfloat16" for b in cfg.backends.values())
+    assert list(cfg.model.batch_sizes) == [1, 8, 32, 128] and cfg.model.hf.config == {}  # full size
+    for name in classes:
+        assert derived("experiment=hf_suite", f"model.hf.model_class={name}")  # every model's inputs derive
+    assert derived("experiment=hf_suite")["input_ids"] == ([128], "randint")
