@@ -1,13 +1,18 @@
-"""What benches write beside their figures: the command that made them, without machine paths, and
-how fast the host ran Python while they measured."""
+"""What every bench shares: the command that made its figures (without machine paths), how fast the
+host ran Python while they measured, and the lanes of the table benches (one model after another in
+one process, the tables rewritten after each)."""
 
 from __future__ import annotations
 
+import argparse
+import gc
 import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Callable, Dict, List, Sequence
+
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 PATH_OPTIONS = ("--out",)
@@ -40,3 +45,30 @@ def host_probe_ms(calls: int = 50) -> float:
         return (time.perf_counter() - start) * 1e3
 
     return statistics.median(once() for _ in range(calls))
+
+
+def lane_arguments(parser: argparse.ArgumentParser, models: Sequence[str], profile: str) -> None:
+    """The options of a table bench: its output, tag, models (one lane), profile preset, device, and --combine."""
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--tag", default="h200")
+    parser.add_argument("--models", nargs="+", default=list(models))
+    parser.add_argument("--profile", default=profile)
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--combine", nargs="+", type=Path, help="join these lanes' JSON instead of running")
+
+
+def run_lane(args: argparse.Namespace, meta: Callable[[], Dict[str, Any]], bench_model: Callable[[str], Dict],
+             write: Callable[[Path, str, Dict[str, Any], List[Dict]], str],
+             combine: Callable[[List[Path], Path, str], None]) -> None:
+    """Bench ``args.models`` one after another, rewriting the tables after each model so that a run cut short
+    keeps what finished; or, with ``--combine``, join lanes' JSON."""
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.combine:
+        combine(args.combine, args.out, args.tag)
+        return
+    about, rows = meta(), []
+    for model in args.models:
+        rows.append(bench_model(model))
+        print(write(args.out, args.tag, about, rows), flush=True)
+        gc.collect()  # the finished model's backends, graphs and compiled code go before the next model
+        torch.cuda.empty_cache()

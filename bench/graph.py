@@ -1,19 +1,16 @@
 """Graph backends against eager, Inductor and torch.compile(mode="reduce-overhead") on one GPU.
 
-For each model (built from its conf/model YAML, random weights, fp32) it builds the five backends
-from conf/backends for every size up to the largest, so graphs cover the grid 1, 2, 4, 8, ..., 64.
-Unlike capture, it does not also record the benchmarked sizes exactly, so the off-grid sizes (3, 17)
-show what padding costs. It checks each backend against eager at a padded size (17), then times all five
-interleaved round by round at each batch size, so every ratio in a row comes from one
-measurement. Also reports compile and record seconds, graph count and pool memory.
+For each model (its pipeline/conf/model file, random weights, fp32) it builds the five backends for
+every size up to the largest, so graphs cover the grid 1, 2, 4, 8, ..., 64 only: unlike capture, it
+does not record the off-grid sizes (3, 17) exactly, so those columns show what padding costs. Each
+backend is checked against eager at a padded size (17), then all five are timed interleaved round
+by round at each batch size, so every ratio in a row comes from one measurement. Also reports
+compile and record seconds, graph count and pool memory; each size's first call is kept apart as
+``first_call_ms``. Writes ``graph-<tag>.json`` under --out and prints a table.
 
-    python bench/graph.py --out bench/results            # about 4-6 minutes on one H200
-    # or in two runs that fill one file:
-    python bench/graph.py --out bench/results --models mlp mobilenet_v3_small resnet18
-    python bench/graph.py --out bench/results --models resnet50 vit_b_16 --append
-
-Writes ``graph-<tag>.json`` under --out and prints a table. Compiles dominate the run time; each
-size's first call (a compile or a graph record) is kept apart as ``first_call_ms``.
+    python bench/graph.py --out OUT                      # about 4-6 minutes on one H200
+    python bench/graph.py --out OUT --models mlp mobilenet_v3_small resnet18
+    python bench/graph.py --out OUT --models resnet50 vit_b_16 --append   # fills the same file
 """
 
 from __future__ import annotations
@@ -34,6 +31,7 @@ from omegaconf import OmegaConf
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.common import command_line  # noqa: E402
 from pipeline import backends as backend_registry  # noqa: E402
 from pipeline import devices  # noqa: E402
 from pipeline.api import compose_config  # noqa: E402
@@ -135,7 +133,7 @@ def main() -> None:
         for r in rows:  # JSON turned the batch-size keys into strings
             r["cells"] = {b: {int(bs): c for bs, c in per.items()} for b, per in r["cells"].items()}
         commands = previous["commands"]
-    commands.append("python " + " ".join(sys.argv))
+    commands.append(command_line())
     for name in args.models:
         print(f"== {name} (at {time.perf_counter() - start:.0f} s)", flush=True)
         rows.append(bench_model(name, device))

@@ -1,17 +1,12 @@
 """Does the host's own speed change while nothing else runs, and does a busy neighbour core change it?
 
-Issue 6 asks two identical profiles to agree within 5%. Launch-bound cells (eager, Inductor without
-graphs) cost host time per call, so they can only repeat if the host runs Python at one speed. This
-bench samples that speed over time: every ``--every`` seconds a fixed piece of Python
-(``bench.common.host_probe_ms``, ten runs), and beside it the wall time of a launch-bound GPU
-loop (``--launches`` tiny kernels, then a sync). Three phases of ``--phase-s`` seconds each:
-
-- ``idle``: nothing else runs;
-- ``neighbour``: one spinning process pinned to another core (what a busy host would add);
-- ``idle_again``.
-
-For each phase it prints the median, p10 and p90, the share of samples more than 1.5x slower than
-the fastest seen in the whole run, and the longest stretch of such samples in seconds.
+Launch-bound cells (eager, Inductor without graphs) cost host time per call, so two profiles agree
+only if the host runs Python at one speed. Every ``--every`` seconds this samples a fixed piece of
+Python, the host probe (``bench.common.host_probe_ms``) and the wall time of a launch-bound GPU loop
+(``--launches`` tiny kernels, then a sync), in three phases of ``--phase-s`` seconds: ``idle``,
+``neighbour`` (one spinning process pinned to another core) and ``idle_again``. For each phase it
+prints the median, p10 and p90, the share of samples more than 1.5x slower than the fastest seen,
+and the longest stretch of such samples in seconds.
 
     python bench/host_speed.py --out OUT          # about 3 x --phase-s seconds; writes OUT/host-speed.json
 """
@@ -34,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from bench.common import host_probe_ms  # noqa: E402
+from bench.common import command_line, host_probe_ms  # noqa: E402
 
 SLOW = 1.5  # a sample this many times the fastest counts as the slow state
 SPIN = "while True:\n    pass\n"
@@ -99,7 +94,7 @@ def main() -> None:
     keys = ["probe_ms"] + (["launch_ms"] if x is not None else [])
     fastest = {k: min(s[k] for p in phases.values() for s in p) for k in keys}
     summary = {p: {k: summarise(s, k, fastest[k], args.every) for k in keys} for p, s in phases.items()}
-    report = {"command": " ".join(["python", "bench/host_speed.py", *sys.argv[1:]]), "torch": torch.__version__,
+    report = {"command": command_line(), "torch": torch.__version__,
               "python": platform.python_version(), "cores": cores, "sample_core": cores[0],
               "neighbour_core": cores[1], "launches": args.launches,
               "device": torch.cuda.get_device_name() if x is not None else "cpu",

@@ -1,12 +1,12 @@
-"""Several models tuned one after another in ONE process, then every tuned model served again.
+"""Several models tuned one after another in one process, then every tuned model served again.
 
-What a notebook or service user does: ``pipeline.tune`` of BertForQuestionAnswering and
-ElectraForQuestionAnswering (bf16 autocast on every backend, ``backends=gpu_all``, batch sizes
-1 8 32 128 at sequence length 128) and of torchvision models, in one process. Once all are tuned,
-each tuned model is called again at tuned, padded and chunked batch sizes and compared with its
-own eager model. Writes ``multi-model-<tag>.json`` with ``{"models": [...], "all_ok": ...}``.
+``pipeline.tune`` of BertForQuestionAnswering and ElectraForQuestionAnswering (bf16 autocast on
+every backend, ``backends=gpu_all``, batch sizes 1 8 32 128 at sequence length 128) and of
+torchvision models, in one process, as a notebook or service would. Once all are tuned, each is
+called again at tuned, padded and chunked batch sizes and compared with its own eager model.
+Writes ``multi-model-<tag>.json`` with ``{"models": [...], "all_ok": ...}``.
 
-    python bench/multi_model.py --out bench/results --tag h200
+    python bench/multi_model.py --out OUT --tag h200
 """
 
 from __future__ import annotations

@@ -2,12 +2,11 @@
 
 Tunes torchvision ResNet-18 (random weights) through ``pipeline.tune`` with eager, Inductor, graph
 and graph + Inductor at batch sizes 1..64, prints the route and the profile medians, then loads
-``model.tweak`` in a NEW Python process and checks that it serves the same outputs as the tuned
-module (tuned, untuned and above-maximum sizes) and as eager. Reports the load time.
+``model.tweak`` in a new Python process and checks that it serves the same outputs as the tuned
+module (tuned, untuned and above-maximum sizes) and as eager. Reports the load time. Writes
+``route-<tag>.json`` under --out, and the run's small files under ``route-<tag>-run/``.
 
-    python bench/route_check.py --out bench/results        # about 3-4 minutes on an H200
-
-Writes ``route-<tag>.json`` under --out, and the run's small files under ``route-<tag>-run/``.
+    python bench/route_check.py --out OUT        # about 3-4 minutes on an H200
 """
 
 from __future__ import annotations
@@ -160,7 +159,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="bench/results", help="folder for route-<tag>.json")
     parser.add_argument("--tag", default="h200")
-    parser.add_argument("--profile", default="quick", help="profile preset (conf/profile)")
+    parser.add_argument("--profile", default="quick", help="profile preset (pipeline/conf/profile)")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--backends", default="eager,inductor,graph,graph_inductor")
     parser.add_argument("--batch-sizes", default="1,2,4,8,16,32,64")

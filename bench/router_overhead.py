@@ -2,10 +2,10 @@
 
 Tunes a model with one backend (so the route has one range), loads the checkpoint as a user would,
 and times ``routed(**inputs)`` against ``routed.backends[name](**inputs)`` interleaved round by
-round (pipeline.measure.interleaved), several windows of 2000 calls each. The difference of the medians is the
-router's own cost per call. ``checked`` is ``routed.forward``: input binding, the shape check, the
-range lookup and the lock on every call, which a call of a one-input model skips (but the lock)
-once its shape has passed them.
+round (as the profile stage times), several windows of 2000 calls each. The difference of the medians
+is the router's own cost per call. ``checked`` is ``routed.forward``: input binding, the shape
+check, the range lookup and the lock on every call, which a call of a one-input model skips (but
+the lock) once its shape has passed them.
 
     python bench/router_overhead.py                        # tiny_mlp, eager, CPU: a few seconds
     python bench/router_overhead.py --device cuda --model mlp --backend graph_inductor

@@ -1,17 +1,18 @@
-"""The seed release table on this machine's GPU: every backend and the routed model, one run per model.
+"""The seed release table on this machine's GPU: every backend and the routed model, per model.
 
 For each model it tunes with the pipeline itself (the ``seed_table`` backends, the chosen profile
-preset), loads the routed model back from its checkpoint (``auto``, served exactly as a user would),
-then times every backend and ``auto`` interleaved round by round at each batch size, so all the
-ratios in a row come from one measurement. Writes ``seed-table-<tag>.json`` and ``.md`` under --out.
+preset), loads the routed model back from its checkpoint (``auto``, served as a user would), then
+times every backend and ``auto`` interleaved round by round at each batch size, so all the ratios
+in a row come from one measurement. All models are tuned one after another in this one process;
+the table is rewritten after each model, so a run cut short keeps the models it finished. Writes
+``seed-table-<tag>.json`` and ``.md`` under --out.
 
-    python bench/seed_table.py --out bench/results --tag h200                  # fp32
-    python bench/seed_table.py --out bench/results --tag h200-bf16 --autocast bfloat16
+    python bench/seed_table.py --out OUT --tag h200                      # fp32
+    python bench/seed_table.py --out OUT --tag h200-bf16 --autocast bfloat16
 
-All models are tuned one after another in this one process, as a notebook user would; the table is
-rewritten after each model, so a run cut short keeps the models it finished. Models can be split
-over GPUs (``--models``, one command per GPU, distinct ``--tag``) and joined afterwards with
-``--combine part1.json part2.json --tag h200``.
+Models can be split over GPUs (``--models``, one command per GPU, each its own ``--tag``) and the
+parts joined: ``python bench/seed_table.py --combine OUT/seed-table-h200-a.json
+OUT/seed-table-h200-b.json --out OUT --tag h200``.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import command_line  # noqa: E402
+from bench.common import command_line, lane_arguments, run_lane  # noqa: E402
 from pipeline import devices  # noqa: E402
 from pipeline.route import checkpoint  # noqa: E402
 from pipeline.api import compose_config  # noqa: E402
@@ -174,24 +175,13 @@ def combine(parts: List[Path], out: Path, tag: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--tag", default="h200")
-    parser.add_argument("--models", nargs="+", default=MODELS)
-    parser.add_argument("--profile", default="default")
+    lane_arguments(parser, MODELS, profile="default")
     parser.add_argument("--autocast", default="", choices=["", "bfloat16", "float16"])
-    parser.add_argument("--device", default="cuda")
-    parser.add_argument("--combine", nargs="+", type=Path, help="join these part JSONs instead of running")
     args = parser.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
-    if args.combine:
-        combine(args.combine, args.out, args.tag)
-        return
-    meta = {"device": devices.name(torch.device(args.device)), "torch": torch.__version__,
-            "python": platform.python_version(), "dtype": args.autocast or "float32", "command": command_line()}
-    rows = []
-    for model in args.models:
-        rows.append(bench_model(model, args, args.out))
-        print(write(args.out, args.tag, meta, rows), flush=True)
+    run_lane(args, lambda: {"device": devices.name(torch.device(args.device)), "torch": torch.__version__,
+                            "python": platform.python_version(), "dtype": args.autocast or "float32",
+                            "command": command_line()},
+             lambda model: bench_model(model, args, args.out), write, combine)
 
 
 if __name__ == "__main__":

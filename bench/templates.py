@@ -1,37 +1,29 @@
 """Every shipped Inductor mode and template on one GPU: latency, compile seconds, error vs eager.
 
-Each backend of the ``inductor_all`` set (conf/backends) is built as capture builds it, for the
-model's largest benchmarked batch size first, then called once at each smaller size (that call's
-time is the size's compile seconds). Its outputs are compared with eager at every size, and it is
-timed against eager, interleaved round by round (pipeline.measure.interleaved), so each speed-up comes from one
-measurement. ``torch._dynamo.reset()`` runs between backends, so no backend reuses another's
-compiled frames. Inductor's on-disk caches start empty (a fresh TORCHINDUCTOR_CACHE_DIR unless one
-is set) but are shared within the run: a backend whose kernels or autotuning results another
-already produced compiles faster, so backends run cheapest first and the autotuning ones last.
+Each backend of the ``inductor_all`` set is built as capture builds it, for the model's largest
+benchmarked batch size first, then called once at each smaller size (that call's time is the
+size's compile seconds). Its outputs are compared with eager at every size, and it is timed against
+eager, interleaved round by round (as the profile stage times), so each speed-up comes from one
+measurement. ``torch._dynamo.reset()`` runs between backends. Inductor's on-disk caches start empty
+(a fresh TORCHINDUCTOR_CACHE_DIR unless one is set) but are shared within the run, so backends run
+cheapest first and the autotuning ones last. Writes ``templates-<tag>.json`` under --out after
+every backend (a killed run keeps what it measured) and prints a table.
 
-    python bench/templates.py --out bench/results     # the six without autotuning: about 2 minutes on one H200
-    python bench/templates.py --out /tmp/t --device cpu --model tiny_mlp --batch-sizes 1 2   # smoke test
+    python bench/templates.py --out OUT          # all ten; the six without autotuning take about 2 minutes on one H200
+    python bench/templates.py --out OUT --device cpu --model tiny_mlp --batch-sizes 1 2   # smoke test
 
-The max-autotune backends are slow to build: on an H200 (torch 2.11, Python 3.12, 16 cores)
-building one for resnet18 at batch size 64 had not finished after 9 minutes, and a second call with
-the same TORCHINDUCTOR_CACHE_DIR autotuned every operator again. ``--resume`` skips the backends the
-JSON already holds. The cause: Inductor precompiles every autotuning choice in its compile-worker
-subprocesses, then compiles each one again, serially, in the main process when it benchmarks it
-(the stacks show ptxas under ``benchmark_gpu``). With ``compile_threads=1`` for the build, the
-choices are precompiled in threads of the main process and benchmarking reuses them: the same build
-took 90 s, with the same candidates tuned. ``--inductor-config compile_threads=1`` applies that (any
-Inductor option, validated like a template's) around each backend's build and first calls through
-``torch._inductor.config.patch``, which restores the config afterwards; each backend's row records it
-(rows kept by ``--resume`` or joined by ``--merge`` keep their own):
+The autotuning backends take minutes each to build. ``--inductor-config compile_threads=1`` (any
+Inductor option, validated like a template's) is patched around each backend's build and first
+calls through ``torch._inductor.config.patch``; on torch 2.11 it stops autotuning from compiling
+every choice a second time, serially. Each backend's row records the patch. ``--resume`` keeps the
+backends the JSON already holds:
 
     python bench/templates.py --out OUT --backends inductor_max_autotune_template inductor_tma --inductor-config compile_threads=1
 
-Writes ``templates-<tag>.json`` under --out after every backend (a killed run keeps what it
-measured) and prints a table. Lanes on several GPUs (each its own --tag; they may split the
-backends, the batch sizes or both) are joined with ``--merge``:
-``python bench/templates.py --out bench/results --merge OUT/templates-h200-l*.json``. A lane given
-one batch size compiles for that size alone (a static shape), where one run over both sizes
-compiles batch size 1 as the second shape of a dynamic-shape graph, as the pipeline does.
+Lanes on several GPUs (each its own --tag; they may split the backends, the batch sizes or both)
+are joined with ``python bench/templates.py --out OUT --tag h200 --merge OUT/templates-h200-l*.json``.
+A lane given one batch size compiles for that size alone (a static shape), where one run over both
+sizes compiles batch size 1 as the second shape of a dynamic-shape graph, as the pipeline does.
 """
 
 from __future__ import annotations
@@ -60,13 +52,14 @@ from omegaconf import OmegaConf  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.common import command_line  # noqa: E402
 from pipeline import backends as backend_registry  # noqa: E402
 from pipeline import devices  # noqa: E402
 from pipeline.config import inductor_options  # noqa: E402
 from pipeline.api import compose_config  # noqa: E402
 from pipeline.measure.compare import judge, tolerance  # noqa: E402
 from pipeline.models import make_inputs  # noqa: E402
-from pipeline.measure.interleaved import measure_interleaved, time_call# noqa: E402
+from pipeline.measure.interleaved import measure_interleaved, time_call  # noqa: E402
 
 # Cheapest first; the autotuning backends last, so they share autotuning results in that order.
 ORDER = ["inductor", "inductor_triton", "inductor_cudagraphs", "inductor_reduce_overhead", "inductor_freezing",
@@ -185,7 +178,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--tag", default="h200")
-    parser.add_argument("--model", default="resnet18", help="a conf/model name")
+    parser.add_argument("--model", default="resnet18", help="a model name (pipeline/conf/model)")
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 64])
     parser.add_argument("--backends", nargs="+", default=ORDER, help="a subset of the inductor_all set")
     parser.add_argument("--device", default="cuda", help="cuda (cpu only smoke-tests this script)")
@@ -211,10 +204,9 @@ def main() -> None:
     spec = OmegaConf.to_container(cfg.model.inputs, resolve=True)
     start = time.perf_counter()
     result: Dict[str, Any] = {
-        "command": "python " + " ".join(sys.argv), "device": devices.name(device), "torch": torch.__version__,
+        "command": command_line(), "device": devices.name(device), "torch": torch.__version__,
         "python": platform.python_version(), "model": args.model, "dtype": "float32",
         "batch_sizes": sorted(args.batch_sizes), "timing": TIMING,
-        "inductor_cache_dir": os.environ["TORCHINDUCTOR_CACHE_DIR"],
         "note": "compile_s of the largest size is the build (first compile); of the others, the first call "
                 "there. Inductor caches are shared within the run, in backend order.",
         "backends": {},

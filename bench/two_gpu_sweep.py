@@ -20,6 +20,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.common import command_line  # noqa: E402
 
 
 def export(uri: str) -> dict:
@@ -53,7 +56,7 @@ def main() -> int:
         rc = subprocess.run(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT).returncode
     smi.terminate()
     evidence = export(uri)
-    evidence["command"] = cmd
+    evidence["command"] = command_line()
     evidence["returncode"] = rc
     children = sorted((r for r in evidence["runs"] if "mlflow.parentRunId" in r["tags"]),
                       key=lambda r: r["tags"]["hydra.job.num"])

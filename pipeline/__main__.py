@@ -75,6 +75,9 @@ def entry() -> None:
         argv = sys.argv[1:]
         fail(f"{explain_unknown_choices(argv, config_dirs_from_argv(argv)) or one_line(exc)} "
              f"(python -m pipeline --help lists every group and option)")
+    except BrokenPipeError:  # the reader went away (python -m pipeline --help | head): nothing to report
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # as Python's docs advise for SIGPIPE
+        raise SystemExit(0) from None
     except OSError as exc:  # Hydra could not make the run directory (read-only, a file in the way)
         if full_error or raised_in_main(exc):
             raise

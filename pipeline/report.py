@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Set
 
+from pipeline.config.schema import TrackingConfig
 from pipeline.route.policy import Range, backend_for
 from pipeline.record.store import sqlite_path
 from pipeline.record.tracker import PARENT_TAG, SWEEP_TAG
@@ -216,8 +217,8 @@ def runs_of_experiment(client, name: str) -> list:
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m pipeline.report", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--uri", default=os.environ.get("MLFLOW_TRACKING_URI", "sqlite:///outputs/mlflow.db"),
-                        help="tracking store (default: $MLFLOW_TRACKING_URI or sqlite:///outputs/mlflow.db)")
+    parser.add_argument("--uri", default=os.environ.get("MLFLOW_TRACKING_URI", TrackingConfig.uri),
+                        help=f"tracking store (default: $MLFLOW_TRACKING_URI or {TrackingConfig.uri})")
     parser.add_argument("--experiment", default=None, help="all models of this experiment (newest run each)")
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--sweep", metavar="PARENT_RUN_ID", help="a sweep's parent run id, or 'latest' (default)")

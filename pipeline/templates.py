@@ -3,7 +3,10 @@
 A template is ``inductor_template/<name>.yaml`` holding ``description`` and ``options`` (a group
 of ``torch._inductor.config`` options). It is looked up on the same search path Hydra composes
 from, so a file in a user's ``--config-dir`` or ``hydra.searchpath`` directory is found, and one
-there shadows a shipped template of the same name.
+there shadows a shipped template of the same name. Each search-path entry is read through Hydra's
+public config-source plugins (``hydra.plugins.config_source``, found by ``Plugins.discover``):
+composing would need Hydra's global state, which a running app already holds, and would not say
+which file a template came from.
 
 ``python -m pipeline.templates [--config-dir DIR]`` lists backends, backend sets and templates,
 one line each. It needs neither torch nor a GPU.
@@ -17,11 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-from hydra._internal.config_repository import ConfigRepository
-from hydra._internal.config_search_path_impl import ConfigSearchPathImpl
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.object_type import ObjectType
 from hydra.core.plugins import Plugins
+from hydra.plugins.config_source import ConfigResult, ConfigSource
 from omegaconf import DictConfig, OmegaConf
 
 GROUP = "inductor_template"
@@ -55,31 +57,46 @@ def _as_url(entry: str) -> str:
     return entry if "://" in entry else "file://" + str(Path(entry).resolve())
 
 
-def repository(paths: Optional[Sequence[str]] = None) -> ConfigRepository:
-    """Hydra's config repository over ``paths`` (directories or ``file://``/``pkg://`` URLs), first wins."""
-    Plugins.instance()  # registers Hydra's config sources (file://, pkg://)
-    csp = ConfigSearchPathImpl()
-    for i, entry in enumerate(search_path() if paths is None else paths):
-        csp.append(provider=f"tweakpipe-{i}", path=_as_url(entry))
-    return ConfigRepository(csp)
+class Sources:
+    """Config sources in search-path order (directories or ``file://``/``pkg://`` URLs); the first that
+    has a config wins, as in Hydra's own composition."""
+
+    def __init__(self, paths: Optional[Sequence[str]] = None) -> None:
+        kinds = {cls.scheme(): cls for cls in Plugins.instance().discover(ConfigSource)}
+        urls = [_as_url(entry) for entry in (search_path() if paths is None else paths)]
+        self.sources: List[ConfigSource] = [kinds[url.split("://", 1)[0]](provider="tweakpipe", path=url)
+                                            for url in urls]
+
+    def options(self, group: str) -> List[str]:
+        """Every config name in ``group`` on the search path."""
+        return sorted({name for src in self.sources if src.available() and src.is_group(group)
+                       for name in src.list(group, ObjectType.CONFIG)})
+
+    def load(self, group: str, name: str) -> Optional[ConfigResult]:
+        """The config ``group/name`` from the first source that has it, or None."""
+        for src in self.sources:
+            if src.available() and src.is_config(f"{group}/{name}"):
+                return src.load_config(f"{group}/{name}")
+        return None
+
+    def where(self) -> List[str]:
+        return [src.path for src in self.sources]
 
 
 def names(paths: Optional[Sequence[str]] = None) -> List[str]:
     """Every template name on the search path."""
-    return sorted(repository(paths).get_group_options(GROUP, ObjectType.CONFIG))
+    return Sources(paths).options(GROUP)
 
 
 def load(name: str, paths: Optional[Sequence[str]] = None) -> Template:
     """The template ``name`` from the first search-path entry that has it; a clear error otherwise."""
-    repo = repository(paths)
-    found = repo.load_config(f"{GROUP}/{name}")
+    sources = Sources(paths)
+    found = sources.load(GROUP, name)
     if found is None:
-        available = sorted(repo.get_group_options(GROUP, ObjectType.CONFIG))
-        where = [s.path for s in repo.get_sources()]
         raise ValueError(
-            f"Inductor template {name!r} not found: no {GROUP}/{name}.yaml on the config search path {where}. "
-            f"Available: {available}. Add the file to conf/{GROUP}/ or to a directory passed with "
-            f"--config-dir / hydra.searchpath"
+            f"Inductor template {name!r} not found: no {GROUP}/{name}.yaml on the config search path "
+            f"{sources.where()}. Available: {sources.options(GROUP)}. Add the file to conf/{GROUP}/ or to a "
+            f"directory passed with --config-dir / hydra.searchpath"
         )
     body = found.config
     source = f"{found.path}/{GROUP}/{name}.yaml"
@@ -105,18 +122,17 @@ def _setting(cfg: DictConfig) -> str:
 
 def listing(paths: Optional[Sequence[str]] = None) -> str:
     """Backends, backend sets and templates on the search path, one line each."""
-    repo = repository(paths)
+    sources = Sources(paths)
     backends, sets = [], []
-    for name in sorted(repo.get_group_options(BACKENDS, ObjectType.CONFIG)):
-        found = repo.load_config(f"{BACKENDS}/{name}")
+    for name in sources.options(BACKENDS):
+        found = sources.load(BACKENDS, name)
         cfg = found.config if found is not None else OmegaConf.create()
         if "kind" in cfg:
             backends.append(f"  {name:38s} {cfg.kind:9s} {_setting(cfg):34s} {cfg.get('description', '')}")
         else:
-            members = ", ".join(getattr(d, "path", "?") for d in found.defaults_list or [])
-            sets.append(f"  {name:38s} {members}")
+            sets.append(f"  {name:38s} {', '.join(map(str, cfg.get('defaults', [])))}")
     templates = []
-    for name in sorted(repo.get_group_options(GROUP, ObjectType.CONFIG)):
+    for name in sources.options(GROUP):
         try:
             t = load(name, paths)
             templates.append(f"  {name:20s} {t.description}  [{', '.join(t.options)}]")

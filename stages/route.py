@@ -61,5 +61,6 @@ def run(ctx: RunContext) -> None:
         log.warning("route   serves %s, which capture could not check against eager (validate.allow_unverified=true)",
                     ", ".join(unverified))
     ctx.route = route
-    record = TuneRecord(ctx.cfg.model.name, ctx.model, ctx.inputs, ctx.batch_sizes, ctx.device, api=ctx.api)
+    record = TuneRecord(ctx.cfg.model.name, ctx.model, ctx.inputs, ctx.batch_sizes, ctx.device, api=ctx.api,
+                        output_batch_dims=ctx.output_batch_dims)
     ctx.routed = RoutedModule({n: ctx.backends[n] for n in routed_names}, route, record)

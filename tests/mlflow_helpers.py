@@ -12,7 +12,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
-from typing import Dict, Iterator, List, Sequence
+from typing import Dict, Iterator, List, Optional, Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 # Two quick jobs of the tiny model, eager only: no compile, seconds each.
@@ -40,9 +40,11 @@ def copy_store(template: Path, folder: Path) -> str:
     return f"sqlite:///{folder / 'mlflow.db'}"
 
 
-def run_pipeline(args: Sequence[str], timeout: float = 120) -> subprocess.CompletedProcess:
-    """``python -m pipeline ARGS`` from the repository root (where Hydra finds the launcher plugin)."""
-    proc = subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=ROOT, env=clean_env(),
+def run_pipeline(args: Sequence[str], timeout: float = 120, env: Optional[Dict[str, str]] = None,
+                 ) -> subprocess.CompletedProcess:
+    """``python -m pipeline ARGS`` from the repository root (where Hydra finds the launcher plugin),
+    with ``env`` added to the test's environment."""
+    proc = subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=ROOT, env={**clean_env(), **(env or {})},
                           capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, f"pipeline failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}"
     return proc

@@ -174,7 +174,9 @@ def test_numbers_beyond_the_format_are_refused_within_seconds(ckpt, edit, named)
     (lambda p: p.update(route=[{"lo": 1, "hi": None, "backend": "eager"}, {"lo": 2, "hi": None, "backend": "eager"}]),
      r"route\[0\] is open-ended \(hi: null\) but not the last range"),
     (lambda p: route_to(p, "x", {"kind": "pickle"}), r"backend 'x': unknown kind 'pickle'; use one of"),
-    (lambda p: route_to(p, "x", {"kind": "eager", "import": "os"}), r"backend 'x': Key 'import' not in 'BackendConfig'"),
+    (lambda p: route_to(p, "x", {"kind": "eager", "import": "os"}), r"backend 'x' \(kind eager\) sets 'import'"),
+    (lambda p: route_to(p, "x", {"kind": "eager", "mode": "default"}),
+     r"backend 'x' \(kind eager\) sets 'mode', which eager backends do not take \(a setting of inductor and graph"),
     (lambda p: route_to(p, "x", {"kind": "inductor", "mode": "fastest"}), r"unknown Inductor mode 'fastest'"),
     (lambda p: route_to(p, "x", {"kind": "inductor", "template": "freezing"}),
      r"names template 'freezing'; a checkpoint holds a template's resolved options"),
@@ -190,8 +192,8 @@ def test_numbers_beyond_the_format_are_refused_within_seconds(ckpt, edit, named)
     (lambda p: p["backends"].update({f"e{i}": {"name": f"e{i}", "kind": "eager"} for i in range(64)}),
      r"65 backends, more than 64"),
     (lambda p: p.update(device={"type": "tpu", "name": "x"}), r"device=.* must be \{type: one of \['cpu', 'cuda', 'xpu'\]"),
-    (lambda p: p.update(format=9), r"format 1 in its header but 9 in its body"),
-], ids=["unknown-backend", "route-gap", "route-closed", "route-open-early", "unknown-kind", "unknown-backend-key",
+    (lambda p: p.update(format=9), rf"format {checkpoint.FORMAT} in its header but 9 in its body"),
+], ids=["unknown-backend", "route-gap", "route-closed", "route-open-early", "unknown-kind", "unknown-backend-key", "another-kinds-key",
         "unknown-mode", "template", "dtype", "fill", "shape", "unknown-field", "bool-size", "name-type",
         "too-many-ranges", "too-many-backends", "device", "format"])
 def test_a_payload_outside_the_format_is_refused_before_the_model_is_touched(ckpt, edit, named):

@@ -8,9 +8,12 @@ from omegaconf.errors import ValidationError
 
 from conftest import CONF, TINY
 from pipeline.config.errors import ConfigError, explain_unknown_choices
+from pipeline.inputs import complete
 from pipeline.runner import check_config, run
 
 GROUPS = ["model", "backends", "profile", "route", "validate", "tracking"]
+# model=hf and model=timm are named after the model they build by default, and derive its inputs.
+LIBRARY_MODELS = {"hf": "BertForQuestionAnswering", "timm": "resnet18"}
 
 
 def options(group: str) -> list:
@@ -23,7 +26,8 @@ def test_every_group_option_composes(compose_cfg, group, option):
     cfg = compose_cfg([f"{group}={option}", *extra])
     assert cfg[group] is not None
     if group == "model":
-        assert cfg.model.name == option and cfg.model.batch_sizes and cfg.model.inputs
+        complete(cfg)
+        assert cfg.model.name == LIBRARY_MODELS.get(option, option) and cfg.model.batch_sizes and cfg.model.inputs
     if group == "backends":
         assert cfg.backends and all("kind" in b for b in cfg.backends.values())
         check_config(cfg)
@@ -32,6 +36,7 @@ def test_every_group_option_composes(compose_cfg, group, option):
 def test_every_model_declares_inputs_and_batch_sizes(compose_cfg):
     for name in options("model"):
         cfg = compose_cfg([f"model={name}"])
+        complete(cfg)
         assert all(list(spec.shape) for spec in cfg.model.inputs.values())
         assert all(b >= 1 for b in cfg.model.batch_sizes)
 
@@ -68,12 +73,19 @@ def test_typo_in_a_key_fails_at_composition(compose_cfg):
     assert "Key 'warmup_msec' not in 'ProfileConfig'" in str(err.value.__cause__)
 
 
-def test_typo_in_a_users_backend_file_fails_at_composition(compose_cfg, tmp_path):
+def test_typo_in_a_users_backend_file_fails_at_composition_or_in_the_early_checks(compose_cfg, tmp_path):
     (tmp_path / "backends").mkdir()
-    (tmp_path / "backends" / "mine.yaml").write_text("# @package backends.mine\nkind: inductor\nfulgraph: true\n")
-    with pytest.raises(ConfigCompositionException) as err:
-        compose_cfg(["backends=[mine]", f"hydra.searchpath=[file://{tmp_path}]"])
-    assert "Key 'fulgraph' not in 'BackendConfig'" in str(err.value)
+    typed = "defaults:\n  - /schema_backend_inductor@_here_\n"
+    (tmp_path / "backends" / "typed.yaml").write_text(f"# @package backends.typed\n{typed}fulgraph: true\n")
+    (tmp_path / "backends" / "plain.yaml").write_text("# @package backends.plain\nkind: inductor\nfulgraph: true\n")
+    searchpath = f"hydra.searchpath=[file://{tmp_path}]"
+    with pytest.raises(ConfigCompositionException) as err:  # a file extending its kind's schema: at composition
+        compose_cfg(["backends=[typed]", searchpath])
+    assert "Key 'fulgraph' not in 'InductorSettings'" in str(err.value)
+    cfg = compose_cfg(["backends=[plain]", searchpath])  # a file that only names its kind: in the early checks
+    with pytest.raises(ConfigError, match=r"^backend 'plain' \(kind inductor\) sets 'fulgraph', which inductor backends "
+                                          r"do not take \(no backend kind has it\); inductor keys: kind, description"):
+        check_config(cfg)
 
 
 def test_wrong_type_fails_at_composition(compose_cfg):

@@ -16,7 +16,7 @@ from conftest import CONF, ROOT, TINY
 from pipeline import backends, templates
 from pipeline.measure.compare import tolerance
 from pipeline.runner import check_config, run
-from pipeline.config.schema import BackendConfig
+from pipeline.config.backend_schema import InductorSettings
 
 SHIPPED_TEMPLATES = {
     "triton": {"cpp_wrapper": False},
@@ -168,8 +168,8 @@ def cpu_run(tmp_path_factory):
             # Deploy the freezing backend so validate reloads it from the checkpoint (describe()).
             "route=one_backend", "route.backend=inductor_freezing"])
     with open_dict(cfg.backends):  # autocast rides on any backend; here a template backend in bf16
-        cfg.backends.inductor_triton_bf16 = OmegaConf.merge(OmegaConf.structured(BackendConfig), {
-            "kind": "inductor", "template": "triton", "autocast_enabled": True, "autocast_dtype": "bfloat16"})
+        cfg.backends.inductor_triton_bf16 = OmegaConf.merge(OmegaConf.structured(InductorSettings), {
+            "template": "triton", "autocast_enabled": True, "autocast_dtype": "bfloat16"})
     before = torch._inductor.config.get_config_copy()
     portable = torch._inductor.config.save_config_portable()
     ctx = run(cfg, tmp_path_factory.mktemp("templates_run"))

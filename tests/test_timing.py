@@ -20,6 +20,7 @@ from omegaconf import OmegaConf
 
 from pipeline import backends
 from pipeline.context import RunContext
+from pipeline.config.schema import ProfileConfig
 from pipeline.measure.interleaved import device_time_ms, measure_interleaved, profile_sizes, saturated, time_call
 from pipeline.measure.measurement import Measurement, agreeing_windows
 from pipeline.measure.statistics import median_ci_ranks
@@ -245,7 +246,8 @@ def test_partial_config_takes_defaults_and_bad_one_fails_early() -> None:
     clock = FakeClock()
     old_style = dict(warmup_ms=0, min_warmup_calls=1, min_samples=10, max_samples=50, budget_ms=100, rel_precision=0.02)
     m = measure_interleaved({"a": clock.stream(itertools.repeat(1.0))}, CPU, old_style, clock=clock)["a"]
-    assert m.count == 20 and m.repeats == 0  # min_window_ms defaults to 20 ms
+    # min_window_ms takes the schema's default: that many 1 ms samples.
+    assert m.count == ProfileConfig().min_window_ms and m.repeats == 0
     with pytest.raises(ValueError, match="min_samples"):
         measure_interleaved({"a": clock.stream(itertools.repeat(1.0))}, CPU, cfg(min_samples=20, max_samples=10))
 
@@ -271,7 +273,9 @@ def test_times_a_callable_of_known_duration_on_cpu() -> None:
     m = measure_interleaved({"spin": busy_wait(2.0)}, CPU,
                             dict(warmup_ms=5, min_warmup_calls=1, min_samples=15, max_samples=60, budget_ms=150,
                                  rel_precision=0.02, max_repeats=1))["spin"]
-    assert 2.0 <= m.median <= 2.5, m.summary()
+    # Never less than the call takes; the upper bound only catches a unit slip (a loaded CI host can
+    # preempt a busy-wait for a millisecond or more, so a tight one would be a timing test).
+    assert 2.0 <= m.median < 10.0, m.summary()
     assert m.quantile(0.1) >= 2.0
 
 

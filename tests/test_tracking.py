@@ -223,32 +223,38 @@ def test_sweep_against_a_real_mlflow_server(tmp_path: Path, template: Path) -> N
 
 
 @pytest.mark.slow
-def test_parallel_fresh_processes_lose_no_run_and_report(tmp_path: Path, template: Path) -> None:
+def test_parallel_fresh_processes_one_gpu_each_lose_no_run_and_report(tmp_path: Path, template: Path) -> None:
     uri = copy_store(template, tmp_path)
-    # A second of warm-up per batch size keeps both jobs busy long enough to see them overlap.
-    proc = run_pipeline(["-m", *SWEEP, "profile.warmup_ms=1000", "hydra/launcher=joblib_fresh",
-                         "hydra.launcher.n_jobs=2", f"tracking.uri={uri}", f"hydra.sweep.dir={tmp_path / 'sweep'}"])
-    assert "a fresh process each" in proc.stdout + proc.stderr
-    parent, children = check_sweep(uri)
-    pids = {c.data.tags["tweakpipe.pid"] for c in children}
-    assert len(pids) == 2, f"both jobs ran in one process: {pids}"
-    assert max(c.info.start_time for c in children) < min(c.info.end_time for c in children), "jobs did not overlap"
+    # Three jobs on two "GPUs" (ids only: the jobs run on the CPU): job 2 waits for GPU 0. A second of
+    # warm-up per batch size keeps the jobs busy long enough to see them overlap.
+    three = [arg for arg in SWEEP if not arg.startswith("seed=")] + ["seed=0,1,2"]
+    proc = run_pipeline(["-m", *three, "profile.warmup_ms=1000", "hydra/launcher=joblib_fresh",
+                         f"tracking.uri={uri}", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
+                        timeout=300, env={"CUDA_VISIBLE_DEVICES": "0,1"})
+    assert "a fresh process each, GPUs 0,1" in proc.stdout + proc.stderr
+    parent, children = check_sweep(uri, jobs=3)
+    pids = [c.data.tags["tweakpipe.pid"] for c in children]
+    assert len(set(pids)) == 3, f"jobs shared a process: {pids}"
+    assert [c.data.tags["cuda_visible_devices"] for c in children] == ["0", "1", "0"]
+    first, second, third = children
+    assert first.info.start_time < second.info.end_time and second.info.start_time < first.info.end_time, \
+        "jobs on two GPUs did not overlap"
+    assert third.info.start_time > first.info.end_time, "GPU 0 ran two jobs at once"
 
     out = subprocess.run([sys.executable, "-m", "pipeline.report", "--uri", uri, "--sweep", parent.info.run_id,
                           "--out", str(tmp_path / "report")], cwd=ROOT, env=clean_env(), capture_output=True,
                          text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    assert "tiny_mlp [seed=0]" in out.stdout and "tiny_mlp [seed=1]" in out.stdout and "auto" in out.stdout
+    assert all(f"tiny_mlp [seed={n}]" in out.stdout for n in range(3)) and "auto" in out.stdout
     rows = list(csv.DictReader((tmp_path / "report" / "report.csv").open()))
     assert [(r["model"], r["backend"]) for r in rows] == [
-        ("tiny_mlp [seed=0]", "eager"), ("tiny_mlp [seed=0]", "auto"),
-        ("tiny_mlp [seed=1]", "eager"), ("tiny_mlp [seed=1]", "auto")]
+        (f"tiny_mlp [seed={n}]", backend) for n in range(3) for backend in ("eager", "auto")]
     for child, (eager, auto) in zip(children, zip(rows[::2], rows[1::2])):
         for bs in ("1", "3", "8"):
             assert float(eager[bs]) == pytest.approx(child.data.metrics[f"latency_ms/eager/bs{bs}"])
             assert auto[bs] == eager[bs]  # the only backend owns the whole route
     md = (tmp_path / "report" / "report.md").read_text()
-    assert md.count("| tiny_mlp [seed=") == 4
+    assert md.count("| tiny_mlp [seed=") == 6
 
 
 def test_launcher_configs_compose() -> None:

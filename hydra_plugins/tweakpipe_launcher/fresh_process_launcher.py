@@ -1,10 +1,13 @@
 """A Hydra launcher for parallel sweeps: every job in a fresh process, one job per GPU at a time.
 
-Hydra's joblib launcher hands jobs to loky's *reusable* worker pool, so one job's CUDA context,
-allocator pools and Dynamo/Inductor caches stay alive in the next job of the same worker, and
-``CUDA_VISIBLE_DEVICES`` cannot move a worker whose CUDA is already initialised. This launcher
-runs the same job function (``hydra_joblib_launcher``'s ``execute_job``), each job in a one-shot
-loky process whose environment is set before anything is imported.
+Why our own (evaluated with real 4-job sweeps, parent seeing GPUs 0,1): ``submitit_local`` runs each
+job in a fresh process but starts every job at once and pins each to the same GPUs
+(``range(gpus_per_node)``: all four on GPU 0); Hydra's joblib launcher, with loky or
+multiprocessing, reuses its workers (jobs 0 and 2 in one process, CUDA context and Dynamo/Inductor
+caches carried over) and gives every job all GPUs; the Ray launcher can do it (``num_gpus: 1``,
+``max_calls: 1``) but needs ``cloudpickle<3``, which conflicts with the joblib that
+hydra-joblib-launcher installs, and a Ray runtime. So jobs here run Hydra's public ``run_job``,
+each in a one-shot loky process whose environment is set before anything is imported.
 
 Job ``N`` runs in lane ``N mod n_jobs``; a lane runs its jobs one after another, each pinned to
 the lane's GPU (``CUDA_VISIBLE_DEVICES``), so no GPU ever runs two jobs at once. Configured by
@@ -17,13 +20,14 @@ import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from hydra.core.hydra_config import HydraConfig
 from hydra.core.singleton import Singleton
-from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, setup_globals
+from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, run_job, setup_globals
 from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
-from omegaconf import DictConfig
+from omegaconf import DictConfig, open_dict
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +40,20 @@ def visible_gpus() -> List[str]:
     import torch
 
     return [str(i) for i in range(torch.cuda.device_count())]
+
+
+def run_one(idx: int, overrides: Sequence[str], hydra_context: HydraContext, config: DictConfig,
+            task_function: TaskFunction, singleton_state: Dict[Any, Any]) -> JobReturn:
+    """Job ``idx`` of the sweep, in the calling process: its sweep config, then Hydra's ``run_job``."""
+    setup_globals()
+    Singleton.set_state(singleton_state)
+    sweep_config = hydra_context.config_loader.load_sweep_config(config, list(overrides))
+    with open_dict(sweep_config):
+        sweep_config.hydra.job.id = f"{sweep_config.hydra.job.name}_{idx}"
+        sweep_config.hydra.job.num = idx
+    HydraConfig.instance().set_config(sweep_config)
+    return run_job(hydra_context=hydra_context, task_function=task_function, config=sweep_config,
+                   job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
 
 
 class FreshProcessLauncher(Launcher):
@@ -58,7 +76,6 @@ class FreshProcessLauncher(Launcher):
         return env
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        from hydra_plugins.hydra_joblib_launcher._core import execute_job
         from joblib.externals.loky import ProcessPoolExecutor
 
         assert self.config is not None and self.hydra_context is not None and self.task_function is not None
@@ -83,7 +100,7 @@ class FreshProcessLauncher(Launcher):
                     continue
                 try:
                     with ProcessPoolExecutor(max_workers=1, env=self.job_env(lane, lanes, gpus)) as pool:
-                        ret = pool.submit(execute_job, idx, overrides, self.hydra_context, self.config,
+                        ret = pool.submit(run_one, idx, overrides, self.hydra_context, self.config,
                                           self.task_function, state).result()
                 except Exception as exc:  # the job's process died (killed, out of memory, segfault)
                     ret = JobReturn(overrides=overrides, status=JobStatus.FAILED, _return_value=exc)

@@ -10,11 +10,9 @@ import torch
 from torch import nn
 
 from pipeline.backends.program import Program
+from pipeline.batching import BatchDims
 from pipeline.measure.compare import Verdict
 from pipeline.models import dtype_of
-
-AUTOCAST_DTYPES = ("bfloat16", "float16")
-
 
 class BackendUnsupported(RuntimeError):
     """Raised when a backend cannot run on the chosen device: recorded as skipped, not failed."""
@@ -23,8 +21,10 @@ class BackendUnsupported(RuntimeError):
 class Backend:
     """A way of running one model. Subclasses set ``kind`` and implement ``_build``.
 
-    Life cycle: ``check_config`` (at composition, no torch work) -> ``unsupported_reason(device)``
-    (before any work) -> ``build(model, sample, device, batch_sizes)`` -> ``__call__(**inputs)``.
+    Life cycle: ``backends.create`` checks the config (``rules.check``: its kind's schema and every
+    rule between its settings, no torch work) and constructs it with every key of its kind ->
+    ``unsupported_reason(device)`` (before any work) -> ``build(model, sample, device, batch_sizes)``
+    -> ``__call__(**inputs)``.
     """
 
     kind: ClassVar[str] = ""
@@ -34,18 +34,10 @@ class Backend:
         self.cfg: Dict[str, Any] = dict(cfg)
         self.device: Optional[torch.device] = None
         self.exact_sizes: List[int] = []  # set by build
+        self.batch_dims = BatchDims()  # set by build
         self.build_seconds = 0.0
         self.program: Optional[Program] = None  # set by build where the backend compiles the model
         self._fn: Any = None
-
-    @classmethod
-    def check_config(cls, name: str, cfg: Mapping[str, Any]) -> None:
-        """Reject contradictory settings before any model is built."""
-        if cfg.get("autocast_enabled") and cfg.get("autocast_dtype") not in AUTOCAST_DTYPES:
-            raise ValueError(
-                f"backend {name!r}: autocast_dtype={cfg.get('autocast_dtype')!r} is not supported; "
-                f"use one of {list(AUTOCAST_DTYPES)}"
-            )
 
     def unsupported_reason(self, device: torch.device) -> Optional[str]:
         """Why this backend cannot run on ``device``, or None if it can. Answered before any work."""
@@ -54,7 +46,7 @@ class Backend:
     @property
     def compute_dtype(self) -> Optional[torch.dtype]:
         """The reduced precision this backend computes in, if any (drives tolerances)."""
-        return dtype_of(self.cfg["autocast_dtype"]) if self.cfg.get("autocast_enabled") else None
+        return dtype_of(self.cfg["autocast_dtype"]) if self.cfg["autocast_enabled"] else None
 
     @property
     def records_cuda_graphs(self) -> bool:
@@ -69,17 +61,20 @@ class Backend:
         return torch.autocast(device_type=self.device.type, dtype=dtype)
 
     def build(self, model: nn.Module, sample: Dict[str, torch.Tensor], device: torch.device,
-              batch_sizes: Sequence[int], exact_sizes: Sequence[int] = ()) -> None:
+              batch_sizes: Sequence[int], exact_sizes: Sequence[int] = (),
+              batch_dims: Optional[BatchDims] = None) -> None:
         """Prepare to serve ``batch_sizes``; times the work into ``build_seconds``.
 
         ``exact_sizes`` (the tuned sizes among them) must be served without padding: a graph backend
         records a graph at each, besides its grid, so a call there costs what the profile measured.
+        ``batch_dims`` says where the batch lies in each input and output (first, unless given).
         """
         reason = self.unsupported_reason(device)
         if reason:
             raise BackendUnsupported(reason)
         self.device = device
         self.exact_sizes = sorted({int(b) for b in exact_sizes})
+        self.batch_dims = batch_dims or BatchDims()
         start = time.perf_counter()
         with torch.inference_mode():
             self._build(model, sample, list(batch_sizes))

@@ -10,7 +10,9 @@ from __future__ import annotations
 from bisect import bisect_left
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
-DEFAULT_CAP = 256
+from pipeline.config.backend_schema import GraphSettings
+
+DEFAULT_CAP = GraphSettings.max_recorded_batch_size  # the schema holds the default
 
 
 def default_grid(limit: int) -> List[int]:

@@ -9,49 +9,18 @@ options, so a checkpoint rebuilds the same backend without the config tree.
 from __future__ import annotations
 
 import logging
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, Mapping, Optional
 
 import torch
 from torch import nn
 from torch.utils._pytree import tree_map_only
 
-from pipeline import templates
-
 from pipeline.config import inductor_options
+from pipeline.backends import rules
 from pipeline.backends.base import Backend
 from pipeline.backends.program import Program
 
 log = logging.getLogger(__name__)
-
-MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-
-
-def settings_given(cfg: Mapping[str, Any]) -> List[str]:
-    """Which of mode / options / template a backend config sets (empty values count as unset)."""
-    return [key for key in ("mode", "options", "template") if cfg.get(key) not in (None, {}, "")]
-
-
-def exclusive_setting(name: str, cfg: Mapping[str, Any]) -> Optional[str]:
-    """Which of mode / options / template is set; two or more is an error naming them."""
-    given = settings_given(cfg)
-    if len(given) > 1:
-        raise ValueError(
-            f"backend {name!r} sets {' and '.join(given)}; they are mutually exclusive. "
-            f"Keep one: mode for a preset, options for a dict of Inductor options, template for a named option set"
-        )
-    return given[0] if given else None
-
-
-def resolve_options(name: str, cfg: Mapping[str, Any]) -> Optional[Dict[str, Any]]:
-    """The validated, flat options this backend passes to torch.compile (None for a mode)."""
-    setting = exclusive_setting(name, cfg)
-    if setting == "options":
-        return inductor_options.validate(cfg["options"], f"backend {name!r} options")
-    if setting == "template":
-        template = templates.load(str(cfg["template"]))
-        return inductor_options.validate(
-            template.options, f"backend {name!r}: Inductor template {template.name!r} ({template.source})")
-    return None
 
 
 class InductorBackend(Backend):
@@ -59,26 +28,13 @@ class InductorBackend(Backend):
 
     def __init__(self, name: str, cfg: Mapping[str, Any]) -> None:
         super().__init__(name, cfg)
-        self.options = resolve_options(name, self.cfg)
+        self.options = rules.resolved_options(name, self.cfg)
         self._graphs = False  # set by build: CUDA graphs recorded on this device
         self._clone = False
 
-    @classmethod
-    def check_config(cls, name: str, cfg: Mapping[str, Any]) -> None:
-        super().check_config(name, cfg)
-        mode = cfg.get("mode")
-        if mode is not None and mode not in MODES:
-            raise ValueError(f"backend {name!r}: unknown Inductor mode {mode!r}; use one of {list(MODES)}")
-        resolve_options(name, cfg)
-
     def effective_options(self) -> Dict[str, Any]:
         """The options torch applies: the explicit or template options, or those the mode implies."""
-        if self.options is not None:
-            return dict(self.options)
-        from torch._inductor import list_mode_options
-
-        mode = self.cfg.get("mode")
-        return dict(list_mode_options(mode)) if mode else {}
+        return rules.effective_options(self.cfg, self.options)
 
     @property
     def records_cuda_graphs(self) -> bool:
@@ -97,8 +53,8 @@ class InductorBackend(Backend):
 
     def compile_kwargs(self) -> Dict[str, Any]:
         """Arguments for torch.compile; options go per compile, never into global Inductor config."""
-        kwargs: Dict[str, Any] = {"backend": "inductor", "fullgraph": bool(self.cfg.get("fullgraph")),
-                                  "dynamic": self.cfg.get("dynamic")}
+        kwargs: Dict[str, Any] = {"backend": "inductor", "fullgraph": self.cfg["fullgraph"],
+                                  "dynamic": self.cfg["dynamic"]}
         if self.options:
             kwargs["options"] = dict(self.options)
         elif self.cfg.get("mode"):
@@ -115,7 +71,7 @@ class InductorBackend(Backend):
             if pins:
                 log.info("backend %s: %s already at Inductor's current value (kept as pins)", self.name, pins)
         self._graphs = self.records_cuda_graphs and self.device.type == "cuda"
-        self._clone = self._graphs and bool(self.cfg.get("clone_outputs", True))
+        self._clone = self._graphs and self.cfg["clone_outputs"]
         self.program = self._fn = Program(model, self.name, self.compile_kwargs(), self.device, self._graphs)
         with self.program.watched():
             self(**sample)  # compile now, so build_seconds holds the compile time
@@ -133,5 +89,5 @@ class InductorBackend(Backend):
         described = super().describe()
         if self.cfg.get("template"):
             described.update(template=None, options=dict(self.options or {}),
-                             description=f"{self.cfg.get('description', '')} [template {self.cfg['template']}]".strip())
+                             description=f"{self.cfg['description']} [template {self.cfg['template']}]".strip())
         return described

@@ -1,9 +1,10 @@
 """Every check of a run's config, in one function that runs before the first model is built.
 
 A mistake found here costs seconds, not the minutes of compiling every backend first. Where a part
-already checks its own settings (``timing.Settings.of``, ``routing.check_settings``, the backend
-registry's ``check_config``, ``devices.resolve``, ``store.check_store``), that check runs here,
-early, rather than a second copy of it; their ``ValueError`` becomes a :class:`ConfigError`.
+already checks its own settings (``timing.Settings.of``, ``routing.check_settings``,
+``backends.create`` with each backend's kind schema and rules, ``devices.resolve``,
+``store.check_store``), that check runs here, early, rather than a second copy of it; their
+``ValueError`` becomes a :class:`ConfigError`.
 """
 
 from __future__ import annotations

@@ -2,7 +2,11 @@
 
 Every group's YAML extends one of these dataclasses (registered in Hydra's ConfigStore as
 ``schema_<group>``, outside the option groups), so a misspelt key or a wrong type fails when the
-config is composed, before any model is built.
+config is composed, before any model is built. Backends have one schema per kind
+(``pipeline.config.backend_schema``).
+
+Each default lives here and only here: a group's ``default`` option holds nothing but its schema
+reference, and the other options say only what they change (``tests/test_config_defaults.py``).
 """
 
 from __future__ import annotations
@@ -15,18 +19,42 @@ from hydra.core.config_store import ConfigStore
 from pipeline.config.resolvers import register_resolvers
 from omegaconf import MISSING
 
+from pipeline.config import backend_schema
+
 STAGE_NAMES = ("capture", "profile", "route", "validate")
 
 
 @dataclass
 class InputSpec:
-    """One batch-first model input: its per-sample shape, dtype and how to fill it."""
+    """One model input: its per-sample shape, dtype, how to fill it, and where its batch dimension goes."""
 
     shape: List[int] = MISSING
     dtype: str = "float32"
-    # "randn" for floats; "randint" draws integers in [0, high) (token ids, masks).
+    # "randn" for floats; "randint" draws integers in [0, high) (token ids); "ones"; "mask": ones then
+    # zeros along the last dimension (attention masks with padding).
     fill: str = "randn"
     high: int = 2
+    # The batch's place in the full tensor: 0 is batch-first; 1 for (time, batch, features).
+    batch_dim: int = 0
+
+
+@dataclass
+class HFModel:
+    """``model=hf``: a transformers model class built from its config class (random weights)."""
+
+    model_class: str = MISSING
+    config: Dict[str, Any] = field(default_factory=dict)  # config class keywords, e.g. {num_hidden_layers: 4}
+    use_cache: bool = False  # past key values make outputs depend on earlier calls
+    seq_len: int = 128  # tokens per sample (input_ids, attention_mask, ...)
+    samples: int = 16000  # raw audio samples per sample (input_values)
+
+
+@dataclass
+class TimmModel:
+    """``model=timm``: ``timm.create_model(name, pretrained=False, **kwargs)``."""
+
+    name: str = MISSING
+    kwargs: Dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -36,32 +64,13 @@ class ModelConfig:
     name: str = MISSING
     # ``{_target_: dotted.path, **kwargs}``: instantiated by Hydra with random weights.
     build: Dict[str, Any] = MISSING
+    # Left out (or an input's shape left ???), they are derived from hf, timm or examples.
     inputs: Dict[str, InputSpec] = MISSING
     batch_sizes: List[int] = MISSING
-
-
-@dataclass
-class BackendConfig:
-    """One competing backend. ``kind`` picks the implementation; the other keys set it up."""
-
-    kind: str = MISSING  # eager | inductor | graph
-    description: str = ""
-    # Inductor (also used by graph when compile_with_inductor is true). Exactly one of
-    # mode / options / template may be set.
-    fullgraph: bool = False
-    dynamic: Optional[bool] = None
-    mode: Optional[str] = None
-    options: Dict[str, Any] = field(default_factory=dict)  # empty = not set
-    template: Optional[str] = None
-    # Autocast applies to any backend.
-    autocast_enabled: bool = False
-    autocast_dtype: str = "bfloat16"
-    # Graph backend.
-    compile_with_inductor: bool = False
-    max_recorded_batch_size: int = 256
-    # Recorded batch sizes; null = 1, 2, 4 and every multiple of 8 (up to the cap).
-    grid: Optional[List[int]] = None
-    clone_outputs: bool = True
+    # A torch.save'd dict of input name -> tensor: the data every tuned batch is built from.
+    examples: Optional[str] = None
+    hf: Optional[HFModel] = None
+    timm: Optional[TimmModel] = None
 
 
 @dataclass
@@ -70,15 +79,15 @@ class ProfileConfig:
 
     # At each new batch size the first call (compile, record) is kept apart as first_call_ms, then
     # warm-up calls run for warmup_ms (at least min_warmup_calls). None of them is a sample.
-    warmup_ms: float = 50.0
-    min_warmup_calls: int = 2
+    warmup_ms: float = 100.0
+    min_warmup_calls: int = 3
     # One window of interleaved rounds stops a backend at max_samples, or after min_samples once it
     # has spent budget_ms or, having spent min_window_ms (calls close in time are not independent),
     # its median is known to +-rel_precision at 95% confidence.
     min_samples: int = 10
-    max_samples: int = 200
-    budget_ms: float = 500.0
-    min_window_ms: float = 20.0
+    max_samples: int = 300
+    budget_ms: float = 1000.0
+    min_window_ms: float = 30.0
     rel_precision: float = 0.02
     # Saturation: stop growing batch size once throughput has not grown by `cutoff` (relative)
     # for `backoff` consecutive measured sizes. backoff <= 0 disables the rule.
@@ -113,7 +122,7 @@ class ValidateConfig:
     """End-to-end check of the routed model against eager."""
 
     # Untuned sizes checked beside the tuned ones: padded, and above the largest (chunked).
-    extra_batch_sizes: List[int] = field(default_factory=lambda: [3, 17])
+    extra_batch_sizes: List[int] = field(default_factory=lambda: [2, 5, 100])
     check_reload: bool = True
     # Tolerance scale applied on top of the dtype-aware defaults.
     tolerance_scale: float = 1.0
@@ -143,7 +152,8 @@ class Config:
     """The whole run: which model, which backends compete, and which stages run."""
 
     model: ModelConfig = MISSING
-    backends: Dict[str, BackendConfig] = MISSING
+    # Each backend is typed by its kind's schema where its file extends it, else checked early.
+    backends: Dict[str, Any] = MISSING
     profile: ProfileConfig = field(default_factory=ProfileConfig)
     route: RouteConfig = field(default_factory=RouteConfig)
     validate: ValidateConfig = field(default_factory=ValidateConfig)
@@ -163,3 +173,4 @@ def register_configs() -> None:
     cs.store(name="base_config", node=Config)
     for name, node in SCHEMAS.items():
         cs.store(name=f"schema_{name}", node=node)
+    backend_schema.register(cs)

@@ -3,7 +3,7 @@
 A checkpoint is data from anyone: its SHA-256 detects damage, not tampering, since whoever edits a
 file can write its checksum too. :func:`check` holds the whole payload to the format (each field's
 type, the bounds of ``pipeline.config.limits``, a route covering 1..inf without gaps, backend configs
-through the schema and the backend registry's ``check_config``, input specs, the state dict against
+through their kind's schema and rules (``pipeline.backends.rules``), input specs and batch dimensions, the state dict against
 the caller's model), so a refused file leaves the caller's model as it was. Inductor options whose
 declared type admits free text can name a program Inductor runs (``cpp.cxx``) or a path it writes:
 a checkpoint that sets one is refused unless the caller trusts it (``trust_options=True``).
@@ -15,19 +15,16 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional
 
 import torch
-from omegaconf import OmegaConf
-from omegaconf.errors import OmegaConfBaseException
 from torch import nn
 
-from pipeline import backends as backend_registry
 from pipeline import devices
+from pipeline.backends import rules
 from pipeline.config import inductor_options, limits
-from pipeline.config.schema import BackendConfig
 
 # Every field a payload may hold, and its type (``created`` and ``format`` are informative).
 FIELDS: Dict[str, type] = {"format": int, "name": str, "created": str, "route": list, "backends": dict,
-                           "inputs": dict, "batch_sizes": list, "max_batch_size": int, "versions": dict,
-                           "device": dict, "state_dict": dict}
+                           "inputs": dict, "output_batch_dims": dict, "batch_sizes": list, "max_batch_size": int,
+                           "versions": dict, "device": dict, "state_dict": dict}
 ROUTE_KEYS = {"lo", "hi", "backend"}
 
 
@@ -105,24 +102,14 @@ def route_problem(route: List[Any], backends: Mapping[str, Any], tuned: int) -> 
 
 
 def backend_problem(name: str, cfg: Any) -> Optional[str]:
-    """One stored backend config, held to the config schema and to its kind's own checks."""
+    """One stored backend config, held to its kind's schema and rules (``rules.check``, as a run's are)."""
     if not isinstance(cfg, dict):
         return f"backend {name!r} is a {type(cfg).__name__}, not a config"
     body = {k: v for k, v in cfg.items() if k != "name"}
-    try:
-        OmegaConf.merge(OmegaConf.structured(BackendConfig), body)
-    except OmegaConfBaseException as exc:
-        return f"backend {name!r}: {str(exc).splitlines()[0]}"
     if body.get("template"):
         return f"backend {name!r} names template {body['template']!r}; a checkpoint holds a template's resolved options"
-    sizes = {"max_recorded_batch_size": body.get("max_recorded_batch_size", 1),
-             **{f"grid[{i}]": size for i, size in enumerate(body.get("grid") or [])}}
-    for key, size in sizes.items():
-        problem = limits.batch_size_problem(size, f"backend {name!r} {key}")
-        if problem:
-            return problem
     try:
-        backend_registry.backend_class(name, body).check_config(name, body)
+        rules.check(name, body)
     except ValueError as exc:
         return str(exc)
     return None
@@ -157,6 +144,7 @@ def check(payload: Mapping[str, Any], model: nn.Module, path: Path, trust_option
     problem = (fields_problem(payload)
                or sizes_problem(payload["batch_sizes"], payload["max_batch_size"])
                or limits.inputs_problem(payload["inputs"])
+               or limits.output_dims_problem(payload.get("output_batch_dims", {}))
                or next(filter(None, (backend_problem(n, c) for n, c in payload["backends"].items())), None)
                or (f"{len(payload['backends'])} backends, more than {limits.MAX_BACKENDS}"
                    if len(payload["backends"]) > limits.MAX_BACKENDS else None)

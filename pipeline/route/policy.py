@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from pipeline.measure.statistics import samples_per_second
+from pipeline.config.schema import RouteConfig
 
 # backend -> batch size -> median latency (ms). A backend may lack some sizes.
 Profile = Mapping[str, Mapping[int, float]]
@@ -164,7 +165,8 @@ def usable(profile: Profile, order: Sequence[str], failures: Mapping[str, str]) 
     return [b for b in order if profile.get(b) and b not in failures]
 
 
-def choose_route(profile: Profile, order: Sequence[str], strategy: str = "router", min_gain: float = 0.10,
+def choose_route(profile: Profile, order: Sequence[str], strategy: str = RouteConfig.strategy,
+                 min_gain: float = RouteConfig.min_gain,
                  backend: Optional[str] = None, failures: Optional[Mapping[str, str]] = None,
                  baseline: Optional[str] = None, intervals: Optional[Intervals] = None) -> List[Range]:
     """The route for a strategy.

@@ -1,0 +1,101 @@
+"""Every rule between a backend's settings, in one place, checked before any model is built.
+
+:func:`check` holds a backend config to its kind's schema (``pipeline.config.backend_schema``),
+then to the rules a schema cannot say: at most one of mode / options / template, the Inductor
+settings of a graph backend only with ``compile_with_inductor``, and no CUDA graphs of Inductor's
+own inside a graph backend's. ``backends.create`` calls it, so every run's early checks and every
+checkpoint load do, and so does the checkpoint payload check. A new kind adds its rule to
+:data:`RULES` (or none).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, List, Mapping, Optional
+
+from pipeline import templates
+from pipeline.backends import graph_plan
+from pipeline.config import backend_schema, inductor_options, limits
+from pipeline.config.errors import ConfigError
+
+AUTOCAST_DTYPES = ("bfloat16", "float16")
+MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+INDUCTOR_SETTINGS = ("mode", "options", "template")
+
+
+def inductor_settings_given(cfg: Mapping[str, Any]) -> List[str]:
+    """Which of mode / options / template a backend config sets (empty values count as unset)."""
+    return [key for key in INDUCTOR_SETTINGS if cfg.get(key) not in (None, {}, "")]
+
+
+def resolved_options(name: str, cfg: Mapping[str, Any]) -> Optional[Dict[str, Any]]:
+    """The validated, flat options a backend passes to torch.compile: its options, or its template's
+    (None for a mode)."""
+    given = inductor_settings_given(cfg)
+    if "options" in given:
+        return inductor_options.validate(cfg["options"], f"backend {name!r} options")
+    if "template" in given:
+        template = templates.load(str(cfg["template"]))
+        return inductor_options.validate(
+            template.options, f"backend {name!r}: Inductor template {template.name!r} ({template.source})")
+    return None
+
+
+def effective_options(cfg: Mapping[str, Any], options: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
+    """The options torch applies: the resolved options, or those the mode implies."""
+    if options is not None:
+        return dict(options)
+    from torch._inductor import list_mode_options
+
+    return dict(list_mode_options(cfg["mode"])) if cfg.get("mode") else {}
+
+
+def check_inductor(name: str, cfg: Mapping[str, Any]) -> None:
+    given = inductor_settings_given(cfg)
+    if len(given) > 1:
+        raise ConfigError(
+            f"backend {name!r} sets {' and '.join(given)}; they are mutually exclusive. Keep one: mode for a "
+            f"preset, options for a dict of Inductor options, template for a named option set")
+    if cfg.get("mode") is not None and cfg["mode"] not in MODES:
+        raise ConfigError(f"backend {name!r}: unknown Inductor mode {cfg['mode']!r}; use one of {list(MODES)}")
+    resolved_options(name, cfg)
+
+
+def check_graph(name: str, cfg: Mapping[str, Any]) -> None:
+    if cfg["compile_with_inductor"]:
+        check_inductor(name, cfg)
+        if effective_options(cfg, resolved_options(name, cfg)).get("triton.cudagraphs"):
+            raise ConfigError(f"backend {name!r}: its Inductor setting records CUDA graphs of its own inside ours "
+                              f"(mode reduce-overhead or max-autotune, or triton.cudagraphs); use mode=default, "
+                              f"max-autotune-no-cudagraphs, or options without triton.cudagraphs")
+    elif inductor_settings_given(cfg):
+        raise ConfigError(f"backend {name!r} sets {' and '.join(inductor_settings_given(cfg))}, which only apply "
+                          f"with compile_with_inductor=true; set it or drop them")
+    problem = graph_sizes_problem(name, cfg)
+    if problem:
+        raise ConfigError(problem)
+
+
+def graph_sizes_problem(name: str, cfg: Mapping[str, Any]) -> Optional[str]:
+    """The cap and the grid within the batch-size bounds; the cap first, since it bounds the default grid's length."""
+    problem = limits.batch_size_problem(cfg["max_recorded_batch_size"], f"backend {name!r} max_recorded_batch_size")
+    if problem:
+        return problem
+    try:
+        graph_plan.grid(1, cfg["max_recorded_batch_size"], cfg["grid"])
+    except ValueError as exc:
+        return f"backend {name!r}: {exc}"
+    return next(filter(None, (limits.batch_size_problem(size, f"backend {name!r} grid[{i}]")
+                              for i, size in enumerate(cfg["grid"] or []))), None)
+
+
+RULES: Dict[str, Callable[[str, Mapping[str, Any]], None]] = {"inductor": check_inductor, "graph": check_graph}
+
+
+def check(name: str, cfg: Mapping[str, Any]) -> Dict[str, Any]:
+    """``cfg`` as its kind's complete settings, or a ConfigError for the first broken rule."""
+    settings = backend_schema.settings(name, cfg)
+    if settings["autocast_enabled"] and settings["autocast_dtype"] not in AUTOCAST_DTYPES:
+        raise ConfigError(f"backend {name!r}: autocast_dtype={settings['autocast_dtype']!r} is not supported; "
+                          f"use one of {list(AUTOCAST_DTYPES)}")
+    RULES.get(settings["kind"], lambda *_: None)(name, settings)
+    return settings

@@ -1,0 +1,112 @@
+"""One schema per backend kind: the keys a backend of that kind may set, their types and defaults.
+
+Each kind's dataclass is registered in Hydra's ConfigStore as ``schema_backend_<kind>``; a backend
+file that extends it (``- /schema_backend_inductor@_here_`` in its defaults list) is typed when the
+config is composed, so a misspelt key, a wrong type or another kind's key fails there. A file that
+only says ``kind: ...`` (a user's own, written before the schemas existed) composes untyped and is
+held to the same schema by :func:`settings` in the early checks, as is every checkpoint's backend.
+
+A new kind is a dataclass here, in :data:`KINDS`, beside its class in ``pipeline.backends``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any, Dict, List, Mapping, Optional, Type
+
+from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from pipeline.config.errors import ConfigError
+
+
+@dataclass
+class BackendSettings:
+    """What every kind has. Autocast applies to any backend; tolerances then follow its dtype."""
+
+    kind: str = MISSING
+    description: str = ""
+    autocast_enabled: bool = False
+    autocast_dtype: str = "bfloat16"  # or float16
+
+
+@dataclass
+class EagerSettings(BackendSettings):
+    """Plain PyTorch: the reference every other backend is checked against."""
+
+    kind: str = "eager"
+
+
+@dataclass
+class InductorSettings(BackendSettings):
+    """torch.compile with Inductor, set up by at most one of mode / options / template."""
+
+    kind: str = "inductor"
+    fullgraph: bool = False
+    # null: only the batch dimension is dynamic (graph backends) or torch decides; true: every dimension.
+    dynamic: Optional[bool] = None
+    mode: Optional[str] = None
+    options: Dict[str, Any] = field(default_factory=dict)  # empty = not set
+    template: Optional[str] = None
+    # false hands out CUDA graphs' static outputs without a copy: the next call overwrites them.
+    clone_outputs: bool = True
+
+
+@dataclass
+class GraphSettings(InductorSettings):
+    """Device graphs over a batch-size grid, of eager's kernels or (compile_with_inductor) Inductor's.
+
+    Inductor's settings apply only with ``compile_with_inductor: true``.
+    """
+
+    kind: str = "graph"
+    compile_with_inductor: bool = False
+    # No graph above this size; larger batches replay in chunks of the largest graph (256: 35 graphs).
+    max_recorded_batch_size: int = 256
+    # The recorded sizes besides the tuned ones; null = 1, 2, 4 and every multiple of 8 up to the cap.
+    grid: Optional[List[int]] = None
+
+
+KINDS: Dict[str, Type[BackendSettings]] = {s.kind: s for s in (EagerSettings, InductorSettings, GraphSettings)}
+
+
+def keys(kind: str) -> List[str]:
+    """The keys a backend of ``kind`` may set."""
+    return [f.name for f in fields(KINDS[kind])]
+
+
+def kind_of(name: str, cfg: Mapping[str, Any]) -> str:
+    """A backend's kind, or a ConfigError listing the kinds that exist."""
+    kind = cfg.get("kind")
+    if kind not in KINDS:
+        raise ConfigError(f"backend {name!r}: unknown kind {kind!r}; use one of {sorted(KINDS)}")
+    return kind
+
+
+def foreign_key_problem(name: str, kind: str, key: str) -> str:
+    """The message for a key ``kind`` does not have: which kinds do, and what ``kind`` takes."""
+    owners = [k for k in KINDS if key in keys(k)]
+    whose = f"a setting of {' and '.join(owners)} backends" if owners else "no backend kind has it"
+    return (f"backend {name!r} (kind {kind}) sets {key!r}, which {kind} backends do not take ({whose}); "
+            f"{kind} keys: {', '.join(keys(kind))}")
+
+
+def settings(name: str, cfg: Mapping[str, Any]) -> Dict[str, Any]:
+    """``cfg`` held to its kind's schema, every key present (defaults filled); a one-line ConfigError
+    naming the key, the backend and the kind otherwise."""
+    body = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
+    kind = kind_of(name, body)
+    for key in body:
+        if key not in keys(kind):
+            raise ConfigError(foreign_key_problem(name, kind, str(key)))
+    try:
+        typed = OmegaConf.merge(OmegaConf.structured(KINDS[kind]), body)
+    except OmegaConfBaseException as exc:
+        raise ConfigError(f"backend {name!r} (kind {kind}) {exc.full_key}: {str(exc).splitlines()[0]}") from None
+    return OmegaConf.to_container(typed, resolve=True)
+
+
+def register(store: Any) -> None:
+    """Register every kind's schema in Hydra's ConfigStore as ``schema_backend_<kind>``."""
+    for kind, schema in KINDS.items():
+        store.store(name=f"schema_backend_{kind}", node=schema)
