@@ -197,8 +197,9 @@ def main() -> None:
     parser.add_argument("--runs", type=Path, help="run directories and MLflow store (full-size checkpoints: about "
                                                   "1.5 GB for the suite); default: a new temporary directory")
     args = parser.parse_args()
-    args.runs = args.runs or Path(tempfile.mkdtemp(prefix="hf-suite-"))
-    print(f"run directories and MLflow store: {args.runs}", flush=True)
+    if not args.combine:  # joining lanes tunes nothing
+        args.runs = args.runs or Path(tempfile.mkdtemp(prefix="hf-suite-"))
+        print(f"run directories and MLflow store: {args.runs}", flush=True)
 
     def meta() -> Dict[str, Any]:
         import transformers
