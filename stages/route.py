@@ -9,6 +9,8 @@ import logging
 
 from pipeline.context import RunContext
 from pipeline.route.served import RoutedModule, TuneRecord
+from pipeline.backends.precision import precision_of
+from pipeline.measure.accuracy import budget_of
 from pipeline.route.policy import choose_route, eager_baseline
 
 log = logging.getLogger(__name__)
@@ -17,8 +19,10 @@ log = logging.getLogger(__name__)
 def run(ctx: RunContext) -> None:
     rcfg = ctx.cfg.route
     medians = ctx.medians()
-    eager = eager_baseline(ctx.cfg.backends)
-    ctx.route = choose_route(medians, list(ctx.cfg.backends), rcfg.strategy, rcfg.min_gain,
+    candidates = ctx.candidates
+    # No size served slower than plain eager: fp32 eager where it competes.
+    eager = eager_baseline({n: c for n, c in candidates.items() if precision_of(c) == "fp32"}) or eager_baseline(candidates)
+    ctx.route = choose_route(medians, list(candidates), rcfg.strategy, rcfg.min_gain,
                              rcfg.backend, ctx.failures(), baseline=eager)
     routed_names = {r.backend for r in ctx.route}
     unverified = sorted(routed_names & set(ctx.unverified()))
@@ -29,12 +33,16 @@ def run(ctx: RunContext) -> None:
                         output_batch_dims=ctx.output_batch_dims)
     ctx.routed = RoutedModule({n: ctx.backends[n] for n in routed_names}, ctx.route, record)
     for r in ctx.route:
-        log.info("route   batch %s..%s -> %s", r.lo, r.hi if r.hi is not None else "inf", r.backend)
+        log.info("route   batch %s..%s -> %s (%s)", r.lo, r.hi if r.hi is not None else "inf", r.backend,
+                 ctx.outcomes[r.backend].precision)
     ctx.route_info = {
         "strategy": rcfg.strategy,
         "min_gain": rcfg.min_gain,
         "never_slower_than": eager if rcfg.strategy == "router" else None,  # only the router applies it
-        "ranges": [r.to_dict() for r in ctx.route],
+        "ranges": [{**r.to_dict(), "precision": ctx.outcomes[r.backend].precision} for r in ctx.route],
+        "accuracy_budget": budget_of(rcfg.accuracy_budget),
+        "candidates": [{"backend": n, "precision": o.precision, "error": o.accuracy, "within_budget": o.within_budget,
+                        "status": o.status} for n, o in ctx.outcomes.items()],
         "profile_medians_ms": {b: {str(bs): ms for bs, ms in per.items()} for b, per in medians.items()},
         "excluded": ctx.failures(),
         "unverified": unverified,
