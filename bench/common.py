@@ -7,7 +7,8 @@ import argparse
 import gc
 import sys
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Sequence
+import contextlib
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch
 
@@ -55,3 +56,17 @@ def run_lane(args: argparse.Namespace, meta: Callable[[], Dict[str, Any]], bench
         print(write(args.out, args.tag, about, rows), flush=True)
         gc.collect()  # the finished model's backends, graphs and compiled code go before the next model
         torch.cuda.empty_cache()
+
+
+def reduce_overhead(model: torch.nn.Module, device: torch.device, dtype: Optional[torch.dtype]) -> Callable[..., Any]:
+    """The peer: ``torch.compile(model, mode="reduce-overhead")`` as a user would write it, called under
+    autocast of ``dtype`` (None: fp32, no autocast)."""
+    compiled = torch.compile(model, mode="reduce-overhead")
+
+    def call(**inputs: torch.Tensor) -> Any:
+        autocast = torch.autocast(device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext()
+        with torch.inference_mode(), autocast:
+            torch.compiler.cudagraph_mark_step_begin()
+            return compiled(**inputs)
+
+    return call

@@ -38,7 +38,7 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable, Dict, List
+from typing import Any, Dict, List
 
 import torch
 from omegaconf import OmegaConf
@@ -46,7 +46,7 @@ from omegaconf import OmegaConf
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import command_line, lane_arguments, run_lane  # noqa: E402
+from bench.common import command_line, lane_arguments, reduce_overhead, run_lane  # noqa: E402
 from bench.seed_table import cost_table  # noqa: E402
 from pipeline import devices  # noqa: E402
 from pipeline.api import compose_config  # noqa: E402
@@ -69,18 +69,6 @@ def overrides(model: str, args: argparse.Namespace) -> List[str]:
     ov = ["experiment=hf_suite", f"model.hf.model_class={model}", f"device={args.device}", f"profile={args.profile}",
           "validate.check_reload=false", f"tracking.uri=sqlite:///{args.runs.resolve()}/mlflow-{args.tag}.db"]
     return ov + (TINY + TINY_EXTRA.get(model, []) if args.tiny else [])
-
-
-def reduce_overhead(model: torch.nn.Module, device: torch.device, dtype: torch.dtype) -> Callable[..., Any]:
-    """The peer: ``torch.compile(model, mode="reduce-overhead")`` called under the backends' autocast."""
-    compiled = torch.compile(model, mode="reduce-overhead")
-
-    def call(**inputs: torch.Tensor) -> Any:
-        with torch.inference_mode(), torch.autocast(device.type, dtype=dtype):
-            torch.compiler.cudagraph_mark_step_begin()
-            return compiled(**inputs)
-
-    return call
 
 
 def bench_model(model: str, args: argparse.Namespace) -> Dict[str, Any]:
