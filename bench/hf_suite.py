@@ -36,7 +36,6 @@ import platform
 import sys
 import tempfile
 import time
-import traceback
 from pathlib import Path
 from typing import Any, Dict, List
 
@@ -46,7 +45,7 @@ from omegaconf import OmegaConf
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import command_line, lane_arguments, reduce_overhead, run_lane  # noqa: E402
+from bench.common import command_line, joined_lanes, lane_arguments, reduce_overhead, row_or_error, run_lane  # noqa: E402
 from bench.seed_table import cost_table  # noqa: E402
 from pipeline import devices  # noqa: E402
 from pipeline.api import compose_config  # noqa: E402
@@ -98,15 +97,6 @@ def bench_model(model: str, args: argparse.Namespace) -> Dict[str, Any]:
             "outcomes": {n: o.to_dict() for n, o in ctx.outcomes.items()},
             "backend_stats": {n: b.stats() for n, b in ctx.backends.items()},
             "stage_seconds": ctx.stage_seconds, "batch_sizes": ctx.batch_sizes, "cells": cells}
-
-
-def bench_or_error(model: str, args: argparse.Namespace) -> Dict[str, Any]:
-    """A model's row; a model that fails is recorded with its error and the lane goes on to the next."""
-    try:
-        return bench_model(model, args)
-    except Exception as exc:  # noqa: BLE001 (reported, not hidden: the row and stderr say what failed)
-        traceback.print_exc()
-        return {"model": model, "error": "".join(traceback.format_exception_only(type(exc), exc)).strip()[-2000:]}
 
 
 def ratios(row: Dict[str, Any]) -> List[Dict[str, float]]:
@@ -168,13 +158,9 @@ def write(out: Path, tag: str, meta: Dict[str, Any], rows: List[Dict[str, Any]])
 
 def combine(parts: List[Path], out: Path, tag: str) -> None:
     """Join lanes (same device and versions) into one table, in the experiment's model order."""
-    loaded = [json.loads(p.read_text()) for p in parts]
-    rows = sorted((r for part in loaded for r in part["rows"]),
-                  key=lambda r: MODELS.index(r["model"]) if r["model"] in MODELS else len(MODELS))
+    meta, rows = joined_lanes(parts, MODELS, ("device", "torch", "transformers", "python", "tiny"))
     for row in rows:  # JSON turned the batch-size keys into strings
         row["cells"] = {b: {int(bs): c for bs, c in per.items()} for b, per in row.get("cells", {}).items()}
-    meta = {k: loaded[0][k] for k in ("device", "torch", "transformers", "python", "tiny")}
-    meta["command"] = " ; ".join(part["command"] for part in loaded)
     print(write(out, tag, meta, rows))
 
 
@@ -195,7 +181,7 @@ def main() -> None:
                 "transformers": transformers.__version__, "python": platform.python_version(), "tiny": args.tiny,
                 "command": command_line()}
 
-    run_lane(args, meta, lambda model: bench_or_error(model, args), write, combine)
+    run_lane(args, meta, lambda model: row_or_error(model, lambda m: bench_model(m, args)), write, combine)
 
 
 if __name__ == "__main__":

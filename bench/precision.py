@@ -23,7 +23,6 @@ import math
 import platform
 import sys
 import time
-import traceback
 from pathlib import Path
 from typing import Any, Dict, List
 
@@ -32,7 +31,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import command_line, lane_arguments, reduce_overhead, run_lane  # noqa: E402
+from bench.common import command_line, joined_lanes, lane_arguments, reduce_overhead, row_or_error, run_lane  # noqa: E402
 from bench.seed_table import BACKENDS, MODELS, SIZES  # noqa: E402
 from pipeline import devices  # noqa: E402
 from pipeline.api import compose_config  # noqa: E402
@@ -85,15 +84,6 @@ def bench_model(model: str, args: argparse.Namespace) -> Dict[str, Any]:
             "cells": cells}
 
 
-def bench_or_error(model: str, args: argparse.Namespace) -> Dict[str, Any]:
-    """A model's row; a model that fails is recorded with its error and the lane goes on to the next."""
-    try:
-        return bench_model(model, args)
-    except Exception as exc:  # noqa: BLE001 (reported, not hidden: the row and stderr say what failed)
-        traceback.print_exc()
-        return {"model": model, "error": "".join(traceback.format_exception_only(type(exc), exc)).strip()[-2000:]}
-
-
 def summary(rows: List[Dict[str, Any]]) -> Dict[str, Any]:
     cells = [c for row in rows for c in row.get("cells", [])]
     speedups = [c["speedup_over_fp32_reduce_overhead"] for c in cells]
@@ -138,12 +128,7 @@ def write(out: Path, tag: str, meta: Dict[str, Any], rows: List[Dict[str, Any]])
 
 def combine(parts: List[Path], out: Path, tag: str) -> None:
     """Join lanes (same device, torch and precisions) into one table, the seed's models first in their order."""
-    loaded = [json.loads(p.read_text()) for p in parts]
-    order = {m: i for i, m in enumerate(MODELS)}
-    rows = sorted((r for part in loaded for r in part["rows"]), key=lambda r: order.get(r["model"], len(MODELS)))
-    meta = {k: loaded[0][k] for k in ("device", "torch", "python", "precisions")}
-    meta["command"] = " ; ".join(part["command"] for part in loaded)
-    print(write(out, tag, meta, rows))
+    print(write(out, tag, *joined_lanes(parts, MODELS, ("device", "torch", "python", "precisions"))))
 
 
 def main() -> None:
@@ -161,7 +146,7 @@ def main() -> None:
     run_lane(args, lambda: {"device": devices.name(torch.device(args.device)), "torch": torch.__version__,
                             "python": platform.python_version(), "precisions": args.precisions,
                             "command": command_line()},
-             lambda model: bench_or_error(model, args), write, combine)
+             lambda model: row_or_error(model, lambda m: bench_model(m, args)), write, combine)
 
 
 if __name__ == "__main__":
