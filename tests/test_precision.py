@@ -154,3 +154,15 @@ def test_report_shows_precision_and_error_beside_latency():
     lines = markdown(table).splitlines()
     assert lines[2].split(" | ")[2:5] == ["precision", "error", "in budget"]
     assert "| mlp | inductor.bf16 | bf16 | 0.99 | NO | 0.50 | 0.70 |" in lines
+
+
+def test_tf32_is_on_only_inside_a_tf32_call_and_restored_exactly():
+    def state():
+        new = [m.fp32_precision for m in (torch.backends.cuda.matmul, torch.backends.cudnn.conv)
+               if hasattr(m, "fp32_precision")]
+        return torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, new
+
+    before = state()
+    with precision.tf32(True):
+        assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
+    assert state() == before

@@ -113,9 +113,15 @@ def tf32(enabled: bool) -> Iterator[None]:
     if not enabled:
         yield
         return
+    # torch >= 2.9 keeps the settings as fp32_precision ("none" = inherit); restoring those keeps them exact.
+    new_api = hasattr(torch.backends.cuda.matmul, "fp32_precision")
+    modules = (torch.backends.cuda.matmul, torch.backends.cudnn.conv) if new_api else ()
+    saved = [m.fp32_precision for m in modules]
     before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     try:
         yield
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+        for module, value in zip(modules, saved):
+            module.fp32_precision = value
