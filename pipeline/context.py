@@ -38,9 +38,9 @@ class BackendOutcome:
     # Evidence that a compiling backend served its compiled program: Dynamo graphs, graph breaks,
     # frames and eager calls of its own program ({} for a backend that does not compile).
     compile: Dict[str, int] = field(default_factory=dict)
+    precision: str = "fp32"  # fp32 | tf32 | bf16 | fp16 (pipeline.backends.precision)
     # The accuracy budget (route.accuracy_budget): the worst value of its metric against fp32 eager over
     # the tuned sizes, and whether that is within its bound. A candidate outside it is timed, never routed.
-    precision: str = "fp32"
     accuracy: float = float("nan")
     within_budget: bool = True
 

@@ -5,6 +5,11 @@ crashes or does not match eager is recorded as failed with its reason. Either wa
 and the run goes on. A resumed run keeps the earlier run's failed and skipped outcomes, and
 rebuilds the others (compiled code does not outlive its process). Where eager's output cannot tell right from wrong on any input tried, the
 backend is recorded as unverified, and profiled and routed only with ``validate.allow_unverified=true``.
+
+Every backend competes once per entry of ``precision`` (``pipeline.backends.precision``), and every candidate's
+output is scored against fp32 eager's by ``route.accuracy_budget`` at each tuned size (``pipeline.measure.accuracy``):
+one outside the budget stays ok and is profiled, but the route never serves it. Reduced-precision candidates
+answer to the budget alone, not to judge()'s tolerance, once their outputs' structure matches.
 """
 
 from __future__ import annotations
