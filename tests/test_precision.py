@@ -166,3 +166,17 @@ def test_tf32_is_on_only_inside_a_tf32_call_and_restored_exactly():
     with precision.tf32(True):
         assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
     assert state() == before
+
+
+@pytest.mark.gpu
+def test_tf32_and_bf16_candidates_compete_on_cuda(compose_cfg, tmp_path):
+    if not torch.cuda.is_available():
+        pytest.skip("tf32 needs CUDA")
+    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    ctx = run(compose_cfg([*TINY, "device=cuda", "backends=[eager,inductor]", "precision=[fp32,tf32,bf16]"]), tmp_path)
+    route = route_json(tmp_path)
+    assert [c["backend"] for c in route["candidates"]] == ["eager", "inductor", "eager.tf32", "inductor.tf32",
+                                                           "eager.bf16", "inductor.bf16"]
+    assert all(c["status"] == "ok" and c["within_budget"] for c in route["candidates"]), route["candidates"]
+    assert ctx.validation["ok"]
+    assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == before
