@@ -119,6 +119,8 @@ def test_a_format_2_checkpoint_still_loads_as_fp32(compose_cfg, tmp_path):
     (["route.accuracy_budget.bound=1.5"], "outside cosine's range"),
     (["route.accuracy_budget.metric=max_rel_error", "route.accuracy_budget.bound=-1"], "outside max_rel_error's"),
     (["precision=[fp32,bf16]", "route=one_backend", "route.backend=eager.fp16"], "not among the selected backends"),
+    pytest.param(["precision=[tf32]"], "runs nothing on cpu", marks=pytest.mark.skipif(
+        torch.cuda.is_available(), reason="tf32 runs on CUDA")),
 ])
 def test_config_mistakes_fail_early(compose_cfg, overrides, match):
     with pytest.raises(ConfigError, match=match):

@@ -77,6 +77,9 @@ def check_precision(cfg: DictConfig, device: torch.device) -> None:
     problem = next(filter(None, (precision.conflict(name, bcfg, precisions) for name, bcfg in cfg.backends.items())),
                    None)
     problem = problem or next(filter(None, (precision.device_problem(p, device) for p in precisions)), None)
+    if all(precision.unsupported_reason(p, device) for p in precisions):
+        problem = (f"precision={precisions} runs nothing on {device.type}: "
+                   f"{precision.unsupported_reason(precisions[0], device)}; add fp32, e.g. 'precision=[fp32,bf16]'")
     if problem:
         raise ConfigError(problem)
     count = len(cfg.backends) * len(precisions)
