@@ -3,8 +3,9 @@
 ``fp32`` is the model as written. ``tf32`` keeps fp32 tensors and lets CUDA matmuls and convolutions
 use TF32 tensor cores (``torch.backends.cuda.matmul.allow_tf32`` and ``torch.backends.cudnn.allow_tf32``,
 set only around that candidate's calls and restored after). ``bf16`` and ``fp16`` run the backend
-under autocast of that dtype (the backend's own ``autocast_*`` settings, set for it). Weights stay
-fp32 in every candidate.
+under autocast of that dtype (``Backend.autocast``, the same context a backend's own ``autocast_*``
+settings give). Weights stay fp32 in every candidate. The candidate's config carries its precision
+(the backend key ``precision``), so a checkpoint rebuilds it.
 
 A candidate is named ``<backend>`` at fp32 (a run without ``precision`` is unchanged) and
 ``<backend>.<precision>`` otherwise (MLflow allows no ``@`` in metric and tag names).
