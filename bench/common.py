@@ -1,6 +1,7 @@
-"""What every bench shares: the command that made its figures (without machine paths), the lanes
-of the table benches (one model after another in one process, the tables rewritten after each, a failing
-model recorded as such; ``--combine`` joins lanes), and the ``torch.compile(mode="reduce-overhead")`` peer."""
+"""What every bench shares: the command that made its figures (without machine paths), how fast the
+host ran Python while they measured, the lanes of the table benches (one model after another in one
+process, the tables rewritten after each, a failing model recorded as such; ``--combine`` joins lanes),
+and the ``torch.compile(mode="reduce-overhead")`` peer."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import argparse
 import contextlib
 import gc
 import json
+import statistics
 import sys
+import time
 import traceback
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -32,6 +35,20 @@ def command_line(argv: Sequence[str] = ()) -> str:
             word = word.split("=", 1)[0] + "=OUT"
         words.append(word)
     return " ".join(words)
+
+
+def host_probe_ms(calls: int = 50) -> float:
+    """Median milliseconds of a fixed piece of pure Python (``sum(range(20_000))``).
+
+    Launch-bound latencies (eager, Inductor without graphs) move with how fast the host runs a
+    launch thread, so a bench records this beside them.
+    """
+    def once() -> float:
+        start = time.perf_counter()
+        sum(range(20_000))
+        return (time.perf_counter() - start) * 1e3
+
+    return statistics.median(once() for _ in range(calls))
 
 
 def lane_arguments(parser: argparse.ArgumentParser, models: Sequence[str], profile: str) -> None:

@@ -1,8 +1,8 @@
 """Does the host's own speed change while nothing else runs, and does a busy neighbour core change it?
 
 Launch-bound cells (eager, Inductor without graphs) cost host time per call, so two profiles agree
-only if the host runs Python at one speed. Every ``--every`` seconds this samples the profile's own
-host probe (``host_probe_ms``) and the wall time of a launch-bound GPU loop
+only if the host runs Python at one speed. Every ``--every`` seconds this samples a fixed piece of
+Python, the host probe (``bench.common.host_probe_ms``) and the wall time of a launch-bound GPU loop
 (``--launches`` tiny kernels, then a sync), in three phases of ``--phase-s`` seconds: ``idle``,
 ``neighbour`` (one spinning process pinned to another core) and ``idle_again``. For each phase it
 prints the median, p10 and p90, the share of samples more than 1.5x slower than the fastest seen,
@@ -29,8 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from bench.common import command_line  # noqa: E402
-from pipeline.measure.host import host_probe_ms# noqa: E402
+from bench.common import command_line, host_probe_ms  # noqa: E402
 
 SLOW = 1.5  # a sample this many times the fastest counts as the slow state
 SPIN = "while True:\n    pass\n"

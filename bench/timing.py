@@ -1,17 +1,28 @@
-"""Profiles that repeat, and routes that a busy CPU does not decide, on one GPU.
+"""Does a profile say honestly how far its numbers would move on a re-run, and do its routes hold?
 
-(a) Two back-to-back profile runs of each model (same built backends, same config) must agree
-    within 5% on every cell (backend x batch size).
-(b) A profile taken while one spinning process per CPU core saturates the host picks the route
-    (``choose_route``, router strategy). With the load stopped every backend is re-timed; at each
-    batch size the chosen backend must be within 5% of the fastest (regret <= 1.05).
+Per model, the capture stage builds the backends once; then the real profile stage
+(``stages/profile.py``) runs three times over them:
 
-Backends are built once per model by the capture stage and reused by every run; every run goes
-through the real profile stage (``stages/profile.py``).
-Verdict (b) uses min_gain=0 (the fastest backend per size as the profile saw it); the product route
-(``route.min_gain``) is reported beside it, against the route the quiet profile would pick.
+- ``quiet_1``, ``quiet_2``: two back-to-back profiles;
+- ``loaded``: one profile while one spinning process per CPU core saturates the host.
 
-    python bench/timing.py --out OUT     # writes OUT/timing-h200.json; about 4-6 minutes on one H200
+Per model, and in ``summary`` over all of them:
+
+- ``unflagged_disagreements``: cells whose medians differ between the quiet runs by more than 10%
+  though neither run flagged them noisy (the flag should catch every such cell);
+- ``interval_held_share``: per run, the share of cells whose stated interval holds the other run's
+  median (``unflagged_interval_held_share``: of the cells that run did not flag);
+- ``cross_regret``: each quiet run's route (the product route: ``route.min_gain``, the cells'
+  intervals, the eager baseline), timed with the other run's medians, against the fastest backend
+  there, at the worst size (``cross_regret_of_confident_routes``: of the routes that did not rest
+  on noisy cells, the claim a route makes when route.json says ``rests_on_noisy: false``);
+- ``busy_cpu_regret``: the route the loaded profile picks (``min_gain=0``: the fastest backend per
+  size as it saw it), timed with each quiet run's medians, against the fastest there.
+
+Budgets are modest (``PROFILE``) so that three profiles of two models fit in minutes:
+
+    python bench/timing.py --out OUT --models resnet18 mobilenet_v3_small   # one H200: about 5 minutes
+    python bench/timing.py --out OUT --device cpu --models tiny_mlp mlp     # CPU, backends=cpu
 """
 
 from __future__ import annotations
@@ -37,18 +48,16 @@ import torch  # noqa: E402
 from hydra.utils import instantiate  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
+from bench.common import command_line, host_probe_ms  # noqa: E402
 from pipeline import devices  # noqa: E402
 from pipeline.api import compose_config  # noqa: E402
 from pipeline.context import RunContext  # noqa: E402
-from pipeline.route.policy import backend_for, choose_route, eager_baseline  # noqa: E402
-from pipeline.measure.host import host_probe_ms# noqa: E402
-from pipeline.measure.measurement import Measurement# noqa: E402
+from pipeline.measure.measurement import Measurement  # noqa: E402
+from pipeline.route.policy import backend_for, choose_route, eager_baseline, rests_on  # noqa: E402
 from stages import capture as capture_stage  # noqa: E402
 from stages import profile as profile_stage  # noqa: E402
 
-AGREE = 0.05  # (a): two runs within 5% on every cell
-MAX_REGRET = 1.05  # (b)
-# Modest budgets so that four profiles of two models fit in minutes; still +-2% medians.
+DISAGREE = 0.10  # medians further apart than this should have been flagged
 PROFILE = ["profile=default", "profile.warmup_ms=30", "profile.min_warmup_calls=3", "profile.min_samples=10",
            "profile.max_samples=200", "profile.budget_ms=250", "profile.min_window_ms=25", "profile.max_repeats=2"]
 
@@ -81,7 +90,7 @@ while os.getppid() == parent and time.monotonic() < end:
 
 
 @contextlib.contextmanager
-def cpu_load(processes: int, deadline_s: float = 300.0) -> Iterator[Dict[str, Any]]:
+def cpu_load(processes: int, deadline_s: float = 1800.0) -> Iterator[Dict[str, Any]]:
     """One spinning Python process per core, killed (each by its own handle) on the way out."""
     procs = [subprocess.Popen([sys.executable, "-c", SPIN, str(deadline_s)]) for _ in range(processes)]
     info: Dict[str, Any] = {"processes": processes}
@@ -97,69 +106,75 @@ def cpu_load(processes: int, deadline_s: float = 300.0) -> Iterator[Dict[str, An
         info["loadavg_1min_at_end"] = os.getloadavg()[0]
 
 
-def profile_run(base: RunContext, run_dir: Path) -> Profile:
-    """One pass of the real profile stage over already-built backends."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    ctx = RunContext(cfg=base.cfg, run_dir=run_dir, device=base.device, model=base.model, inputs=base.inputs)
+def profile_run(base: RunContext, name: str) -> RunContext:
+    """One run of the real profile stage over already-built backends: the context it leaves."""
+    ctx = RunContext(cfg=base.cfg, run_dir=base.run_dir, device=base.device, model=base.model, inputs=base.inputs)
     ctx.backends = dict(base.backends)
     start = time.perf_counter()
     profile_stage.run(ctx)
-    print(f"    {run_dir.name}: profiled in {time.perf_counter() - start:.1f} s", flush=True)
-    return ctx.profile
-
-
-def medians(profile: Profile) -> Dict[str, Dict[int, float]]:
-    return {b: {bs: m.median for bs, m in per.items() if m.count} for b, per in profile.items()}
+    print(f"    {name}: profiled in {time.perf_counter() - start:.1f} s", flush=True)
+    return ctx
 
 
 def cells(profile: Profile) -> Dict[str, Dict[str, Any]]:
-    """Every cell's summary plus its windows' sizes and medians."""
+    """Every cell's summary plus its windows' sizes, passes and medians."""
     out: Dict[str, Dict[str, Any]] = {}
     for b, per in profile.items():
         for bs, m in sorted(per.items()):
             out.setdefault(b, {})[str(bs)] = {**m.summary(), "window_sizes": [len(w) for w in m.windows],
+                                             "window_passes": m.passes,
                                              "window_medians_ms": [statistics.median(w) for w in m.windows]}
     return out
 
 
-def repeatability(a: Profile, b: Profile) -> Dict[str, Any]:
-    rows = []
+def pairs(a: Profile, b: Profile) -> Iterator[tuple]:
+    """``(backend, batch size, cell in a, cell in b)`` for every cell both profiles measured."""
     for backend, per in a.items():
         for bs, m in sorted(per.items()):
             other = b.get(backend, {}).get(bs)
-            if other is None or not m.count or not other.count:
-                continue
-            diff = abs(m.median - other.median) / min(m.median, other.median)
-            rows.append({"backend": backend, "batch_size": bs, "run1_ms": m.median, "run2_ms": other.median,
-                         "rel_diff": diff, "ok": diff <= AGREE, "noisy": m.noisy or other.noisy})
-    worst = max((r["rel_diff"] for r in rows), default=float("nan"))
-    # The profile's own claim: a cell it did not flag noisy in either run should repeat.
+            if other is not None and m.count and other.count:
+                yield backend, bs, m, other
+
+
+def agreement(a: Profile, b: Profile) -> Dict[str, Any]:
+    """Per cell, how far the two runs' medians are apart and whether either run flagged it."""
+    rows = [{"backend": backend, "batch_size": bs, "run1_ms": m.median, "run2_ms": other.median,
+             "rel_diff": abs(m.median - other.median) / min(m.median, other.median), "noisy": m.noisy or other.noisy}
+            for backend, bs, m, other in pairs(a, b)]
     unflagged = [r for r in rows if not r["noisy"]]
-    return {"cells": rows, "worst_rel_diff": worst, "ok": bool(rows) and all(r["ok"] for r in rows),
+    return {"cells": rows, "worst_rel_diff": max((r["rel_diff"] for r in rows), default=float("nan")),
             "unflagged_cells": len(unflagged),
-            "worst_unflagged_rel_diff": max((r["rel_diff"] for r in unflagged), default=float("nan"))}
+            "unflagged_disagreements": [r for r in unflagged if r["rel_diff"] > DISAGREE]}
 
 
-def regret(route_from: Profile, quiet: Profile, order: List[str], min_gain: float,
-           baseline: Optional[str]) -> Dict[str, Any]:
-    """Route on ``route_from``; judge each size's chosen backend by the quiet re-timing."""
-    route = choose_route(medians(route_from), order, "router", min_gain, baseline=baseline)
-    quiet_route = choose_route(medians(quiet), order, "router", min_gain, baseline=baseline)
-    q = medians(quiet)
+def interval_held(stated: Profile, rerun: Profile) -> Dict[str, Any]:
+    """The share of ``stated``'s cells whose interval holds ``rerun``'s median, of all and of the unflagged."""
+    held = [(m.interval[0] <= other.median <= m.interval[1], m.noisy) for _, _, m, other in pairs(stated, rerun)]
+    calm = [ok for ok, noisy in held if not noisy]
+    return {"cells": len(held), "share": sum(ok for ok, _ in held) / len(held) if held else float("nan"),
+            "unflagged_cells": len(calm), "unflagged_share": sum(calm) / len(calm) if calm else float("nan")}
+
+
+def regret(route_from: RunContext, judge: RunContext, order: List[str], min_gain: float, baseline: Optional[str],
+           use_intervals: bool) -> Dict[str, Any]:
+    """Route on ``route_from``; time each size's chosen backend with ``judge``'s medians, against the fastest there.
+
+    Says too whether the route rested on cells ``route_from`` flagged noisy, as route.json would.
+    """
+    route = choose_route(route_from.medians(), order, "router", min_gain, baseline=baseline,
+                         intervals=route_from.intervals() if use_intervals else None)
+    noisy = [(b, bs) for b, bs in rests_on(route, route_from.medians(), route_from.intervals())
+             if route_from.profile[b][bs].noisy]
+    timed = judge.medians()
     rows = []
-    for bs in sorted({bs for per in q.values() for bs in per}):
-        measured = {b: per[bs] for b, per in q.items() if bs in per}
+    for bs in sorted({bs for per in timed.values() for bs in per}):
+        measured = {b: per[bs] for b, per in timed.items() if bs in per}
         chosen, best = backend_for(route, bs), min(measured, key=measured.get)
-        quiet_choice = backend_for(quiet_route, bs)
-        rows.append({"batch_size": bs, "chosen": chosen, "chosen_ms": measured.get(chosen), "best": best,
-                     "best_ms": measured[best], "regret": measured[chosen] / measured[best] if chosen in measured
-                     else float("inf"), "quiet_route_choice": quiet_choice,
-                     "regret_vs_quiet_route": measured[chosen] / measured[quiet_choice]
-                     if chosen in measured and quiet_choice in measured else float("inf")})
-    return {"min_gain": min_gain, "route": [r.to_dict() for r in route],
-            "quiet_route": [r.to_dict() for r in quiet_route], "per_size": rows,
-            "worst_regret": max(r["regret"] for r in rows), "worst_regret_vs_quiet_route":
-                max(r["regret_vs_quiet_route"] for r in rows)}
+        rows.append({"batch_size": bs, "chosen": chosen, "best": best,
+                     "regret": measured[chosen] / measured[best] if chosen in measured else float("inf")})
+    return {"min_gain": min_gain, "intervals": use_intervals, "route": [r.to_dict() for r in route],
+            "rests_on_noisy": bool(noisy), "noisy_cells": noisy, "per_size": rows,
+            "worst_regret": max(r["regret"] for r in rows)}
 
 
 def bench_model(model_name: str, args: argparse.Namespace, out: Path, load_processes: int) -> Dict[str, Any]:
@@ -167,32 +182,29 @@ def bench_model(model_name: str, args: argparse.Namespace, out: Path, load_proce
     device = devices.resolve(args.device)
     torch.manual_seed(cfg.seed)
     model = instantiate(cfg.model.build).eval().to(device)
-    base = RunContext(cfg=cfg, run_dir=out / "runs" / f"{model_name}-capture", device=device, model=model,
+    base = RunContext(cfg=cfg, run_dir=out, device=device, model=model,
                       inputs=OmegaConf.to_container(cfg.model.inputs, resolve=True))
-    base.run_dir.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     capture_stage.run(base)  # compiles and records once; every run below reuses these backends
     print(f"  {model_name}: built {sorted(base.backends)} in {time.perf_counter() - start:.0f} s", flush=True)
-    order = list(cfg.backends)
-    baseline = eager_baseline(cfg.backends)
-    runs: Dict[str, Profile] = {}
-    runs["quiet_1"] = profile_run(base, out / "runs" / f"{model_name}-quiet_1")
-    runs["quiet_2"] = profile_run(base, out / "runs" / f"{model_name}-quiet_2")
+    order, baseline, min_gain = list(cfg.backends), eager_baseline(cfg.backends), float(cfg.route.min_gain)
+    runs = {name: profile_run(base, f"{model_name}-{name}") for name in ("quiet_1", "quiet_2")}
     with cpu_load(load_processes) as load:
-        runs["loaded"] = profile_run(base, out / "runs" / f"{model_name}-loaded")
+        runs["loaded"] = profile_run(base, f"{model_name}-loaded")
     load["probe_quiet"] = host_probe_ms()
-    runs["retimed"] = profile_run(base, out / "runs" / f"{model_name}-retimed")
+    quiet = [("quiet_1", "quiet_2"), ("quiet_2", "quiet_1")]
     result = {
         "batch_sizes": base.batch_sizes,
         "capture": {n: o.to_dict() for n, o in base.outcomes.items()},
         "load": load,
-        "runs": {name: cells(p) for name, p in runs.items()},
-        "repeatability": repeatability(runs["quiet_1"], runs["quiet_2"]),
-        "regret_loaded_route": regret(runs["loaded"], runs["retimed"], order, 0.0, baseline),
-        "product_route": regret(runs["loaded"], runs["retimed"], order, float(cfg.route.min_gain), baseline),
+        "runs": {name: cells(ctx.profile) for name, ctx in runs.items()},
+        "agreement": agreement(runs["quiet_1"].profile, runs["quiet_2"].profile),
+        "interval_held": {a: interval_held(runs[a].profile, runs[b].profile) for a, b in quiet},
+        "cross_regret": {a: regret(runs[a], runs[b], order, min_gain, baseline, True) for a, b in quiet},
+        "busy_cpu_regret": {q: regret(runs["loaded"], runs[q], order, 0.0, baseline, False) for q, _ in quiet},
+        "busy_cpu_regret_product_route": {q: regret(runs["loaded"], runs[q], order, min_gain, baseline, True)
+                                          for q, _ in quiet},
     }
-    result["ok"] = {"repeatable_within_5pct": result["repeatability"]["ok"],
-                    "regret_le_1.05": result["regret_loaded_route"]["worst_regret"] <= MAX_REGRET}
     del base, model, runs
     torch._dynamo.reset()
     if device.type == "cuda":
@@ -200,12 +212,38 @@ def bench_model(model_name: str, args: argparse.Namespace, out: Path, load_proce
     return result
 
 
-def print_summary(name: str, r: Mapping[str, Any]) -> None:
-    print(f"\n== {name}: repeatable within 5%: {r['ok']['repeatable_within_5pct']} "
-          f"(worst {r['repeatability']['worst_rel_diff']:.1%}; {r['repeatability']['unflagged_cells']} cells not "
-          f"flagged noisy in either run: worst {r['repeatability']['worst_unflagged_rel_diff']:.1%}); "
-          f"regret <= 1.05: {r['ok']['regret_le_1.05']} "
-          f"(worst {r['regret_loaded_route']['worst_regret']:.3f})")
+def summary(models: Mapping[str, Mapping[str, Any]]) -> Dict[str, Any]:
+    """The headline figures over every model and run: counts summed, shares at their lowest, regrets at their worst."""
+    def worst(key: str) -> float:
+        return max(r["worst_regret"] for m in models.values() for r in m[key].values())
+
+    held = [h for m in models.values() for h in m["interval_held"].values()]
+    return {
+        "worst_rel_diff": max(m["agreement"]["worst_rel_diff"] for m in models.values()),
+        "unflagged_disagreements": sum(len(m["agreement"]["unflagged_disagreements"]) for m in models.values()),
+        "interval_held_share": min(h["share"] for h in held),
+        "unflagged_interval_held_share": min((h["unflagged_share"] for h in held if h["unflagged_cells"]),
+                                             default=float("nan")),
+        "cross_regret": worst("cross_regret"),
+        "cross_regret_of_confident_routes": max((r["worst_regret"] for m in models.values()
+                                                 for r in m["cross_regret"].values() if not r["rests_on_noisy"]),
+                                                default=float("nan")),
+        "busy_cpu_regret": worst("busy_cpu_regret"),
+        "busy_cpu_regret_product_route": worst("busy_cpu_regret_product_route"),
+    }
+
+
+def print_model(name: str, r: Mapping[str, Any]) -> None:
+    a = r["agreement"]
+    print(f"\n== {name}: quiet runs differ by up to {a['worst_rel_diff']:.1%}; "
+          f"{len(a['unflagged_disagreements'])} of {a['unflagged_cells']} unflagged cells differ by more than "
+          f"{DISAGREE:.0%}")
+    for run, h in r["interval_held"].items():
+        print(f"  {run}: interval held the other run's median in {h['share']:.0%} of {h['cells']} cells "
+              f"({h['unflagged_share']:.0%} of the {h['unflagged_cells']} it did not flag)")
+    for key in ("cross_regret", "busy_cpu_regret", "busy_cpu_regret_product_route"):
+        print(f"  {key}: " + ", ".join(f"{run} {x['worst_regret']:.3f}" + (" (rests on noise)" * x["rests_on_noisy"])
+                                       for run, x in r[key].items()))
     for backend, outcome in r["capture"].items():
         if outcome["status"] != "ok":
             print(f"  {backend}: {outcome['status']}: {outcome['reason'][:200]}")
@@ -217,9 +255,6 @@ def print_summary(name: str, r: Mapping[str, Any]) -> None:
             row = "".join(f"{per[str(bs)]['median_ms']:>9.3f}{'*' if per[str(bs)]['noisy'] else ' '}"
                           if str(bs) in per else f"{'-':>10}" for bs in sizes)
             print(f"{backend:<16}{run:<9}{row}")
-    for row in r["regret_loaded_route"]["per_size"]:
-        print(f"  bs={row['batch_size']:<4} loaded profile chose {row['chosen']:<16} quiet best {row['best']:<16} "
-              f"regret {row['regret']:.3f}")
     print("  (* = flagged noisy)")
 
 
@@ -236,14 +271,16 @@ def finite(x: Any) -> Any:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, required=True, help="folder for timing-h200.json and the runs")
+    parser.add_argument("--out", type=Path, required=True, help="folder for timing-<tag>.json")
     parser.add_argument("--models", nargs="+", default=["resnet18", "mobilenet_v3_small"])
-    parser.add_argument("--backends", default="gpu", help="a backends set or list, as on the command line")
+    parser.add_argument("--device", default="cuda", help="cuda (default) or cpu")
+    parser.add_argument("--backends", default=None, help="a backends set or list (default: gpu on cuda, cpu on cpu)")
     parser.add_argument("--override", nargs="*", default=[], help="extra Hydra overrides, e.g. profile.budget_ms=500")
-    parser.add_argument("--device", default="cuda", help="cpu only for a smoke run of the script itself")
+    parser.add_argument("--tag", default=None, help="names the result file (default: h200 on cuda, cpu on cpu)")
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
-        sys.exit("bench/timing.py needs a CUDA device (or --device cpu for a smoke run)")
+        sys.exit("bench/timing.py: no CUDA device; pass --device cpu to run it on the CPU")
+    args.backends = args.backends or ("gpu" if args.device == "cuda" else "cpu")
     args.out.mkdir(parents=True, exist_ok=True)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the finally blocks: stop the load
     start = time.perf_counter()
@@ -251,21 +288,18 @@ def main() -> None:
     print(f"timing bench on {devices.name(torch.device(args.device))} (torch {torch.__version__}); "
           f"load = {load_processes} spinning processes", flush=True)
     report: Dict[str, Any] = {
-        "command": " ".join(["python", "bench/timing.py", *sys.argv[1:]]),
-        "device": devices.name(torch.device(args.device)), "torch": torch.__version__, "python": platform.python_version(),
-        "host_cores": load_processes, "profile_overrides": PROFILE + args.override, "models": {},
+        "command": command_line(), "device": devices.name(torch.device(args.device)), "torch": torch.__version__,
+        "python": platform.python_version(), "host_cores": load_processes, "backends": args.backends,
+        "profile_overrides": PROFILE + args.override, "models": {},
     }
-    path = args.out / "timing-h200.json"
+    path = args.out / f"timing-{args.tag or ('h200' if args.device == 'cuda' else 'cpu')}.json"
     for name in args.models:  # written after every model, so a run cut short keeps what it measured
         report["models"][name] = bench_model(name, args, args.out, load_processes)
-        print_summary(name, report["models"][name])
-        report["verdicts"] = {
-            "repeatable_within_5pct": all(m["ok"]["repeatable_within_5pct"] for m in report["models"].values()),
-            "regret_le_1.05": all(m["ok"]["regret_le_1.05"] for m in report["models"].values()),
-        }
+        print_model(name, report["models"][name])
+        report["summary"] = summary(report["models"])
         report["elapsed_s"] = time.perf_counter() - start
         path.write_text(json.dumps(finite(report), indent=1))
-    print(f"\nverdicts: {report['verdicts']}  ({report['elapsed_s']:.0f} s) -> {path}")
+    print(f"\nsummary: {json.dumps(finite(report['summary']))}  ({report['elapsed_s']:.0f} s) -> {path}")
 
 
 if __name__ == "__main__":

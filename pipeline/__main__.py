@@ -2,7 +2,8 @@
 
 A mistake of the user's (a config check's :class:`ConfigError`, or Hydra failing to compose the
 config) is one line on stderr and exit code 2, and a run that fails its checks leaves no run
-directory; a traceback means a bug of tweakpipe's. ``HYDRA_FULL_ERROR=1`` shows Hydra's own report.
+directory; a route refused by ``route.require_confident`` is one line and exit code 1; a traceback
+means a bug of tweakpipe's. ``HYDRA_FULL_ERROR=1`` shows Hydra's own report.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from omegaconf import DictConfig
 from pipeline.config.errors import ConfigError, config_dirs_from_argv, explain_unknown_choices, one_line
 from pipeline.runner import resumed_config, run
 from pipeline.config.schema import register_configs
+from stages.route import RouteNotConfident
 
 register_configs()
 FULL_ERROR = "HYDRA_FULL_ERROR"
@@ -33,10 +35,10 @@ def remove_if_unused(run_dir: Path) -> None:
         shutil.rmtree(run_dir)
 
 
-def fail(message: str) -> NoReturn:
-    """A user's mistake: one line on stderr, exit code 2."""
+def fail(message: str, code: int = 2) -> NoReturn:
+    """One line on stderr and an exit code: 2 for a user's mistake."""
     print(f"error: {message}", file=sys.stderr)
-    raise SystemExit(2)
+    raise SystemExit(code)
 
 
 def raised_in_main(exc: BaseException) -> bool:
@@ -54,6 +56,8 @@ def main(cfg: DictConfig) -> None:
     except ConfigError as exc:
         remove_if_unused(run_dir)
         fail(str(exc))  # SystemExit passes through Hydra, which would log and print an Exception
+    except RouteNotConfident as exc:
+        fail(f"{exc} (run directory: {run_dir})", code=1)
     print(f"run directory: {run_dir}")
     if ctx.routed is not None:
         print(f"route: {ctx.routed.extra_repr()}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, TypeVar
 
 import torch
 from omegaconf import DictConfig
@@ -16,6 +16,7 @@ from pipeline.route.policy import Range
 from pipeline.measure.measurement import Measurement
 from pipeline.measure.references import InputSource, input_sources
 
+T = TypeVar("T")
 
 # Added wherever an unverified backend is left out, so the error names the key that lets it in.
 ALLOW_HINT = " (validate.allow_unverified=true routes over unverified backends)"
@@ -87,7 +88,6 @@ class RunContext:
     outcomes: Dict[str, BackendOutcome] = field(default_factory=dict)
     # profile
     profile: Dict[str, Dict[int, Measurement]] = field(default_factory=dict)
-    host_probe_ms: Dict[str, float] = field(default_factory=dict)  # host speed before/after the profile
     # route
     route: List[Range] = field(default_factory=list)
     route_info: Dict[str, Any] = field(default_factory=dict)  # route.json: the rule, ranges, medians, exclusions
@@ -149,6 +149,14 @@ class RunContext:
         """Backends capture could neither prove right nor wrong."""
         return [n for n, o in self.outcomes.items() if o.status == "unverified"]
 
+    def cell_figures(self, figure: Callable[[Measurement], T]) -> Dict[str, Dict[int, T]]:
+        """The profile as backend -> batch size -> ``figure(cell)``, over the cells with samples."""
+        return {b: {bs: figure(m) for bs, m in per.items() if m.count} for b, per in self.profile.items()}
+
     def medians(self) -> Dict[str, Dict[int, float]]:
         """The profile as backend -> batch size -> median ms (the router's input)."""
-        return {b: {bs: m.median for bs, m in per.items() if m.count} for b, per in self.profile.items()}
+        return self.cell_figures(lambda m: m.median)
+
+    def intervals(self) -> Dict[str, Dict[int, Tuple[float, float]]]:
+        """The profile as backend -> batch size -> the median's interval in ms (the router's other input)."""
+        return self.cell_figures(lambda m: m.interval)

@@ -1,8 +1,10 @@
 """``python -m pipeline.report``: the seed-style latency table, built from MLflow.
 
 Rows are model x backend plus the routed ``auto``; columns are batch sizes; cells are median
-latency in ms. ``auto`` is a measured ``latency_ms/auto/bs<N>`` where a run logged one, otherwise
-the latency of the backend the route picked at that size. The runs come from a sweep (its parent
+latency in ms, marked ``*`` where the profile flagged the cell noisy (``noisy/<backend>/bs<N>``).
+``auto`` is a measured ``latency_ms/auto/bs<N>`` where a run logged one, otherwise the latency of
+the backend the route picked at that size; a note under the table names each run whose route rests
+on noisy cells (tag ``route.rests_on_noisy``). The runs come from a sweep (its parent
 run), an experiment (the newest run of each model) or a list of run ids. The table is printed
 and written as Markdown and CSV::
 
@@ -23,15 +25,16 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Set
 
 from pipeline.config.schema import TrackingConfig
 from pipeline.route.policy import Range, backend_for
 from pipeline.record.store import sqlite_path
 from pipeline.record.tracker import PARENT_TAG, SWEEP_TAG
 
-METRIC = re.compile(r"^latency_ms/(?P<backend>[^/]+)/bs(?P<bs>\d+)$")
+METRIC = re.compile(r"^(?P<figure>latency_ms|noisy)/(?P<backend>[^/]+)/bs(?P<bs>\d+)$")
 AUTO = "auto"
+LEGEND = "`*` noisy: the profile flagged this cell (its samples or passes disagreed; profile.csv says why)"
 
 
 @dataclass
@@ -39,6 +42,7 @@ class Row:
     model: str
     backend: str
     ms: Dict[int, float]
+    noisy: Set[int] = field(default_factory=set)  # batch sizes whose cell was flagged noisy
     # --errors: the candidate's precision and its accuracy-budget metric against fp32 eager (error/<backend>)
     precision: str = ""
     error: Optional[float] = None
@@ -50,6 +54,7 @@ class Table:
     sizes: List[int] = field(default_factory=list)
     rows: List[Row] = field(default_factory=list)
     title: str = "median latency (ms) by batch size"
+    notes: List[str] = field(default_factory=list)  # one per run whose route rests on noisy cells
     errors: bool = False  # show each candidate's precision and error beside its latencies
 
 
@@ -61,14 +66,19 @@ def error_columns(table: Table, r: Row) -> List[str]:
     return [r.precision, "" if r.error is None else f"{r.error:.6g}", within]
 
 
-def latencies(run) -> Dict[str, Dict[int, float]]:
-    """backend -> batch size -> ms from a run's ``latency_ms/<backend>/bs<N>`` metrics."""
+def per_cell(run, figure: str) -> Dict[str, Dict[int, float]]:
+    """backend -> batch size -> value from a run's ``<figure>/<backend>/bs<N>`` metrics (``latency_ms``, ``noisy``)."""
     out: Dict[str, Dict[int, float]] = {}
     for key, value in run.data.metrics.items():
         m = METRIC.match(key)
-        if m and not math.isnan(value):
+        if m and m["figure"] == figure and not math.isnan(value):
             out.setdefault(m["backend"], {})[int(m["bs"])] = value
     return out
+
+
+def latencies(run) -> Dict[str, Dict[int, float]]:
+    """backend -> batch size -> ms from a run's ``latency_ms/<backend>/bs<N>`` metrics."""
+    return per_cell(run, "latency_ms")
 
 
 def route_of(run) -> Optional[List[Range]]:
@@ -114,23 +124,37 @@ def build(runs: Sequence, errors: bool = False) -> Table:
         lat = latencies(run)
         if not lat:
             continue
+        noisy = {b: {bs for bs, flag in per.items() if flag} for b, per in per_cell(run, "noisy").items()}
         order = [b for b in run.data.tags.get("backends", "").split(",") if b in lat]
         order += sorted(b for b in lat if b not in order and b != AUTO)
         metrics, tags = run.data.metrics, run.data.tags
         for backend in order:
             within = metrics.get(f"within_budget/{backend}")
-            table.rows.append(Row(label, backend, lat[backend], tags.get(f"precision.{backend}", ""),
-                                  metrics.get(f"error/{backend}"), None if within is None else bool(within)))
-        auto = auto_row(lat, route_of(run))
+            table.rows.append(Row(label, backend, lat[backend], noisy.get(backend, set()),
+                                  tags.get(f"precision.{backend}", ""), metrics.get(f"error/{backend}"),
+                                  None if within is None else bool(within)))
+        route = route_of(run)
+        auto = auto_row(lat, route)
         if auto:
-            table.rows.append(Row(label, AUTO, auto))
+            served = {bs: backend_for(route, bs) for bs in auto} if route and AUTO not in lat else {}
+            table.rows.append(Row(label, AUTO, auto, {bs for bs, b in served.items() if bs in noisy.get(b, ())}))
+        if run.data.tags.get("route.rests_on_noisy") == "true":
+            table.notes.append(f"{label}: the route rests on noisy cells ({run.data.tags.get('route.noisy_cells', '')})")
         sizes.update(bs for per in lat.values() for bs in per)
     table.sizes = sorted(sizes)
     return table
 
 
-def cell(ms: Optional[float]) -> str:
-    return "" if ms is None else f"{ms:.2f}" if ms >= 0.1 else f"{ms:.4f}"
+def cell(row: Row, bs: int) -> str:
+    """A row's median at ``bs`` as printed, ``*`` after it where the cell was noisy."""
+    ms = row.ms.get(bs)
+    text = "" if ms is None else f"{ms:.2f}" if ms >= 0.1 else f"{ms:.4f}"
+    return text + "*" if text and bs in row.noisy else text
+
+
+def footer(table: Table) -> List[str]:
+    """The legend of ``*`` (where a cell has one) and the notes on routes that rest on noisy cells."""
+    return ([LEGEND] if any(r.noisy for r in table.rows) else []) + table.notes
 
 
 def markdown(table: Table) -> str:
@@ -140,8 +164,9 @@ def markdown(table: Table) -> str:
              "|" + "---|" * (2 + len(extra)) + "---:|" * len(table.sizes)]
     for r in table.rows:
         lines.append("| " + " | ".join([r.model, r.backend, *error_columns(table, r),
-                                         *(cell(r.ms.get(bs)) for bs in table.sizes)]) + " |")
-    return "\n".join(lines) + "\n"
+                                         *(cell(r, bs) for bs in table.sizes)]) + " |")
+    notes = footer(table)
+    return "\n".join(lines + ([""] + [f"{n}  " for n in notes] if notes else [])) + "\n"
 
 
 def write(table: Table, stem: Path) -> List[Path]:
@@ -152,11 +177,11 @@ def write(table: Table, stem: Path) -> List[Path]:
     with csv_path.open("w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["model", "backend", *(["precision", "error", "within_budget"] if table.errors else []),
-                         *table.sizes])
+                         *table.sizes, "noisy"])
         for r in table.rows:
             extra = [r.precision, "" if r.error is None else r.error, "" if r.within is None else r.within]
             writer.writerow([r.model, r.backend, *(extra if table.errors else []),
-                             *(r.ms.get(bs, "") for bs in table.sizes)])
+                             *(r.ms.get(bs, "") for bs in table.sizes), " ".join(map(str, sorted(r.noisy)))])
     return [md, csv_path]
 
 
@@ -175,8 +200,11 @@ def show(table: Table) -> None:
         out.add_column(str(bs), justify="right")
     for r in table.rows:
         out.add_row(escape(r.model), f"[bold]{r.backend}[/bold]" if r.backend == AUTO else escape(r.backend),
-                    *error_columns(table, r), *(cell(r.ms.get(bs)) for bs in table.sizes))
-    Console(width=max(100, 24 + 10 * len(table.sizes) + 36 * table.errors)).print(out)
+                    *error_columns(table, r), *(cell(r, bs) for bs in table.sizes))
+    console = Console(width=max(100, 24 + 10 * len(table.sizes) + 36 * table.errors))
+    console.print(out)
+    for note in footer(table):
+        console.print(escape(note))
 
 
 def runs_of_sweep(client, parent_id: str) -> list:

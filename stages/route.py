@@ -1,49 +1,76 @@
 """Route: pick the backend for each range of batch sizes from the profile and build the routed model.
 
 The route and what it rests on land on the context (``route_info``); the recorder writes
-``route.json`` and the checkpoint."""
+``route.json`` and the checkpoint. A route that rests on noisy cells is shipped with a warning, or
+refused under ``route.require_confident``."""
 
 from __future__ import annotations
 
 import logging
+from typing import Any, Dict, List
 
 from pipeline.context import RunContext
 from pipeline.route.served import RoutedModule, TuneRecord
 from pipeline.backends.precision import precision_of
 from pipeline.measure.accuracy import budget_of
-from pipeline.route.policy import choose_route, eager_baseline
+from pipeline.route.policy import choose_route, eager_baseline, rests_on, usable
 
 log = logging.getLogger(__name__)
+TIMED = ("router", "highest_throughput")  # the strategies whose choice rests on the profile's timings
+
+
+class RouteNotConfident(RuntimeError):
+    """``route.require_confident`` is set and the route rests on cells the profile flagged noisy."""
 
 
 def run(ctx: RunContext) -> None:
     rcfg = ctx.cfg.route
-    medians = ctx.medians()
-    candidates = ctx.candidates
+    medians, intervals = ctx.medians(), ctx.intervals()
+    candidates = ctx.candidates  # each backend once per precision
     # No size served slower than plain eager: fp32 eager where it competes.
-    eager = eager_baseline({n: c for n, c in candidates.items() if precision_of(c) == "fp32"}) or eager_baseline(candidates)
-    ctx.route = choose_route(medians, list(candidates), rcfg.strategy, rcfg.min_gain,
-                             rcfg.backend, ctx.failures(), baseline=eager)
-    routed_names = {r.backend for r in ctx.route}
+    eager = (eager_baseline({n: c for n, c in candidates.items() if precision_of(c) == "fp32"})
+             or eager_baseline(candidates))
+    order, failures = list(candidates), ctx.failures()
+    route = choose_route(medians, order, rcfg.strategy, rcfg.min_gain, rcfg.backend, failures,
+                         baseline=eager, intervals=intervals)
+    competed = {b: medians[b] for b in usable(medians, order, failures)}
+    cells = rests_on(route, competed, intervals) if rcfg.strategy in TIMED else []
+    noisy: List[Dict[str, Any]] = [{"backend": b, "batch_size": bs, "reason": ctx.profile[b][bs].noise}
+                                   for b, bs in cells if ctx.profile[b][bs].noisy]
+    routed_names = {r.backend for r in route}
     unverified = sorted(routed_names & set(ctx.unverified()))
-    if unverified:
-        log.warning("route   serves %s, which capture could not check against eager (validate.allow_unverified=true)",
-                    ", ".join(unverified))
-    record = TuneRecord(ctx.cfg.model.name, ctx.model, ctx.inputs, ctx.batch_sizes, ctx.device, api=ctx.api,
-                        output_batch_dims=ctx.output_batch_dims)
-    ctx.routed = RoutedModule({n: ctx.backends[n] for n in routed_names}, ctx.route, record)
-    for r in ctx.route:
-        log.info("route   batch %s..%s -> %s (%s)", r.lo, r.hi if r.hi is not None else "inf", r.backend,
-                 ctx.outcomes[r.backend].precision)
     ctx.route_info = {
         "strategy": rcfg.strategy,
         "min_gain": rcfg.min_gain,
         "never_slower_than": eager if rcfg.strategy == "router" else None,  # only the router applies it
-        "ranges": [{**r.to_dict(), "precision": ctx.outcomes[r.backend].precision} for r in ctx.route],
+        "ranges": [{**r.to_dict(), "precision": ctx.outcomes[r.backend].precision} for r in route],
         "accuracy_budget": budget_of(rcfg.accuracy_budget),
         "candidates": [{"backend": n, "precision": o.precision, "error": o.accuracy, "within_budget": o.within_budget,
                         "status": o.status} for n, o in ctx.outcomes.items()],
         "profile_medians_ms": {b: {str(bs): ms for bs, ms in per.items()} for b, per in medians.items()},
-        "excluded": ctx.failures(),
+        "profile_intervals_ms": {b: {str(bs): list(iv) for bs, iv in per.items()} for b, per in intervals.items()},
+        "rests_on": [{"backend": b, "batch_size": bs} for b, bs in cells],
+        "noisy_cells": noisy,
+        "rests_on_noisy": bool(noisy),
+        "excluded": failures,
         "unverified": unverified,
     }
+    for r in route:
+        log.info("route   batch %s..%s -> %s (%s)", r.lo, r.hi if r.hi is not None else "inf", r.backend,
+                 ctx.outcomes[r.backend].precision)
+    if noisy:
+        names = ", ".join(f"{c['backend']} bs={c['batch_size']}" for c in noisy)
+        if rcfg.require_confident:
+            raise RouteNotConfident(
+                f"the route rests on {len(noisy)} cell(s) the profile flagged noisy ({names}; route.json says why) "
+                "and route.require_confident=true, so nothing was saved; profile again on a quieter machine or with "
+                "profile=thorough, or set route.require_confident=false to ship it flagged")
+        log.warning("route   rests on %d noisy cell(s): %s (route.json: rests_on_noisy; "
+                    "route.require_confident=true refuses such a route)", len(noisy), names)
+    if unverified:
+        log.warning("route   serves %s, which capture could not check against eager (validate.allow_unverified=true)",
+                    ", ".join(unverified))
+    ctx.route = route
+    record = TuneRecord(ctx.cfg.model.name, ctx.model, ctx.inputs, ctx.batch_sizes, ctx.device, api=ctx.api,
+                        output_batch_dims=ctx.output_batch_dims)
+    ctx.routed = RoutedModule({n: ctx.backends[n] for n in routed_names}, route, record)

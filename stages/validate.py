@@ -12,6 +12,7 @@ from pipeline.measure import accuracy
 from pipeline.measure.compare import judge, tolerance
 from pipeline.context import RunContext
 from pipeline.measure.references import reference_at
+from pipeline.record import progress
 from pipeline.route.policy import backend_for
 
 log = logging.getLogger(__name__)
@@ -27,16 +28,19 @@ def check_sizes(ctx: RunContext) -> list:
     return sorted(set(ctx.batch_sizes) | set(extra) | {max(ctx.batch_sizes) + 1})
 
 
-def check(ctx: RunContext, modules: Dict[str, torch.nn.Module]) -> list:
+def check(ctx: RunContext, modules: Dict[str, torch.nn.Module], bar: progress.Steps) -> list:
     """One row per module and batch size: which backend served it, its error, how many tensors were
     compared and whether it is within tolerance. Eager's reference runs once per size (on inputs other
     than capture's: the user's rows from the second on, random fills at the next seed) and serves every
-    module; an uninformative row passes only with validate.allow_unverified."""
+    module; an uninformative row passes only with validate.allow_unverified. ``bar`` shows each size as
+    it is checked (a new size may compile for a while). Every row is also held to route.accuracy_budget
+    against fp32 eager."""
     vcfg, budget = ctx.cfg.validate, ctx.cfg.route.accuracy_budget
     sources = ctx.input_sources(seed_offset=1, start=1)
     rows: Dict[str, list] = {label: [] for label in modules}  # all of one check, then the next
     for bs in check_sizes(ctx):
         name = backend_for(ctx.route, bs)
+        bar.next(f"bs={bs} ({name})")
         backend = ctx.backends[name]
         dtype, precision = backend.compute_dtype, backend.precision
         ref = reference_at(ctx.model, bs, sources, dtype, vcfg.tolerance_scale)
@@ -64,13 +68,16 @@ def run(ctx: RunContext) -> None:
     if ctx.routed is None:
         raise RuntimeError("validate needs the route stage first: add route to stages")
     modules = {"routed": ctx.routed}
-    if ctx.cfg.validate.check_reload and ctx.checkpoint_path is not None:
-        from pipeline.route.checkpoint import load
+    reload = ctx.cfg.validate.check_reload and ctx.checkpoint_path is not None
+    with progress.steps("validate", int(reload) + len(check_sizes(ctx))) as bar:
+        if reload:
+            from pipeline.route.checkpoint import load
 
-        # The run's own checkpoint, written moments ago from its own config: its options are trusted.
-        modules["reloaded"] = load(ctx.checkpoint_path, ctx.model, device=ctx.device, trust_options=True)
-    with strict_compiles():  # a new size that recompiles past a limit fails here, not silently
-        rows = check(ctx, modules)
+            bar.next(f"reloading {ctx.checkpoint_path.name} (rebuilds the routed backends)")
+            # The run's own checkpoint, written moments ago from its own config: its options are trusted.
+            modules["reloaded"] = load(ctx.checkpoint_path, ctx.model, device=ctx.device, trust_options=True)
+        with strict_compiles():  # a new size that recompiles past a limit fails here, not silently
+            rows = check(ctx, modules, bar)
     fallbacks = {f"{label}:{name}": reason for label, module in modules.items()
                  for name, backend in module.backends.items() if (reason := backend.fallback_reason())}
     ctx.validation = {"ok": all(r["ok"] for r in rows) and not fallbacks, "rows": rows, "fallbacks": fallbacks}

@@ -67,6 +67,7 @@ CONFIG_CASES = {  # id: (overrides, what the message names: the problem, then th
     "no-samples": (["profile.max_samples=0"], r"min_samples <= max_samples, got min_samples=6, max_samples=0",
                    r"profile\.max_samples=200"),
     "zero-precision": (["profile.rel_precision=0"], r"rel_precision and noise_threshold must be > 0", r"got Settings"),
+    "zero-passes": (["profile.passes=0"], r"profile\.passes=0: every cell needs at least one pass", r"profile\.passes=2"),
     "zero-extra-size": (["validate.extra_batch_sizes=[0]"], r"validate\.extra_batch_sizes\[0\]=0 is not a batch size",
                         r"validate\.extra_batch_sizes=\[1,8,64\]"),
     "zero-batch-size": (["model.batch_sizes=[0,4]"], r"model\.batch_sizes\[0\]=0 is not a batch size \(an integer from 1",

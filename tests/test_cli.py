@@ -41,9 +41,20 @@ def test_cli_tunes_logs_and_prints_the_run_directory(tmp_path):
         assert f"compile_s/{backend}" in run.data.metrics
     assert run.data.params["model.name"] == "tiny_mlp"
     assert all(run.data.metrics[f"stage_s/{s}"] > 0 for s in ("capture", "profile", "route", "validate"))
-    assert all(run.data.metrics[f"host_probe_ms/{when}"] > 0 for when in ("before", "after"))  # the host speed
+    for bs in sizes:  # each cell's interval and noisy flag, which the report marks
+        assert run.data.metrics[f"latency_lo_ms/eager/bs{bs}"] <= run.data.metrics[f"latency_ms/eager/bs{bs}"]
+        assert run.data.metrics[f"noisy/eager/bs{bs}"] in (0.0, 1.0)
+    assert run.data.tags["route.rests_on_noisy"] in ("true", "false")
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"config.yaml", "profile.csv", "route.json", "validation.json", "capture.json"} <= artifacts
+
+
+def test_cli_refuses_a_route_resting_on_noise_in_one_line_when_confidence_is_required(tmp_path):
+    proc = run_cli("model=tiny_mlp", "profile=quick", "backends=[eager]", "tracking=off", "model.batch_sizes=[1]",
+                   "profile.noise_threshold=1e-9", "route.require_confident=true", f"hydra.run.dir={tmp_path}")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("error: the route rests on 1 cell(s) the profile flagged noisy (eager bs=1; ")
+    assert proc.stderr.count("\n") == 1 and (tmp_path / "route.json").is_file()
 
 
 def test_cli_names_an_unknown_backend_and_what_exists(tmp_path):

@@ -81,8 +81,11 @@ def test_sigkill_keeps_the_measured_cells_the_next_run_marks_it_killed_and_resum
     assert resumed.returncode == 0, out[-3000:]
     final = {(r["backend"], int(r["batch_size"])): r for r in rows(run_dir / "profile.csv")}
     assert set(final) == {(b, bs) for b in ("eager", "inductor") for bs in (1, 2, 4, 8)}
-    kept = final[(first_cell["backend"], first_cell["batch_size"])]  # measured before the kill, not again
-    assert int(kept["samples"]) == len(first_cell["cell"]["samples_ms"])
+    lines = (run_dir / "cells.jsonl").read_text().splitlines()
+    cells = {(c["backend"], c["batch_size"]): c["cell"] for c in map(json.loads, lines)}
+    kept = cells[(first_cell["backend"], first_cell["batch_size"])]
+    assert first_cell["cell"]["passes"] == [0] and kept["passes"] == [0, 1]  # the resumed run added the second pass
+    assert kept["windows"][0] == first_cell["cell"]["windows"][0]  # to the first, measured before the kill
     assert json.loads((run_dir / "route.json").read_text())["ranges"]
     assert statuses(uri)[killed_id] == "FINISHED"  # the same MLflow run, finished by the resumed run
 

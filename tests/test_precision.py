@@ -152,7 +152,8 @@ def test_budget_metrics():
 
 
 def test_report_shows_precision_and_error_beside_latency():
-    table = Table(sizes=[1, 8], errors=True, rows=[Row("mlp", "inductor.bf16", {1: 0.5, 8: 0.7}, "bf16", 0.99, False)])
+    table = Table(sizes=[1, 8], errors=True, rows=[Row("mlp", "inductor.bf16", {1: 0.5, 8: 0.7}, precision="bf16",
+                                                           error=0.99, within=False)])
     lines = markdown(table).splitlines()
     assert lines[2].split(" | ")[2:5] == ["precision", "error", "in budget"]
     assert "| mlp | inductor.bf16 | bf16 | 0.99 | NO | 0.50 | 0.70 |" in lines

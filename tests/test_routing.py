@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.route.policy import Range, backend_for, choose_route, eager_baseline, sizes_owned
+from pipeline.route.policy import Range, backend_for, choose_route, eager_baseline, rests_on, sizes_owned
 
 ORDER = ["eager", "inductor", "graph"]
 # Inductor has the best peak throughput (64 / 10 ms); graph is much faster at small sizes.
@@ -117,6 +117,49 @@ def test_sizes_between_and_above_profiled_sizes():
     assert sizes_owned(r, "graph", range(1, 11)) == list(range(1, 9))
     with pytest.raises(ValueError, match="outside the route"):
         backend_for(r, 0)
+
+
+def spread(profile, rel):
+    """Each median's interval, +-``rel`` of it."""
+    return {b: {bs: (ms * (1 - rel), ms * (1 + rel)) for bs, ms in per.items()} for b, per in profile.items()}
+
+
+def test_no_split_on_a_difference_within_both_cells_uncertainty():
+    # A loaded 2-core machine: by the medians each backend wins somewhere by 15-20%, so the route has three
+    # ranges; but each median is known only to +-15%, and one backend serves everything.
+    profile = {"eager": {1: 1.0, 8: 1.2, 64: 5.0}, "inductor": {1: 1.15, 8: 1.0, 64: 5.75}}
+    order = ["eager", "inductor"]
+    assert route(profile, order) == [Range(1, 1, "eager"), Range(2, 8, "inductor"), Range(9, None, "eager")]
+    assert route(profile, order, intervals=spread(profile, 0.15)) == [Range(1, None, "eager")]
+    # Known to +-5%, the intervals are apart everywhere (at 8: 1.05 < 1.14): the splits stand.
+    assert route(profile, order, intervals=spread(profile, 0.05)) == route(profile, order)
+
+
+def test_with_intervals_the_10_percent_rule_stays_the_floor():
+    # Intervals wholly apart, but graph only 5% faster: not enough to take the size.
+    profile = {"inductor": {1: 1.05, 64: 10.0}, "graph": {1: 1.0, 64: 20.0}}
+    tight = spread(profile, 0.001)
+    assert route(profile, ["inductor", "graph"], intervals=tight) == [Range(1, None, "inductor")]
+    assert route(profile, ["inductor", "graph"], intervals=tight, min_gain=0.05)[0] == Range(1, 1, "graph")
+
+
+def test_the_eager_baseline_takes_a_size_only_when_clearly_faster():
+    profile = {"eager": {1: 1.0, 64: 9.0}, "graph": {1: 0.5, 64: 10.0}}
+    order = ["eager", "graph"]
+    assert route(profile, order, baseline="eager", min_gain=0.5)[-1] == Range(2, None, "eager")
+    # eager 10% faster at 64, each median +-10%: within the noise, so graph keeps its single range.
+    assert route(profile, order, baseline="eager", min_gain=0.5, intervals=spread(profile, 0.1)) == [
+        Range(1, None, "graph")]
+
+
+def test_a_route_rests_on_its_owners_cells_and_on_those_within_their_noise():
+    profile = {"eager": {1: 2.0, 8: 5.0}, "inductor": {1: 1.0, 8: 3.9}, "graph": {1: 5.0, 8: 3.0}}
+    intervals = spread(profile, 0.05)
+    r = [Range(1, 1, "inductor"), Range(2, None, "graph")]
+    # At 1 inductor owns and nothing is near it; at 8 graph owns, inductor 30% and eager 67% away.
+    assert rests_on(r, profile, intervals) == [("inductor", 1), ("graph", 8)]
+    wide = spread(profile, 0.2)  # now inductor at 8 (3.12-4.68) overlaps graph's 2.4-3.6
+    assert rests_on(r, profile, wide) == [("inductor", 1), ("graph", 8), ("inductor", 8)]
 
 
 def test_a_backend_missing_some_sizes_competes_only_where_measured():

@@ -11,6 +11,7 @@ import torch
 import pipeline
 from conftest import TINY
 from pipeline.runner import run
+from stages.route import RouteNotConfident
 
 
 def read_csv(path):
@@ -51,6 +52,31 @@ def test_all_stages_with_eager_and_a_mismatching_backend(compose_cfg, tmp_path):
     assert route["never_slower_than"] == "eager"  # the first eager-kind backend is the baseline
     validation = json.loads((tmp_path / "validation.json").read_text())
     assert validation["ok"] and {r["batch_size"] for r in validation["rows"]} >= {1, 2, 3, 5, 8, 9, 100}
+
+
+def test_route_json_says_which_noisy_cells_the_route_rests_on_and_require_confident_refuses_it(compose_cfg, tmp_path):
+    # A spread limit no real samples meet flags every cell noisy; one no samples exceed flags none.
+    noisy = [*TINY, "backends=[eager]", "model.batch_sizes=[1,4]", "profile.noise_threshold=1e-9"]
+    ctx = run(compose_cfg(noisy), tmp_path / "shipped")
+    route = json.loads((tmp_path / "shipped" / "route.json").read_text())
+    assert route["rests_on"] == [{"backend": "eager", "batch_size": 1}, {"backend": "eager", "batch_size": 4}]
+    assert [(c["backend"], c["batch_size"]) for c in route["noisy_cells"]] == [("eager", 1), ("eager", 4)]
+    assert all(c["reason"] for c in route["noisy_cells"]) and route["rests_on_noisy"] is True
+    lo, hi = route["profile_intervals_ms"]["eager"]["1"]
+    assert lo <= route["profile_medians_ms"]["eager"]["1"] <= hi
+    assert ctx.validation["ok"] and (tmp_path / "shipped" / "model.tweak").is_file()  # shipped, flagged
+
+    with pytest.raises(RouteNotConfident, match=r"rests on 2 cell\(s\) .*\(eager bs=1, eager bs=4; .*"
+                                                r"profile=thorough, or set route.require_confident=false"):
+        run(compose_cfg([*noisy, "route.require_confident=true"]), tmp_path / "refused")
+    assert json.loads((tmp_path / "refused" / "route.json").read_text())["rests_on_noisy"] is True
+    assert not (tmp_path / "refused" / "model.tweak").exists() and not (tmp_path / "refused" / "validation.json").exists()
+
+    calm = [*TINY, "backends=[eager]", "model.batch_sizes=[1,4]", "profile.noise_threshold=1e9",
+            "profile.rel_precision=1e9", "route.require_confident=true"]
+    ctx = run(compose_cfg(calm), tmp_path / "confident")
+    route = json.loads((tmp_path / "confident" / "route.json").read_text())
+    assert route["noisy_cells"] == [] and route["rests_on_noisy"] is False and ctx.validation["ok"]
 
 
 def test_a_backend_that_crashes_is_excluded_and_the_run_goes_on(compose_cfg, tmp_path):

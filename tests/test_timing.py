@@ -21,7 +21,6 @@ from omegaconf import OmegaConf
 from pipeline import backends
 from pipeline.context import RunContext
 from pipeline.config.schema import ProfileConfig
-from pipeline.measure.host import HostGauge, host_drift, host_probe_ms, python_probe_ms
 from pipeline.measure.interleaved import device_time_ms, measure_interleaved, profile_sizes, saturated, time_call
 from pipeline.measure.measurement import Measurement, agreeing_windows
 from pipeline.measure.statistics import median_ci_ranks
@@ -53,7 +52,7 @@ class FakeClock:
 
 def cfg(**overrides) -> dict:
     base = dict(warmup_ms=0, min_warmup_calls=0, min_samples=10, max_samples=1000, budget_ms=1e9, min_window_ms=0,
-                rel_precision=0.02, noise_threshold=0.2, max_repeats=0)
+                rel_precision=0.02, noise_threshold=0.2, max_repeats=0, passes=1)
     return {**base, **overrides}
 
 
@@ -181,6 +180,47 @@ def test_saturation_counts_only_measured_windows() -> None:
         assert m.first_call_ms == pytest.approx(2000.0) and max(m.samples_ms) < 2.0
 
 
+def two_passes(clock: FakeClock, pass_ms: List[float]) -> Callable[[int], dict]:
+    """``make_fns`` whose callable takes ``pass_ms[k]`` (+-0.1%) on its k-th call per size: one call per pass."""
+    calls: dict = {}
+
+    def make_fns(bs: int) -> dict:
+        k = calls[bs] = calls.get(bs, -1) + 1
+        return {"a": clock.stream(jitter(pass_ms[k] * bs, 0.001, seed=k))}
+
+    return make_fns
+
+
+def test_passes_that_agree_pool_into_one_cell_whose_interval_spans_both() -> None:
+    clock = FakeClock()
+    steps: List[tuple] = []
+    prof = profile_sizes(two_passes(clock, [1.0, 1.005]), [1, 2], CPU, cfg(passes=2), clock=clock,
+                         on_step=lambda p, bs: steps.append((p, bs)))
+    assert steps == [(0, 1), (0, 2), (1, 1), (1, 2)]  # every size once per pass, ascending each time
+    m = prof["a"][1]
+    assert m.passes == [0, 1] and m.accepted == [0, 1] and not m.noisy and m.summary()["passes"] == 2
+    lo, hi = m.interval
+    assert lo <= 1.0 and hi >= 1.005 and hi / lo < 1.01  # both passes' medians, and no wider than they need
+
+
+def test_a_cell_whose_median_moves_between_passes_is_flagged_and_its_interval_spans_them() -> None:
+    clock = FakeClock()
+    m = profile_sizes(two_passes(clock, [1.0, 1.5]), [1], CPU, cfg(passes=2), clock=clock)["a"][1]
+    assert m.noisy and "median moved between passes (1-1.5 ms over 2 passes)" in m.noise
+    assert m.accepted == [0, 1] and 1.0 < m.median < 1.5  # no pass is the truth: the estimate pools both
+    lo, hi = m.interval
+    assert lo <= 1.0 and hi >= 1.49  # and a re-run may land in either state: the interval says so
+
+
+def test_a_resumed_profile_measures_only_the_passes_a_cell_lacks() -> None:
+    clock = FakeClock()
+    first = profile_sizes(two_passes(clock, [1.0]), [1], CPU, cfg(passes=1), clock=clock)["a"][1]
+    steps: List[tuple] = []
+    prof = profile_sizes(two_passes(clock, [1.0, 1.0]), [1], CPU, cfg(passes=2), clock=clock,
+                         known={"a": {1: first}}, on_step=lambda p, bs: steps.append((p, bs)))
+    assert steps == [(1, 1)] and prof["a"][1].passes == [0, 1]
+
+
 def test_saturated_rule() -> None:
     assert not saturated([100, 200, 400], 0.05, 1)
     assert saturated([100, 200, 204], 0.05, 1)
@@ -233,7 +273,9 @@ def test_times_a_callable_of_known_duration_on_cpu() -> None:
     m = measure_interleaved({"spin": busy_wait(2.0)}, CPU,
                             dict(warmup_ms=5, min_warmup_calls=1, min_samples=15, max_samples=60, budget_ms=150,
                                  rel_precision=0.02, max_repeats=1))["spin"]
-    assert 2.0 <= m.median <= 2.5, m.summary()
+    # Never less than the call takes; the upper bound only catches a unit slip (a loaded CI host can
+    # preempt a busy-wait for a millisecond or more, so a tight one would be a timing test).
+    assert 2.0 <= m.median < 10.0, m.summary()
     assert m.quantile(0.1) >= 2.0
 
 
@@ -273,94 +315,3 @@ def test_device_time_cross_check_on_cuda() -> None:
     assert m.device_ms > 0 and m.device_ms <= m.median * 1.05
     assert device_time_ms(lambda: x.sum().item(), dev) is None  # a host sync cannot be captured
     assert torch.isfinite((x @ x).sum()).item()  # and the failed capture left CUDA usable
-
-
-def test_host_probe_reports_a_host_that_changed_speed_during_a_profile() -> None:
-    assert host_probe_ms(calls=5) > 0
-    assert host_drift(0.24, 0.26) == ""  # 8%: the same host
-    message = host_drift(0.242, 0.494)  # an idle H200 VM, minutes apart
-    assert "0.242 ms before and 0.494 ms after (104% apart)" in message and "launch-bound" in message
-
-
-class FakeHost:
-    """A host that runs at its normal speed (1.0) or slower; launch-bound calls and the probe slow down with it.
-
-    ``schedule`` gives the speed for the n-th call of any timed callable (then stays at the last).
-    """
-
-    def __init__(self, clock: FakeClock, schedule: List[float]) -> None:
-        self.clock, self.schedule, self.calls = clock, schedule, 0
-
-    @property
-    def speed(self) -> float:
-        return self.schedule[min(self.calls, len(self.schedule) - 1)]
-
-    def probe(self) -> float:
-        return 0.03 * self.speed  # ms, like python_probe_ms on an H200 host
-
-    def launch_bound(self, ms: float, name: str = "") -> Callable[[], None]:
-        def call() -> None:
-            self.clock.log.append(name)
-            self.clock.now += ms * self.speed / 1e3
-            self.calls += 1
-
-        return call
-
-    def device_bound(self, ms: float, name: str = "") -> Callable[[], None]:
-        def call() -> None:
-            self.clock.log.append(name)
-            self.clock.now += ms / 1e3
-            self.calls += 1
-
-        return call
-
-
-def test_a_window_the_host_ran_slowly_is_repeated_and_loses_to_the_calm_one() -> None:
-    clock = FakeClock()
-    host = FakeHost(clock, [1.0] * 4 + [1.8] * 40 + [1.0])  # warm-up fast, the first window slow, then normal
-    gauge = HostGauge(host.probe)
-    gauge.note(0.03)  # the host was seen at its normal speed earlier in the profile
-    res = measure_interleaved({"eager": host.launch_bound(2.0, "E"), "graph": host.device_bound(0.5, "G")}, CPU,
-                              cfg(min_warmup_calls=1, min_samples=20, max_samples=20, max_repeats=2),
-                              clock=clock, host=gauge)
-    for name, m in res.items():
-        assert m.repeats == 1 and not m.noisy, (name, m.summary())
-        assert m.host_ms == pytest.approx([0.054, 0.03]) and m.host_slowdown == pytest.approx(1.0)
-    assert res["eager"].accepted == [1] and res["eager"].windows[0][0] == pytest.approx(3.6)
-    assert res["eager"].median == pytest.approx(2.0)
-    assert res["graph"].accepted == [0, 1]  # the slow host did not reach into the replay: both windows pool
-    assert clock.log[4:].count("G") == 40  # it was measured again all the same
-
-
-def test_a_host_that_never_recovers_is_reported_not_hidden() -> None:
-    clock = FakeClock()
-    host = FakeHost(clock, [2.0])
-    gauge = HostGauge(host.probe)
-    gauge.note(0.03)
-    m = measure_interleaved({"eager": host.launch_bound(2.0)}, CPU, cfg(max_repeats=2), clock=clock,
-                            host=gauge)["eager"]
-    assert m.repeats == 2 and m.noisy and "2.00x slower than its fastest state" in m.noise
-    assert m.median == pytest.approx(4.0)  # what was measured, flagged
-
-
-def test_profile_measures_again_the_sizes_taken_before_the_host_showed_its_normal_speed() -> None:
-    clock = FakeClock()
-    host = FakeHost(clock, [1.7] * 11 + [1.0])  # first call and window at batch size 1 slow, then normal
-    sizes: List[int] = []
-
-    def make_fns(bs: int) -> dict:
-        sizes.append(bs)
-        return {"eager": host.launch_bound(1.0 + bs)}
-
-    gauge = HostGauge(host.probe)
-    prof = profile_sizes(make_fns, [1, 2], CPU, cfg(min_samples=10, max_samples=10), clock=clock, host=gauge)
-    assert sizes == [1, 2, 1]  # batch size 1 looked normal when measured, slow once the host sped up
-    m = prof["eager"][1]
-    assert m.windows[0][0] == pytest.approx(3.4) and m.accepted == [1] and m.median == pytest.approx(2.0)
-    assert m.host_slowdown == pytest.approx(1.0) and not m.noisy and gauge.best_ms == pytest.approx(0.03)
-
-
-def test_python_probe_times_a_fixed_piece_of_python() -> None:
-    clock = FakeClock()
-    assert python_probe_ms(clock=clock) == 0.0  # reads the clock it is given, before and after
-    assert 0 < python_probe_ms() < 50

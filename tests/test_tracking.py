@@ -20,7 +20,11 @@ from mlflow.tracking import MlflowClient
 from mlflow_helpers import ROOT, SWEEP, artifact_names, clean_env, copy_store, init_store, mlflow_server, \
     run_pipeline, sweep_runs
 from pipeline import report
-from pipeline.record.plots import latency_plot
+from pipeline.measure.measurement import Measurement
+from pipeline.record.plots import latency_figure, latency_plot
+from pipeline.record.progress import Steps
+from pipeline.record.recorder import Recorder
+from pipeline.record.tracker import MlflowTracker
 from pipeline.route.policy import Range
 from pipeline.record.store import StoreGuard, open_experiment
 
@@ -92,6 +96,50 @@ def test_plot_is_a_png(tmp_path: Path) -> None:
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
 
 
+def test_plot_draws_each_backends_p10_p90_band() -> None:
+    medians = {"eager": {1: 1.1, 3: 1.7, 8: 3.4}, "inductor": {1: 0.8, 3: 1.3, 8: 2.7}}
+    bands = {"eager": {1: (1.0, 1.5), 3: (1.6, 2.0), 8: (3.3, 3.6)}}  # inductor has none
+    ax = latency_figure(medians, None, "m", bands).axes[0]
+    (band,) = [c for c in ax.collections if c.get_label().endswith("p10-p90")]
+    assert band.get_label() == "eager p10-p90"
+    ys = band.get_paths()[0].vertices[:, 1]
+    assert min(ys) == pytest.approx(1.0) and max(ys) == pytest.approx(3.6)
+    assert "eager p10-p90" in [t.get_text() for t in ax.get_legend().get_texts()]
+
+
+def test_report_marks_noisy_cells_and_routes_that_rest_on_them(tmp_path: Path, template: Path) -> None:
+    uri = copy_store(template, tmp_path)
+    tracker = MlflowTracker({"uri": uri, "experiment": "tweakpipe"})
+    tracker.start("mlp", {}, {"model": "mlp", "backends": "eager,inductor",
+                              "route_json": '[{"lo": 1, "hi": null, "backend": "eager"}]',
+                              "route.rests_on_noisy": "true", "route.noisy_cells": "eager bs=1"})
+    for name, bs, ms, noise in [("eager", 1, 1.0, "p10-p90 spread is 90% of the median (limit 20%)"),
+                                ("eager", 8, 4.0, ""), ("inductor", 1, 2.0, ""), ("inductor", 8, 3.0, "x")]:
+        tracker.log_metrics(Recorder.cell_metrics(name, bs, Measurement(samples_ms=[ms] * 10, noise=noise)))
+    tracker.finish("FINISHED")
+    table = report.build([MlflowClient(tracking_uri=uri).get_run(tracker.run_id)])
+    md = report.markdown(table)
+    assert "| mlp | eager | 1.00* | 4.00 |" in md and "| mlp | inductor | 2.00 | 3.00* |" in md
+    assert "| mlp | auto | 1.00* | 4.00 |" in md  # served by eager's noisy cell at 1
+    assert report.LEGEND in md and "mlp: the route rests on noisy cells (eager bs=1)" in md
+    _, csv_path = report.write(table, tmp_path / "out" / "report")
+    assert list(csv.reader(csv_path.open()))[1] == ["mlp", "eager", "1.0", "4.0", "1"]
+
+
+def test_progress_count_never_passes_its_total() -> None:
+    from rich.console import Console
+    from rich.progress import Progress
+    import io
+
+    with Progress(console=Console(file=io.StringIO())) as progress:
+        bar = Steps(progress, progress.add_task("profile", total=3), "profile", 3)
+        seen = []
+        for step in range(7):  # a stage that takes more steps than it planned
+            bar.next(f"step {step}")
+            seen.append(progress.tasks[0].completed)
+    assert seen == [0, 1, 2, 3, 3, 3, 3]
+
+
 def test_report_table_auto_is_the_route_or_a_measured_auto(tmp_path: Path, template: Path) -> None:
     uri = copy_store(template, tmp_path)
     client = MlflowClient(tracking_uri=uri)
@@ -114,7 +162,7 @@ def test_report_table_auto_is_the_route_or_a_measured_auto(tmp_path: Path, templ
     assert rows[("vit_b_16", "auto")] == {1: 0.5, 3: 0.75, 8: 2.0}
     md, csv_path = report.write(table, tmp_path / "out" / "report")
     assert "| resnet18 | auto | 1.00 | 1.50 | 3.00 |" in md.read_text()
-    assert list(csv.reader(csv_path.open()))[3] == ["resnet18", "auto", "1.0", "1.5", "3.0"]
+    assert list(csv.reader(csv_path.open()))[3] == ["resnet18", "auto", "1.0", "1.5", "3.0", ""]
 
 
 @pytest.mark.parametrize("ci", ["", "true"])

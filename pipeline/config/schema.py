@@ -100,9 +100,9 @@ class ProfileConfig:
     max_repeats: int = 2
     # On CUDA, cross-check each backend that can be captured against a graph-captured device time.
     device_check: bool = True
-    # Time a tiny piece of Python every round: windows the host ran >20% slower than its fastest
-    # state are set aside (repeated), and sizes measured only on a slow host are measured again.
-    host_guard: bool = True
+    # Every cell is measured in this many passes over all batch sizes, seconds apart: a cell whose
+    # passes disagree is flagged noisy, and each cell's interval spans its passes.
+    passes: int = 2
 
 
 @dataclass
@@ -120,6 +120,8 @@ class RouteConfig:
     strategy: str = "router"  # router | highest_throughput | first_wins | one_backend
     backend: Optional[str] = None  # for one_backend
     min_gain: float = 0.10
+    # Fail the run, saving nothing, when the route rests on cells the profile flagged noisy.
+    require_confident: bool = False
     checkpoint_name: str = "model.tweak"
     # Measured against fp32 eager at every tuned size; a candidate outside it never serves.
     accuracy_budget: AccuracyBudget = field(default_factory=AccuracyBudget)

@@ -22,14 +22,11 @@ At each batch size, for each callable:
    reason, never silently smoothed over.
 4. On CUDA, callables the caller names are cross-checked against a graph-captured device time: a
    wall latency below the device's own time means the measurement is wrong.
-5. With a :class:`~pipeline.measure.host.HostGauge`, every round also times a tiny fixed piece of
-   Python, so each window knows how fast the host ran it. A callable whose every
-   window the host ran slowly is repeated, and flagged noisy if the host never recovered;
-   :func:`profile_sizes` re-measures, once, the sizes whose pooled windows turn out slow against
-   the fastest host state seen later. Which windows are pooled is still step 3's choice.
 
-Across batch sizes, :func:`profile_sizes` applies the saturation rule to medians of measured
-windows only, never to a first call.
+Across batch sizes, :func:`profile_sizes` measures every size in ``passes`` passes, ascending each
+time, so that a cell's windows lie seconds apart: one that moved between passes is flagged (see
+:mod:`pipeline.measure.measurement`). Its saturation rule judges medians of measured windows only,
+never a first call.
 """
 
 from __future__ import annotations
@@ -41,19 +38,19 @@ import logging
 import random
 import statistics
 import time
-from typing import Any, Callable, Collection, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Collection, Dict, Iterator, List, Mapping, Optional, Sequence
 
 import torch
 
 from pipeline import devices
 from pipeline.config.schema import ProfileConfig
-from pipeline.measure.host import Clock, HostGauge
 from pipeline.measure.measurement import Measurement, Settings
 from pipeline.measure.statistics import rel_halfwidth, samples_per_second
 
 log = logging.getLogger(__name__)
 
 ORDER_SEED = 0  # the interleaving order is random but the same in every run
+Clock = Callable[[], float]  # seconds, monotonic (time.perf_counter)
 
 
 def time_call(fn: Callable[[], Any], device: torch.device, clock: Clock = time.perf_counter) -> float:
@@ -109,11 +106,9 @@ def _collector_held() -> Iterator[None]:
             gc.enable()
 
 
-def _run_window(fns: Mapping[str, Callable[[], Any]], device: torch.device, s: Settings, clock: Clock,
-                host: Optional[HostGauge] = None) -> Tuple[Dict[str, List[float]], float]:
-    """Rounds until each callable's own stop rule ends it: samples in time order, and the host's reading.
-
-    The reading is the median of one host probe per round (nan without a gauge).
+def _run_window(fns: Mapping[str, Callable[[], Any]], device: torch.device, s: Settings,
+                clock: Clock) -> Dict[str, List[float]]:
+    """Rounds until each callable's own stop rule ends it: every callable's samples, in time order.
 
     Every callable runs once per round, in an order shuffled anew each round by a seeded generator:
     what a call leaves behind (warm or cold CPU and GPU caches, clocks) then falls on a different
@@ -125,7 +120,6 @@ def _run_window(fns: Mapping[str, Callable[[], Any]], device: torch.device, s: S
     spent = {n: 0.0 for n in fns}
     active = list(fns)
     shuffler = random.Random(ORDER_SEED)
-    probes: List[float] = []
     with _collector_held():
         while active:
             for name in shuffler.sample(active, len(active)):
@@ -133,21 +127,19 @@ def _run_window(fns: Mapping[str, Callable[[], Any]], device: torch.device, s: S
                 samples[name].append(t)
                 bisect.insort(ordered[name], t)
                 spent[name] += t
-            if host is not None:
-                probes.append(host.probe())
             active = [n for n in active if not _window_done(ordered[n], spent[n], s)]
-    return samples, statistics.median(probes) if probes else float("nan")
+    return samples
 
 
 def measure_interleaved(fns: Mapping[str, Callable[[], Any]], device: torch.device, cfg: Mapping[str, Any], *,
                         clock: Clock = time.perf_counter, device_check: Collection[str] = (),
-                        host: Optional[HostGauge] = None) -> Dict[str, Measurement]:
+                        pass_index: int = 0) -> Dict[str, Measurement]:
     """Time every callable at one shape, interleaved round by round; see the module docstring.
 
     ``cfg`` holds the stop rules (a ``ProfileConfig`` or any mapping; missing keys take its
     defaults). ``device_check`` names the callables that may be captured in a CUDA graph for the
-    device-time cross-check (not those that are graph replays themselves). ``host`` gauges the
-    host's speed in every window; a callable it ran slowly in every window is repeated (step 5).
+    device-time cross-check (not those that are graph replays themselves). ``pass_index`` labels
+    the windows with the pass of the profile they belong to.
     """
     s = Settings.of(cfg)
     results = {name: Measurement() for name in fns}
@@ -157,19 +149,16 @@ def measure_interleaved(fns: Mapping[str, Callable[[], Any]], device: torch.devi
     for _ in range(1 + s.max_repeats):
         if not pending:
             break
-        windows, host_ms = _run_window({n: fns[n] for n in pending}, device, s, clock, host)
-        if host is not None:
-            host.note(host_ms)
-        for name, window in windows.items():
+        for name, window in _run_window({n: fns[n] for n in pending}, device, s, clock).items():
             results[name].windows.append(window)
-            results[name].host_ms.append(host_ms)
-            results[name].settle(s, host)
+            results[name].passes.append(pass_index)
+            results[name].settle(s)
         pending = [n for n in pending if results[n].noisy]
     if device.type == "cuda":
         for name in device_check:
             if name in fns:  # a wall median clearly below the device's own time is flagged in settle
                 results[name].device_ms = device_time_ms(fns[name], device) or float("nan")
-                results[name].settle(s, host)
+                results[name].settle(s)
     return results
 
 
@@ -232,22 +221,23 @@ def saturated(throughputs: Sequence[float], cutoff: float, backoff: int) -> bool
 
 def profile_sizes(make_fns: Callable[[int], Mapping[str, Callable[[], Any]]], sizes: Sequence[int],
                   device: torch.device, cfg: Mapping[str, Any], *, clock: Clock = time.perf_counter,
-                  device_check: Collection[str] = (), host: Optional[HostGauge] = None,
+                  device_check: Collection[str] = (),
                   known: Optional[Mapping[str, Mapping[int, Measurement]]] = None,
                   on_cell: Optional[Callable[[str, int, Measurement], None]] = None,
+                  on_step: Optional[Callable[[int, int], None]] = None,
                   ) -> Dict[str, Dict[int, Measurement]]:
-    """Measure every callable at every size, ascending; one that has saturated skips larger sizes.
+    """Measure every callable at every size, ascending, in ``passes`` passes; one that has saturated skips larger sizes.
 
     ``make_fns(bs)`` returns the callables at batch size ``bs``. Saturation (``saturation_cutoff``,
-    ``saturation_backoff`` in ``cfg``) is judged on throughput from medians of measured windows;
-    a first call, which may compile or record, never enters it. With a ``host`` gauge, a size
-    whose windows were all taken on a slow host, judged against the fastest host state of the
-    whole profile, is measured once more at the end and the two measurements pooled.
+    ``saturation_backoff`` in ``cfg``) is judged in the first pass, on throughput from medians of
+    measured windows; a first call, which may compile or record, never enters it. Later passes
+    measure the cells of the first once more each and pool them (:meth:`Measurement.absorb`).
 
-    ``known`` cells (an interrupted run's) are taken as measured; ``on_cell(name, bs, m)`` hears of
-    every cell as soon as it is measured (and again if it is measured once more), so a run killed
-    midway keeps what it measured.
+    ``known`` cells (an interrupted run's) keep the passes they have; ``on_cell(name, bs, m)`` hears
+    of every cell as soon as it is measured, again after each pass, so a run killed midway keeps what
+    it measured. ``on_step(pass, bs)`` hears of each size of each pass before it is measured.
     """
+    s = Settings.of(cfg)
     defaults = ProfileConfig()
     cutoff = float(cfg.get("saturation_cutoff", defaults.saturation_cutoff))
     backoff = int(cfg.get("saturation_backoff", defaults.saturation_backoff))
@@ -255,47 +245,31 @@ def profile_sizes(make_fns: Callable[[int], Mapping[str, Callable[[], Any]]], si
     throughputs: Dict[str, List[float]] = {}
     stopped: Dict[str, int] = {}
     report = on_cell or (lambda name, bs, m: None)
-    for bs in sorted(set(int(b) for b in sizes)):
-        fns = {n: f for n, f in make_fns(bs).items() if n not in stopped}
-        if not fns:
-            log.info("profile: every backend saturated before batch size %d", bs)
-            break
-        todo = {n: f for n, f in fns.items() if bs not in profile.get(n, {})}
-        measured = measure_interleaved(todo, device, cfg, clock=clock, device_check=device_check,
-                                       host=host) if todo else {}
-        for name in fns:
-            if name in measured:
-                profile.setdefault(name, {})[bs] = measured[name]
-                report(name, bs, measured[name])
-            throughputs.setdefault(name, []).append(samples_per_second(bs, profile[name][bs].median))
-            if saturated(throughputs[name], cutoff, backoff):
-                stopped[name] = bs
-                log.info("profile: %s saturated at batch size %d (throughput grew < %.0f%% over %d sizes)",
-                         name, bs, cutoff * 100, backoff)
-    if host is not None:
-        remeasure_slow_sizes(profile, make_fns, device, cfg, clock, host, report)
+    step = on_step or (lambda pass_index, bs: None)
+    for pass_index in range(s.passes):
+        for bs in sorted(set(int(b) for b in sizes)):
+            first = pass_index == 0
+            fns = make_fns(bs) if first else {}
+            names = [n for n in fns if n not in stopped] if first else [n for n, per in profile.items() if bs in per]
+            if first and not names:
+                log.info("profile: every backend saturated before batch size %d", bs)
+                break
+            todo = [n for n in names if bs not in profile.get(n, {}) or pass_index not in profile[n][bs].passes]
+            if todo:
+                step(pass_index, bs)
+                fns = fns or make_fns(bs)
+                measured = measure_interleaved({n: fns[n] for n in todo}, device, cfg, clock=clock,
+                                               device_check=device_check if first else (), pass_index=pass_index)
+                for name, m in measured.items():
+                    if bs in profile.get(name, {}):
+                        profile[name][bs].absorb(m, s)
+                    else:
+                        profile.setdefault(name, {})[bs] = m
+                    report(name, bs, profile[name][bs])
+            for name in names if first else ():
+                throughputs.setdefault(name, []).append(samples_per_second(bs, profile[name][bs].median))
+                if saturated(throughputs[name], cutoff, backoff):
+                    stopped[name] = bs
+                    log.info("profile: %s saturated at batch size %d (throughput grew < %.0f%% over %d sizes)",
+                             name, bs, cutoff * 100, backoff)
     return profile
-
-
-def remeasure_slow_sizes(profile: Dict[str, Dict[int, Measurement]],
-                         make_fns: Callable[[int], Mapping[str, Callable[[], Any]]], device: torch.device,
-                         cfg: Mapping[str, Any], clock: Clock, host: HostGauge,
-                         on_cell: Callable[[str, int, Measurement], None]) -> None:
-    """Judge every cell against the host's fastest state of the whole profile; measure slow sizes once more.
-
-    A size measured early, before the host showed how fast it can be, may have passed as normal.
-    """
-    s = Settings.of(cfg)
-    for per in profile.values():
-        for m in per.values():
-            m.settle(s, host)
-    slow = sorted({bs for per in profile.values() for bs, m in per.items()
-                   if m.host_slowdown > 1 + host.tolerance})
-    for bs in slow:
-        names = [n for n, per in profile.items() if bs in per]
-        log.info("profile: the host ran slowly while batch size %d was measured; measuring it again", bs)
-        fns = {n: f for n, f in make_fns(bs).items() if n in names}
-        again = measure_interleaved(fns, device, cfg, clock=clock, host=host)  # device times are known
-        for name, later in again.items():
-            profile[name][bs].absorb(later, s, host)
-            on_cell(name, bs, profile[name][bs])

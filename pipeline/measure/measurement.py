@@ -3,17 +3,21 @@
 A window whose samples do not pin down one latency (median not known to ``rel_precision``, wide
 p10-p90 spread, drift within the window) is measured again; the estimate pools the calmest window
 with those that agree with it (:func:`agreeing_windows`), and a measurement that still disagrees is
-flagged ``noisy`` with the reason, never silently smoothed over.
+flagged ``noisy`` with the reason, never silently smoothed over: its estimate then pools every window.
+
+A profile measures every cell in several passes, seconds apart, because a host that changes speed
+for seconds at a time moves a launch-bound median between windows far more than the samples of
+one window show. A cell whose passes agree states an interval that spans them
+(:attr:`Measurement.interval`); one whose passes disagree is flagged, and its interval spans every window.
 """
 
 from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field, fields
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
 from pipeline.config.schema import ProfileConfig
-from pipeline.measure.host import HostGauge
 from pipeline.measure.statistics import median_ci, quantile, rel_halfwidth
 
 # Drift check: the window is cut into this many consecutive chunks of at least MIN_CHUNK samples.
@@ -34,6 +38,7 @@ class Settings:
     rel_precision: float
     noise_threshold: float
     max_repeats: int
+    passes: int
 
     @classmethod
     def of(cls, cfg: Mapping[str, Any]) -> "Settings":
@@ -46,6 +51,8 @@ class Settings:
         if s.rel_precision <= 0 or s.noise_threshold <= 0 or s.budget_ms < 0 or s.warmup_ms < 0 or s.max_repeats < 0:
             raise ValueError("profile: rel_precision and noise_threshold must be > 0, and budget_ms, warmup_ms and "
                              f"max_repeats >= 0; got {s}")
+        if s.passes < 1:
+            raise ValueError(f"profile.passes={s.passes}: every cell needs at least one pass; e.g. profile.passes=2")
         return s
 
 
@@ -102,9 +109,8 @@ class Measurement:
     warmup_calls: int = 0
     windows: List[List[float]] = field(default_factory=list)  # every window's samples, kept
     accepted: List[int] = field(default_factory=list)  # which windows are pooled into samples_ms
+    passes: List[int] = field(default_factory=list)  # per window: the pass of the profile that measured it
     device_ms: float = float("nan")  # graph-captured device time of one call (CUDA), when checked
-    host_ms: List[float] = field(default_factory=list)  # per window: the host probe's median (nan: no gauge)
-    host_slowdown: float = float("nan")  # the best pooled window's host probe against the fastest host state seen
     noise: str = ""  # why the measurement stayed noisy; "" when it settled
 
     @property
@@ -113,8 +119,8 @@ class Measurement:
 
     @property
     def repeats(self) -> int:
-        """Windows run beyond the first, because the samples disagreed."""
-        return max(0, len(self.windows) - 1)
+        """Windows run beyond one per pass, because the samples disagreed."""
+        return len(self.windows) - len(set(self.passes))
 
     @property
     def median(self) -> float:
@@ -134,39 +140,58 @@ class Measurement:
         """Whether the samples still disagreed after every repeat (``noise`` says how)."""
         return bool(self.noise)
 
-    def settle(self, s: Settings, host: Optional["HostGauge"] = None) -> None:
+    @property
+    def interval(self) -> Tuple[float, float]:
+        """Where a re-run's median is expected to land: the pooled median's 95% interval, widened to
+        the 95% interval of every pooled window's median (every window's, once the cell is noisy).
+
+        The samples of one window share the host's state of that moment, so their interval alone is
+        too narrow to hold on a re-run; the windows of other passes show how far the state moves it,
+        each known only to its own precision.
+        """
+        if not self.samples_ms:
+            return float("nan"), float("nan")
+        bounds = [median_ci(sorted(w)) for w in (self.samples_ms, *(self.windows[i] for i in self.accepted))]
+        return min(lo for lo, _ in bounds), max(hi for _, hi in bounds)
+
+    def settle(self, s: Settings) -> None:
         """Pool the agreeing windows into ``samples_ms`` and judge what is left.
 
-        A window the host ran slowly is not dropped for that alone: a latency it did not raise
-        (a graph replay) is as good as any, and one it raised loses to a calmer window anyway.
-        Only when every window was slow is the measurement noisy because of the host, so that it
-        is measured again. A window the probe calls normal can still be disturbed otherwise (the
-        H200 VM showed one at 7.5 ms between two at 4.2 ms), so the probe never picks a window.
+        Windows of every pass must agree: a pass none of whose windows is pooled means the median
+        moved with the host between passes, and no interval of one pass would hold on a re-run.
+        Windows that do not settle on one latency pool whole: the calmest of them is a best case a
+        re-run may never see again (a host's rare fast second), and the flag says why.
         """
         self.accepted = agreeing_windows(self.windows, s.rel_precision)
-        self.samples_ms = [x for i in self.accepted for x in self.windows[i]]
-        self.noise = disagreement(self.samples_ms, s)
+        reason = disagreement(self.pooled(), s)
+        moved = set(self.passes) - {self.passes[i] for i in self.accepted}
+        if reason or moved:
+            self.accepted = [i for i, w in enumerate(self.windows) if w]
+            reason = disagreement(self.pooled(), s) or reason
+        self.samples_ms, self.noise = self.pooled(), reason
+        if moved:
+            medians = [statistics.median(self.windows[i]) for i in self.accepted]
+            self.flag(f"median moved between passes ({min(medians):.4g}-{max(medians):.4g} ms "
+                      f"over {len(set(self.passes))} passes)")
         slack = max(2 * s.rel_precision, 0.05)
         if self.device_ms == self.device_ms and self.median < self.device_ms * (1 - slack):
             self.flag(f"wall median {self.median:.4f} ms is below the graph-captured device time "
                       f"{self.device_ms:.4f} ms")
-        if host is not None and self.accepted:
-            readings = [ms for ms, window in zip(self.host_ms, self.windows) if window]
-            self.host_slowdown = host.slowdown(min(self.host_ms[i] for i in self.accepted))
-            if all(host.slow(ms) for ms in readings):
-                self.flag(f"the host ran {host.slowdown(min(readings)):.2f}x slower than its fastest state in every "
-                          "window, so a launch-bound latency here may read high")
+
+    def pooled(self) -> List[float]:
+        """The samples of the accepted windows, in time order."""
+        return [x for i in self.accepted for x in self.windows[i]]
 
     def flag(self, reason: str) -> None:
         """Add a reason the measurement is noisy to those already found."""
         self.noise = f"{self.noise}; {reason}" if self.noise else reason
 
-    def absorb(self, later: "Measurement", s: Settings, host: Optional["HostGauge"] = None) -> None:
-        """Add a later measurement's windows (the first call stays this one's) and settle again."""
+    def absorb(self, later: "Measurement", s: Settings) -> None:
+        """Add a later pass's windows (the first call and device time stay this one's) and settle again."""
         self.windows += later.windows
-        self.host_ms += later.host_ms
+        self.passes += later.passes
         self.warmup_calls += later.warmup_calls
-        self.settle(s, host)
+        self.settle(s)
 
     def to_dict(self) -> Dict[str, Any]:
         """Every field, as plain data: what a run directory keeps so an interrupted profile can resume."""
@@ -177,19 +202,21 @@ class Measurement:
         return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
 
     def summary(self) -> Dict[str, Any]:
-        """The cell as a table row: median, spread, samples and flags."""
+        """The cell as a table row: median and its interval, spread, samples and flags."""
+        lo, hi = self.interval
         return {
             "median_ms": self.median,
+            "ci_lo_ms": lo,
+            "ci_hi_ms": hi,
             "p10_ms": self.quantile(0.10),
             "p90_ms": self.quantile(0.90),
             "samples": self.count,
-            "rel_ci95": self.rel_halfwidth,
             "first_call_ms": self.first_call_ms,
             "warmup_calls": self.warmup_calls,
+            "passes": len(set(self.passes)),
             "repeats": self.repeats,
             "windows_used": len(self.accepted),
             "device_ms": self.device_ms,
-            "host_slowdown": self.host_slowdown,
             "noisy": self.noisy,
             "noise": self.noise,
         }

@@ -1,4 +1,5 @@
-"""Latency against batch size: one line per backend on log axes, the routed ranges shaded and labelled.
+"""Latency against batch size: one line per backend on log axes with its p10-p90 band, the routed
+ranges shaded and labelled.
 
 Drawn on a bare Agg canvas (no pyplot), so it works headless and never changes the caller's
 matplotlib backend.
@@ -7,14 +8,21 @@ matplotlib backend.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Mapping, Optional, Sequence, Tuple
 
 from pipeline.route.policy import Range, backend_for
 
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
-def latency_plot(medians: Mapping[str, Mapping[int, float]], route: Optional[Sequence[Range]], path: Path,
-                 title: str = "") -> Path:
-    """Write the PNG to ``path`` and return it. ``medians``: backend -> batch size -> median ms."""
+# backend -> batch size -> (p10 ms, p90 ms)
+Bands = Mapping[str, Mapping[int, Tuple[float, float]]]
+
+
+def latency_figure(medians: Mapping[str, Mapping[int, float]], route: Optional[Sequence[Range]], title: str = "",
+                   bands: Optional[Bands] = None) -> "Figure":
+    """The figure: ``medians`` is backend -> batch size -> median ms; ``bands`` each backend's p10-p90
+    spread, drawn as a shaded band labelled ``<backend> p10-p90`` so that a wide one is seen at once."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.ticker import NullFormatter
@@ -28,6 +36,11 @@ def latency_plot(medians: Mapping[str, Mapping[int, float]], route: Optional[Seq
         xs = sorted(per)
         (line,) = ax.plot(xs, [per[x] for x in xs], marker="o", label=name)
         colors[name] = line.get_color()
+        band = (bands or {}).get(name, {})
+        xb = [x for x in xs if x in band]
+        if xb:
+            ax.fill_between(xb, [band[x][0] for x in xb], [band[x][1] for x in xb], color=colors[name], alpha=0.15,
+                            lw=0, label=f"{name} p10-p90")
     if route and sizes:
         lo_edge, hi_edge = sizes[0] / 1.5, sizes[-1] * 1.5
         for r in route:
@@ -53,6 +66,12 @@ def latency_plot(medians: Mapping[str, Mapping[int, float]], route: Optional[Seq
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
+    return fig
+
+
+def latency_plot(medians: Mapping[str, Mapping[int, float]], route: Optional[Sequence[Range]], path: Path,
+                 title: str = "", bands: Optional[Bands] = None) -> Path:
+    """Write :func:`latency_figure` as a PNG to ``path`` and return it."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
+    latency_figure(medians, route, title, bands).savefig(path)
     return path

@@ -30,19 +30,20 @@ def enabled() -> bool:
 
 
 class Steps:
-    """One task of known length; ``next(label)`` finishes the previous step and shows the next."""
+    """One task of known length; ``next(label)`` finishes the previous step and shows the next.
 
-    def __init__(self, progress: Any = None, task: Any = None, title: str = "") -> None:
-        self.progress, self.task, self.title = progress, task, title
-        self.started = False
+    The count never passes the task's total, even when a stage takes more steps than it planned.
+    """
+
+    def __init__(self, progress: Any = None, task: Any = None, title: str = "", total: Optional[int] = None) -> None:
+        self.progress, self.task, self.title, self.total = progress, task, title, total
+        self.done = -1  # steps finished; -1 before the first
 
     def next(self, label: str) -> None:
         if self.progress is None:
             return
-        if self.started:
-            self.progress.advance(self.task)
-        self.started = True
-        self.progress.update(self.task, description=f"{self.title} [bold]{label}[/bold]")
+        self.done = self.done + 1 if self.total is None else min(self.done + 1, self.total)
+        self.progress.update(self.task, completed=self.done, description=f"{self.title} [bold]{label}[/bold]")
 
 
 @contextlib.contextmanager
@@ -69,7 +70,7 @@ def steps(title: str, total: Optional[int]) -> Iterator[Steps]:
 
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), transient=True) as progress, logs_above(sys.stdout):
-        yield Steps(progress, progress.add_task(title, total=total), title)
+        yield Steps(progress, progress.add_task(title, total=total), title, total)
 
 
 def track(items: Iterable[T], title: str, total: Optional[int], label: Callable[[T], str] = str) -> Iterator[T]:

@@ -32,9 +32,9 @@ from pipeline.record.tracker import NullTracker
 
 log = logging.getLogger(__name__)
 
-COLUMNS = ["backend", "batch_size", "median_ms", "p10_ms", "p90_ms", "samples", "rel_ci95", "first_call_ms",
-           "warmup_calls", "repeats", "windows_used", "device_ms", "host_slowdown", "throughput_per_s", "noisy",
-           "noise"]
+COLUMNS = ["backend", "batch_size", "median_ms", "ci_lo_ms", "ci_hi_ms", "p10_ms", "p90_ms", "samples",
+           "first_call_ms", "warmup_calls", "passes", "repeats", "windows_used", "device_ms", "throughput_per_s",
+           "noisy", "noise"]
 RUN_FILE = "mlflow_run.json"  # the MLflow run this directory logs to, so a resumed run continues it
 # What the recorder appends to; a fresh run in a reused directory starts them anew.
 APPENDED = ("profile.csv", "cells.jsonl", RUN_FILE)
@@ -111,7 +111,11 @@ class Recorder:
 
     @staticmethod
     def cell_metrics(name: str, bs: int, m: Measurement) -> Dict[str, float]:
-        return {f"latency_ms/{name}/bs{bs}": m.median, f"throughput/{name}/bs{bs}": samples_per_second(bs, m.median)}
+        """The median, its interval, throughput and the noisy flag (1.0 or 0.0), which the report marks."""
+        lo, hi = m.interval
+        return {f"latency_ms/{name}/bs{bs}": m.median, f"latency_lo_ms/{name}/bs{bs}": lo,
+                f"latency_hi_ms/{name}/bs{bs}": hi, f"throughput/{name}/bs{bs}": samples_per_second(bs, m.median),
+                f"noisy/{name}/bs{bs}": float(m.noisy)}
 
     def stage_ended(self, stage: str, ctx: RunContext) -> None:
         """Whatever ``stage`` put on the context, finished or not (a failing stage's partial results too)."""
@@ -147,7 +151,7 @@ class Recorder:
             writer.writeheader()
             writer.writerows(rows)
         os.replace(path.with_name("profile.csv.tmp"), path)
-        metrics = {f"host_probe_ms/{when}": ms for when, ms in ctx.host_probe_ms.items()}
+        metrics: Dict[str, float] = {}
         for name, bs, m in cells_of(ctx.profile):
             metrics.update(self.cell_metrics(name, bs, m))
         self.tracker.log_metrics(metrics)
@@ -164,10 +168,17 @@ class Recorder:
 
         path = write_atomic(self.run_dir / "route.json", json.dumps(ctx.route_info, indent=2))
         self.tracker.set_tags({
+            "route.rests_on_noisy": str(ctx.route_info["rests_on_noisy"]).lower(),
+            "route.noisy_cells": ", ".join(f"{c['backend']} bs={c['batch_size']}"
+                                           for c in ctx.route_info["noisy_cells"]),
+        })
+        self.tracker.log_artifact(path)
+        if ctx.routed is None:  # refused (route.require_confident): route.json says why, nothing ships
+            return
+        self.tracker.set_tags({
             "route": "; ".join(f"{r.lo}-{r.hi or 'inf'}:{r.backend}" for r in ctx.route),
             "route_json": json.dumps([r.to_dict() for r in ctx.route]),
         })
-        self.tracker.log_artifact(path)
         ctx.checkpoint_path = checkpoint.save(ctx.routed, self.run_dir / self.cfg.route.checkpoint_name)
         log.info("route   checkpoint %s", ctx.checkpoint_path)
         if self.cfg.tracking.log_checkpoint:
@@ -182,13 +193,15 @@ class Recorder:
         self.tracker.log_artifact(path)
 
     def plot(self, ctx: RunContext) -> None:
-        """``latency.png``, with the routed ranges shaded once there is a route."""
+        """``latency.png``: medians, p10-p90 bands, and the routed ranges shaded once there is a route."""
         medians = ctx.medians()
         if not any(medians.values()):
             return
         from pipeline.record.plots import latency_plot
 
-        self.tracker.log_artifact(latency_plot(medians, ctx.route or None, self.run_dir / "latency.png", self.title))
+        bands = ctx.cell_figures(lambda m: (m.quantile(0.10), m.quantile(0.90)))
+        self.tracker.log_artifact(latency_plot(medians, ctx.route or None, self.run_dir / "latency.png", self.title,
+                                               bands))
 
     def finish(self, status: str) -> None:
         """The log as an artifact, then the run's final status."""

@@ -6,20 +6,24 @@ the next profiled size above it (the size it would be padded toward); a size abo
 profiled size belongs to the owner of the largest.
 
 "Faster by ``min_gain``" compares speeds: a challenger taking 1.0 ms beats an incumbent taking
-1.1 ms by exactly 10% (1.1 / 1.0 - 1 = 0.10).
+1.1 ms by exactly 10% (1.1 / 1.0 - 1 = 0.10). Given each cell's interval (where its median would
+land on a re-run), a challenger must also be faster beyond both cells' uncertainty: its interval
+lies wholly below the incumbent's. A difference the noise could make never splits a range.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from pipeline.measure.statistics import samples_per_second
 from pipeline.config.schema import RouteConfig
 
 # backend -> batch size -> median latency (ms). A backend may lack some sizes.
 Profile = Mapping[str, Mapping[int, float]]
+# backend -> batch size -> (low, high) ms: where each median would land on a re-run.
+Intervals = Mapping[str, Mapping[int, Tuple[float, float]]]
 
 STRATEGIES = ("router", "highest_throughput", "first_wins", "one_backend")
 
@@ -55,14 +59,23 @@ def highest_throughput_backend(profile: Profile, order: Sequence[str]) -> str:
     return max(profiled(profile, order), key=lambda b: (peak_throughput(profile[b]), -order.index(b)))
 
 
+def clearly_below(a: str, b: str, bs: int, profile: Profile, intervals: Optional[Intervals]) -> bool:
+    """Whether ``a``'s interval at ``bs`` lies wholly below ``b``'s: their difference exceeds both
+    cells' uncertainty together. Without intervals (or without one for a cell) the medians decide."""
+    a_hi = intervals[a][bs][1] if intervals and bs in intervals.get(a, {}) else profile[a][bs]
+    b_lo = intervals[b][bs][0] if intervals and bs in intervals.get(b, {}) else profile[b][bs]
+    return a_hi < b_lo
+
+
 def owners_with(incumbent: str, profile: Profile, order: Sequence[str], min_gain: float,
-                baseline: Optional[str] = None) -> Dict[int, str]:
-    """For each profiled size: ``incumbent``, unless another backend is at least ``min_gain`` faster there.
+                baseline: Optional[str] = None, intervals: Optional[Intervals] = None) -> Dict[int, str]:
+    """For each profiled size: ``incumbent``, unless another backend is at least ``min_gain`` faster there
+    and, given ``intervals``, :func:`clearly_below` it.
 
     Where the incumbent was not measured at a size, the fastest backend measured there owns it.
     Among challengers the fastest wins; ties go to the earlier backend in ``order``. Where
-    ``baseline`` (plain eager) is faster than that owner, the fastest backend owns the size: the
-    routed model never serves a profiled size slower than the model it tunes.
+    ``baseline`` (plain eager) is faster than that owner (clearly, given intervals), the fastest
+    backend owns the size: the routed model never serves a profiled size slower than the model it tunes.
     """
     sizes = sorted({bs for lat in profile.values() for bs in lat})
     owners: Dict[int, str] = {}
@@ -72,9 +85,11 @@ def owners_with(incumbent: str, profile: Profile, order: Sequence[str], min_gain
         if incumbent not in measured:
             owners[bs] = fastest
             continue
-        gain = profile[incumbent][bs] / profile[fastest][bs] - 1.0
-        owner = fastest if gain >= min_gain - 1e-12 else incumbent
-        if baseline in measured and profile[owner][bs] > profile[baseline][bs]:
+        challengers = [b for b in measured if b != incumbent
+                       and profile[incumbent][bs] / profile[b][bs] - 1.0 >= min_gain - 1e-12
+                       and (intervals is None or clearly_below(b, incumbent, bs, profile, intervals))]
+        owner = min(challengers, key=lambda b: (profile[b][bs], order.index(b))) if challengers else incumbent
+        if baseline in measured and clearly_below(baseline, owner, bs, profile, intervals):
             owner = fastest
         owners[bs] = owner
     return owners
@@ -88,7 +103,7 @@ def route_regret(owners: Mapping[int, str], profile: Profile) -> float:
 
 
 def owners_per_size(profile: Profile, order: Sequence[str], min_gain: float,
-                    baseline: Optional[str] = None) -> Dict[int, str]:
+                    baseline: Optional[str] = None, intervals: Optional[Intervals] = None) -> Dict[int, str]:
     """Per-size owners under the incumbent that needs the fewest ranges.
 
     Every backend is tried as the incumbent. The route with the fewest ranges wins, because the
@@ -97,7 +112,7 @@ def owners_per_size(profile: Profile, order: Sequence[str], min_gain: float,
     by peak throughput alone let a backend ahead by 5% at the largest size only keep a size where
     another was 7% faster, and cost a switch besides.
     """
-    routes = {b: owners_with(b, profile, order, min_gain, baseline) for b in profiled(profile, order)}
+    routes = {b: owners_with(b, profile, order, min_gain, baseline, intervals) for b in profiled(profile, order)}
 
     def merit(incumbent: str) -> tuple:
         owners = routes[incumbent]
@@ -145,21 +160,27 @@ def check_settings(strategy: str, min_gain: float) -> None:
                          f"e.g. route.min_gain=0.10")
 
 
+def usable(profile: Profile, order: Sequence[str], failures: Mapping[str, str]) -> List[str]:
+    """The backends of ``order`` that may serve: profiled and not excluded."""
+    return [b for b in order if profile.get(b) and b not in failures]
+
+
 def choose_route(profile: Profile, order: Sequence[str], strategy: str = RouteConfig.strategy,
                  min_gain: float = RouteConfig.min_gain,
                  backend: Optional[str] = None, failures: Optional[Mapping[str, str]] = None,
-                 baseline: Optional[str] = None) -> List[Range]:
+                 baseline: Optional[str] = None, intervals: Optional[Intervals] = None) -> List[Range]:
     """The route for a strategy.
 
     ``order`` is the config order of the backends; ``failures`` maps excluded backends (failed to
     build, did not match eager, unsupported) to their reason: they never serve, and
     ``one_backend`` raises the named backend's own error. ``baseline`` names the plain-eager
-    backend, which the router never lets a size be served slower than.
+    backend, which the router never lets a size be served slower than. ``intervals`` make the
+    router split a range only on differences beyond both cells' uncertainty.
     """
     failures = failures or {}
     check_profile(profile)
     check_settings(strategy, min_gain)
-    usable = [b for b in order if profile.get(b) and b not in failures]
+    serving = usable(profile, order, failures)
     if strategy == "one_backend":
         if not backend:
             raise ValueError("route.strategy=one_backend needs route.backend=<name>")
@@ -168,18 +189,34 @@ def choose_route(profile: Profile, order: Sequence[str], strategy: str = RouteCo
                              f"add it, e.g. 'backends=[eager,{backend}]'")
         if backend in failures:
             raise RuntimeError(f"route.backend={backend} was excluded: {failures[backend]}")
-        if backend not in usable:
+        if backend not in serving:
             raise ValueError(f"route.backend={backend} has no profile to serve from; was the profile stage run?")
         return [Range(1, None, backend)]
-    if not usable:
+    if not serving:
         raise ValueError("no backend has a profile to route on; every backend failed, was skipped or is unverified: "
                          + "; ".join(f"{b}: {r}" for b, r in failures.items()))
     if strategy == "first_wins":
-        return [Range(1, None, usable[0])]
+        return [Range(1, None, serving[0])]
     if strategy == "highest_throughput":
-        return [Range(1, None, highest_throughput_backend(profile, usable))]
-    return ranges_from_owners(owners_per_size({b: profile[b] for b in usable}, usable, min_gain,  # the router
-                                              baseline if baseline in usable else None))
+        return [Range(1, None, highest_throughput_backend(profile, serving))]
+    return ranges_from_owners(owners_per_size({b: profile[b] for b in serving}, serving, min_gain,  # the router
+                                              baseline if baseline in serving else None, intervals))
+
+
+def rests_on(route: Sequence[Range], profile: Profile, intervals: Intervals) -> List[Tuple[str, int]]:
+    """The cells ``(backend, batch size)`` a route's choices rest on: at every profiled size, the
+    owner's cell, and each other backend's whose interval overlaps the owner's (within the noise,
+    either could be the faster). ``profile`` holds the backends that competed."""
+    cells: List[Tuple[str, int]] = []
+    for bs in sorted({bs for per in profile.values() for bs in per}):
+        owner = backend_for(route, bs)
+        if bs not in profile.get(owner, {}):
+            continue
+        cells.append((owner, bs))
+        cells += [(b, bs) for b, per in profile.items() if b != owner and bs in per
+                  and not clearly_below(b, owner, bs, profile, intervals)
+                  and not clearly_below(owner, b, bs, profile, intervals)]
+    return cells
 
 
 def backend_for(route: Sequence[Range], batch_size: int) -> str:
