@@ -1,16 +1,20 @@
 """What every bench shares: the command that made its figures (without machine paths), how fast the
-host ran Python while they measured, and the lanes of the table benches (one model after another in
-one process, the tables rewritten after each)."""
+host ran Python while they measured, the lanes of the table benches (one model after another in one
+process, the tables rewritten after each, a failing model recorded as such; ``--combine`` joins lanes),
+and the ``torch.compile(mode="reduce-overhead")`` peer."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
+import json
 import statistics
 import sys
 import time
+import traceback
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -72,3 +76,37 @@ def run_lane(args: argparse.Namespace, meta: Callable[[], Dict[str, Any]], bench
         print(write(args.out, args.tag, about, rows), flush=True)
         gc.collect()  # the finished model's backends, graphs and compiled code go before the next model
         torch.cuda.empty_cache()
+
+
+def reduce_overhead(model: torch.nn.Module, device: torch.device, dtype: Optional[torch.dtype]) -> Callable[..., Any]:
+    """The peer: ``torch.compile(model, mode="reduce-overhead")`` as a user would write it, called under
+    autocast of ``dtype`` (None: fp32, no autocast)."""
+    compiled = torch.compile(model, mode="reduce-overhead")
+
+    def call(**inputs: torch.Tensor) -> Any:
+        autocast = torch.autocast(device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext()
+        with torch.inference_mode(), autocast:
+            torch.compiler.cudagraph_mark_step_begin()
+            return compiled(**inputs)
+
+    return call
+
+
+def row_or_error(model: str, bench_model: Callable[[str], Dict[str, Any]]) -> Dict[str, Any]:
+    """A model's row; a model that fails is recorded with its error and the lane goes on to the next."""
+    try:
+        return bench_model(model)
+    except Exception as exc:  # noqa: BLE001 (reported, not hidden: the row and stderr say what failed)
+        traceback.print_exc()
+        return {"model": model, "error": "".join(traceback.format_exception_only(type(exc), exc)).strip()[-2000:]}
+
+
+def joined_lanes(parts: List[Path], models: Sequence[str], keys: Sequence[str]) -> Tuple[Dict[str, Any], List[Dict]]:
+    """Lanes' JSON (``--combine``) as one table: the meta ``keys`` of the first lane with every lane's command,
+    and all rows, ``models``' order first."""
+    loaded = [json.loads(p.read_text()) for p in parts]
+    order = {m: i for i, m in enumerate(models)}
+    rows = sorted((r for part in loaded for r in part["rows"]), key=lambda r: order.get(r["model"], len(models)))
+    meta = {k: loaded[0][k] for k in keys}
+    meta["command"] = " ; ".join(part["command"] for part in loaded)
+    return meta, rows

@@ -36,9 +36,8 @@ import platform
 import sys
 import tempfile
 import time
-import traceback
 from pathlib import Path
-from typing import Any, Callable, Dict, List
+from typing import Any, Dict, List
 
 import torch
 from omegaconf import OmegaConf
@@ -46,7 +45,7 @@ from omegaconf import OmegaConf
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import command_line, lane_arguments, run_lane  # noqa: E402
+from bench.common import command_line, joined_lanes, lane_arguments, reduce_overhead, row_or_error, run_lane  # noqa: E402
 from bench.seed_table import cost_table  # noqa: E402
 from pipeline import devices  # noqa: E402
 from pipeline.api import compose_config  # noqa: E402
@@ -69,18 +68,6 @@ def overrides(model: str, args: argparse.Namespace) -> List[str]:
     ov = ["experiment=hf_suite", f"model.hf.model_class={model}", f"device={args.device}", f"profile={args.profile}",
           "validate.check_reload=false", f"tracking.uri=sqlite:///{args.runs.resolve()}/mlflow-{args.tag}.db"]
     return ov + (TINY + TINY_EXTRA.get(model, []) if args.tiny else [])
-
-
-def reduce_overhead(model: torch.nn.Module, device: torch.device, dtype: torch.dtype) -> Callable[..., Any]:
-    """The peer: ``torch.compile(model, mode="reduce-overhead")`` called under the backends' autocast."""
-    compiled = torch.compile(model, mode="reduce-overhead")
-
-    def call(**inputs: torch.Tensor) -> Any:
-        with torch.inference_mode(), torch.autocast(device.type, dtype=dtype):
-            torch.compiler.cudagraph_mark_step_begin()
-            return compiled(**inputs)
-
-    return call
 
 
 def bench_model(model: str, args: argparse.Namespace) -> Dict[str, Any]:
@@ -110,15 +97,6 @@ def bench_model(model: str, args: argparse.Namespace) -> Dict[str, Any]:
             "outcomes": {n: o.to_dict() for n, o in ctx.outcomes.items()},
             "backend_stats": {n: b.stats() for n, b in ctx.backends.items()},
             "stage_seconds": ctx.stage_seconds, "batch_sizes": ctx.batch_sizes, "cells": cells}
-
-
-def bench_or_error(model: str, args: argparse.Namespace) -> Dict[str, Any]:
-    """A model's row; a model that fails is recorded with its error and the lane goes on to the next."""
-    try:
-        return bench_model(model, args)
-    except Exception as exc:  # noqa: BLE001 (reported, not hidden: the row and stderr say what failed)
-        traceback.print_exc()
-        return {"model": model, "error": "".join(traceback.format_exception_only(type(exc), exc)).strip()[-2000:]}
 
 
 def ratios(row: Dict[str, Any]) -> List[Dict[str, float]]:
@@ -180,13 +158,9 @@ def write(out: Path, tag: str, meta: Dict[str, Any], rows: List[Dict[str, Any]])
 
 def combine(parts: List[Path], out: Path, tag: str) -> None:
     """Join lanes (same device and versions) into one table, in the experiment's model order."""
-    loaded = [json.loads(p.read_text()) for p in parts]
-    rows = sorted((r for part in loaded for r in part["rows"]),
-                  key=lambda r: MODELS.index(r["model"]) if r["model"] in MODELS else len(MODELS))
+    meta, rows = joined_lanes(parts, MODELS, ("device", "torch", "transformers", "python", "tiny"))
     for row in rows:  # JSON turned the batch-size keys into strings
         row["cells"] = {b: {int(bs): c for bs, c in per.items()} for b, per in row.get("cells", {}).items()}
-    meta = {k: loaded[0][k] for k in ("device", "torch", "transformers", "python", "tiny")}
-    meta["command"] = " ; ".join(part["command"] for part in loaded)
     print(write(out, tag, meta, rows))
 
 
@@ -208,7 +182,7 @@ def main() -> None:
                 "transformers": transformers.__version__, "python": platform.python_version(), "tiny": args.tiny,
                 "command": command_line()}
 
-    run_lane(args, meta, lambda model: bench_or_error(model, args), write, combine)
+    run_lane(args, meta, lambda model: row_or_error(model, lambda m: bench_model(m, args)), write, combine)
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import command_line, lane_arguments, run_lane  # noqa: E402
+from bench.common import command_line, joined_lanes, lane_arguments, run_lane  # noqa: E402
 from pipeline import devices  # noqa: E402
 from pipeline.route import checkpoint  # noqa: E402
 from pipeline.api import compose_config  # noqa: E402
@@ -163,13 +163,9 @@ def write(out: Path, tag: str, meta: Dict, rows: List[Dict]) -> str:
 
 def combine(parts: List[Path], out: Path, tag: str) -> None:
     """Join parts (same device, dtype and torch) into one table, the seed's models first in their order."""
-    loaded = [json.loads(p.read_text()) for p in parts]
-    order = {m: i for i, m in enumerate(MODELS)}
-    rows = sorted((r for part in loaded for r in part["rows"]), key=lambda r: order.get(r["model"], len(MODELS)))
+    meta, rows = joined_lanes(parts, MODELS, ("device", "torch", "python", "dtype"))
     for row in rows:  # JSON turned the batch-size keys into strings
         row["cells"] = {b: {int(bs): c for bs, c in per.items()} for b, per in row["cells"].items()}
-    meta = {k: loaded[0][k] for k in ("device", "torch", "python", "dtype")}
-    meta["command"] = " ; ".join(part["command"] for part in loaded)
     print(write(out, tag, meta, rows))
 
 

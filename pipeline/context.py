@@ -10,7 +10,8 @@ import torch
 from omegaconf import DictConfig
 from torch import nn
 
-from pipeline.backends import Backend
+from pipeline.backends import Backend, precision
+from pipeline.measure import accuracy
 from pipeline.route.policy import Range
 from pipeline.measure.measurement import Measurement
 from pipeline.measure.references import InputSource, input_sources
@@ -38,6 +39,11 @@ class BackendOutcome:
     # Evidence that a compiling backend served its compiled program: Dynamo graphs, graph breaks,
     # frames and eager calls of its own program ({} for a backend that does not compile).
     compile: Dict[str, int] = field(default_factory=dict)
+    precision: str = "fp32"  # fp32 | tf32 | bf16 | fp16 (pipeline.backends.precision)
+    # The accuracy budget (route.accuracy_budget): the worst value of its metric against fp32 eager over
+    # the tuned sizes, and whether that is within its bound. A candidate outside it is timed, never routed.
+    accuracy: float = float("nan")
+    within_budget: bool = True
 
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)
@@ -126,8 +132,18 @@ class RunContext:
         """Backends the route excludes, and why: every one not ok, except unverified ones where
         ``validate.allow_unverified`` is set."""
         allow = self.cfg.validate.allow_unverified
-        return {n: f"{o.status}: {o.reason}" + (ALLOW_HINT if o.status == "unverified" else "")
-                for n, o in self.outcomes.items() if o.status != "ok" and not (allow and o.status == "unverified")}
+        failed = {n: f"{o.status}: {o.reason}" + (ALLOW_HINT if o.status == "unverified" else "")
+                  for n, o in self.outcomes.items() if o.status != "ok" and not (allow and o.status == "unverified")}
+        budget = self.cfg.route.accuracy_budget
+        outside = {n: f"outside the accuracy budget: {budget.metric} {o.accuracy:.6g} against fp32 eager, the budget "
+                      f"is {accuracy.describe(budget.metric, budget.bound)}"
+                   for n, o in self.outcomes.items() if n not in failed and not o.within_budget}
+        return {**failed, **outside}
+
+    @property
+    def candidates(self) -> Dict[str, Dict[str, Any]]:
+        """Every competing candidate, in order: each backend once per precision (``cfg.precision``)."""
+        return precision.of_config(self.cfg)
 
     def unverified(self) -> List[str]:
         """Backends capture could neither prove right nor wrong."""

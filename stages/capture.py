@@ -5,6 +5,11 @@ crashes or does not match eager is recorded as failed with its reason. Either wa
 and the run goes on. A resumed run keeps the earlier run's failed and skipped outcomes, and
 rebuilds the others (compiled code does not outlive its process). Where eager's output cannot tell right from wrong on any input tried, the
 backend is recorded as unverified, and profiled and routed only with ``validate.allow_unverified=true``.
+
+Every backend competes once per entry of ``precision`` (``pipeline.backends.precision``), and every candidate's
+output is scored against fp32 eager's by ``route.accuracy_budget`` at each tuned size (``pipeline.measure.accuracy``):
+one outside the budget stays ok and is profiled, but the route never serves it. Reduced-precision candidates
+answer to the budget alone, not to judge()'s tolerance, once their outputs' structure matches.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from pipeline import backends as backend_registry
 from pipeline import devices
 from pipeline.record import progress
 from pipeline.backends import BackendUnsupported
+from pipeline.measure import accuracy
 from pipeline.measure.compare import combine, judge, tolerance
 from pipeline.context import ALLOW_HINT, BackendOutcome, RunContext
 from pipeline.batching import BatchDims, output_batch_dims
@@ -50,8 +56,9 @@ def reference_outputs(ctx: RunContext, compute_dtype: Optional[torch.dtype]) -> 
 def capture_one(ctx: RunContext, name: str, cfg: dict,
                 references: Callable[[Optional[torch.dtype]], Dict[int, Reference]]) -> BackendOutcome:
     """Build and check one backend; never raises for the backend's own failures."""
-    outcome = BackendOutcome(name=name, kind=str(cfg.get("kind")))
     backend = backend_registry.create(name, cfg)
+    outcome = BackendOutcome(name=name, kind=str(cfg.get("kind")), precision=backend.precision)
+    budget = ctx.cfg.route.accuracy_budget
     reason = backend.unsupported_reason(ctx.device)
     if reason:
         outcome.status, outcome.reason = "skipped", reason
@@ -67,10 +74,13 @@ def capture_one(ctx: RunContext, name: str, cfg: dict,
         sample = refs[largest].inputs
         backend.build(ctx.model, sample, ctx.device, list(range(1, largest + 1)), ctx.batch_sizes,
                       BatchDims.of(ctx.inputs, ctx.output_batch_dims))
+        scores = []  # the accuracy budget's metric against fp32 eager, at each tuned size
         with backend.watched():  # every compile is this backend's; a recompile limit hit fails it
             checks = backend.self_check(ctx.model, sample, scale)  # variants the tuned sizes miss, e.g. each graph
             for bs, ref in refs.items():
-                checks[f"batch size {bs}"] = judge(backend(**ref.inputs), ref.output, backend.compute_dtype, scale)
+                out = backend(**ref.inputs)
+                checks[f"batch size {bs}"] = judge(out, ref.output, backend.compute_dtype, scale)
+                scores.append(accuracy.score(out, ref.output, budget.metric))
             devices.synchronize(ctx.device)
     except BackendUnsupported as exc:
         outcome.status, outcome.reason = "skipped", str(exc)
@@ -86,7 +96,9 @@ def capture_one(ctx: RunContext, name: str, cfg: dict,
     if fallback:
         outcome.status, outcome.reason = "failed", f"not timed: {fallback}"
         return outcome
-    verdict = combine(checks)
+    verdict = accuracy.relaxed(combine(checks), backend.judged_by_budget)
+    outcome.accuracy = accuracy.worst(scores, budget.metric)
+    outcome.within_budget = accuracy.within(outcome.accuracy, budget.metric, budget.bound)
     outcome.status, start = OUTCOMES[verdict.status]
     outcome.reason, outcome.max_rel_error, outcome.tensors = start + verdict.reason, verdict.error, verdict.tensors
     if outcome.status == "ok" or ctx.cfg.validate.allow_unverified:
@@ -99,17 +111,19 @@ def run(ctx: RunContext) -> None:
     log.info("capture: batches are made of %s", label)
     ctx.output_batch_dims = output_batch_dims(ctx.model, inputs_at)
     references = functools.lru_cache(maxsize=None)(functools.partial(reference_outputs, ctx))  # per compute dtype
-    for name, cfg in progress.track(ctx.cfg.backends.items(), "capture", len(ctx.cfg.backends), label=lambda kv: kv[0]):
+    candidates = ctx.candidates
+    for name, cfg in progress.track(candidates.items(), "capture", len(candidates), label=lambda kv: kv[0]):
         earlier = ctx.earlier.outcomes.get(name)
         if earlier is not None and earlier.status in ("failed", "skipped"):
             outcome = earlier  # the interrupted run's verdict; building it again would fail again
         else:
-            outcome = capture_one(ctx, name, dict(cfg), references)
+            outcome = capture_one(ctx, name, cfg, references)
         ctx.outcomes[name] = outcome
         level = logging.INFO if outcome.status == "ok" else logging.WARNING
         log.log(level, "capture %-28s %-10s %s", name, outcome.status,
                 outcome.reason or f"built in {outcome.build_seconds:.2f}s, max rel err {outcome.max_rel_error:.2e} "
-                                  f"over {outcome.tensors} tensors"
+                                  f"over {outcome.tensors} tensors, {ctx.cfg.route.accuracy_budget.metric} "
+                                  f"{outcome.accuracy:.6g}{'' if outcome.within_budget else ' (OUTSIDE the budget)'}"
                 + (f", {outcome.compile['graphs']} Dynamo graph(s), {outcome.compile['graph_breaks']} graph break(s)"
                    if outcome.compile else ""))
     if not ctx.backends:

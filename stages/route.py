@@ -11,6 +11,8 @@ from typing import Any, Dict, List
 
 from pipeline.context import RunContext
 from pipeline.route.served import RoutedModule, TuneRecord
+from pipeline.backends.precision import precision_of
+from pipeline.measure.accuracy import budget_of
 from pipeline.route.policy import choose_route, eager_baseline, rests_on, usable
 
 log = logging.getLogger(__name__)
@@ -24,7 +26,11 @@ class RouteNotConfident(RuntimeError):
 def run(ctx: RunContext) -> None:
     rcfg = ctx.cfg.route
     medians, intervals = ctx.medians(), ctx.intervals()
-    eager, order, failures = eager_baseline(ctx.cfg.backends), list(ctx.cfg.backends), ctx.failures()
+    candidates = ctx.candidates  # each backend once per precision
+    # No size served slower than plain eager: fp32 eager where it competes.
+    eager = (eager_baseline({n: c for n, c in candidates.items() if precision_of(c) == "fp32"})
+             or eager_baseline(candidates))
+    order, failures = list(candidates), ctx.failures()
     route = choose_route(medians, order, rcfg.strategy, rcfg.min_gain, rcfg.backend, failures,
                          baseline=eager, intervals=intervals)
     competed = {b: medians[b] for b in usable(medians, order, failures)}
@@ -37,7 +43,10 @@ def run(ctx: RunContext) -> None:
         "strategy": rcfg.strategy,
         "min_gain": rcfg.min_gain,
         "never_slower_than": eager if rcfg.strategy == "router" else None,  # only the router applies it
-        "ranges": [r.to_dict() for r in route],
+        "ranges": [{**r.to_dict(), "precision": ctx.outcomes[r.backend].precision} for r in route],
+        "accuracy_budget": budget_of(rcfg.accuracy_budget),
+        "candidates": [{"backend": n, "precision": o.precision, "error": o.accuracy, "within_budget": o.within_budget,
+                        "status": o.status} for n, o in ctx.outcomes.items()],
         "profile_medians_ms": {b: {str(bs): ms for bs, ms in per.items()} for b, per in medians.items()},
         "profile_intervals_ms": {b: {str(bs): list(iv) for bs, iv in per.items()} for b, per in intervals.items()},
         "rests_on": [{"backend": b, "batch_size": bs} for b, bs in cells],
@@ -47,7 +56,8 @@ def run(ctx: RunContext) -> None:
         "unverified": unverified,
     }
     for r in route:
-        log.info("route   batch %s..%s -> %s", r.lo, r.hi if r.hi is not None else "inf", r.backend)
+        log.info("route   batch %s..%s -> %s (%s)", r.lo, r.hi if r.hi is not None else "inf", r.backend,
+                 ctx.outcomes[r.backend].precision)
     if noisy:
         names = ", ".join(f"{c['backend']} bs={c['batch_size']}" for c in noisy)
         if rcfg.require_confident:

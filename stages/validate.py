@@ -8,6 +8,7 @@ from typing import Dict
 import torch
 
 from pipeline.backends.program import strict_compiles
+from pipeline.measure import accuracy
 from pipeline.measure.compare import judge, tolerance
 from pipeline.context import RunContext
 from pipeline.measure.references import reference_at
@@ -32,22 +33,34 @@ def check(ctx: RunContext, modules: Dict[str, torch.nn.Module], bar: progress.St
     compared and whether it is within tolerance. Eager's reference runs once per size (on inputs other
     than capture's: the user's rows from the second on, random fills at the next seed) and serves every
     module; an uninformative row passes only with validate.allow_unverified. ``bar`` shows each size as
-    it is checked (a new size may compile for a while)."""
-    vcfg = ctx.cfg.validate
+    it is checked (a new size may compile for a while). Every row is also held to route.accuracy_budget
+    against fp32 eager."""
+    vcfg, budget = ctx.cfg.validate, ctx.cfg.route.accuracy_budget
     sources = ctx.input_sources(seed_offset=1, start=1)
     rows: Dict[str, list] = {label: [] for label in modules}  # all of one check, then the next
     for bs in check_sizes(ctx):
         name = backend_for(ctx.route, bs)
         bar.next(f"bs={bs} ({name})")
-        dtype = ctx.backends[name].compute_dtype
+        backend = ctx.backends[name]
+        dtype, precision = backend.compute_dtype, backend.precision
         ref = reference_at(ctx.model, bs, sources, dtype, vcfg.tolerance_scale)
         with torch.inference_mode():
             for label, module in modules.items():
-                verdict = judge(module(**ref.inputs), ref.output, dtype, vcfg.tolerance_scale)
-                rows[label].append({"check": label, "batch_size": bs, "backend": name, "tuned": bs in ctx.batch_sizes,
-                                    "max_rel_error": verdict.error, "tolerance": tolerance(dtype, vcfg.tolerance_scale),
-                                    "tensors": verdict.tensors, "status": verdict.status, "reason": verdict.reason,
-                                    "ok": verdict.ok or (verdict.uninformative and vcfg.allow_unverified)})
+                out = module(**ref.inputs)
+                verdict = accuracy.relaxed(judge(out, ref.output, dtype, vcfg.tolerance_scale),
+                                           backend.judged_by_budget)
+                value = accuracy.score(out, ref.output, budget.metric)
+                within = accuracy.within(value, budget.metric, budget.bound)
+                reason = verdict.reason if not verdict.ok else "" if within else (
+                    f"{budget.metric} {value:.6g} outside the accuracy budget "
+                    f"({accuracy.describe(budget.metric, budget.bound)})")
+                rows[label].append({"check": label, "batch_size": bs, "backend": name, "precision": precision,
+                                    "tuned": bs in ctx.batch_sizes, "max_rel_error": verdict.error,
+                                    "tolerance": tolerance(dtype, vcfg.tolerance_scale), "tensors": verdict.tensors,
+                                    "budget_value": value, "within_budget": within,
+                                    "status": ("ok" if within else "outside_budget") if verdict.ok else verdict.status,
+                                    "reason": reason,
+                                    "ok": (verdict.ok or (verdict.uninformative and vcfg.allow_unverified)) and within})
     return [row for per_check in rows.values() for row in per_check]
 
 

@@ -9,6 +9,7 @@ from typing import Any, ClassVar, Dict, List, Mapping, Optional, Sequence
 import torch
 from torch import nn
 
+from pipeline.backends import precision
 from pipeline.backends.program import Program
 from pipeline.batching import BatchDims
 from pipeline.measure.compare import Verdict
@@ -41,12 +42,24 @@ class Backend:
 
     def unsupported_reason(self, device: torch.device) -> Optional[str]:
         """Why this backend cannot run on ``device``, or None if it can. Answered before any work."""
-        return None
+        return precision.unsupported_reason(self.precision, device)
+
+    @property
+    def precision(self) -> str:
+        """fp32, tf32, bf16 or fp16 (``pipeline.backends.precision``)."""
+        return precision.precision_of(self.cfg)
+
+    @property
+    def judged_by_budget(self) -> bool:
+        """A reduced-precision candidate of the ``precision`` list: its outputs answer to the accuracy budget
+        alone, not to judge()'s tolerance (a backend setting ``autocast_*`` itself is held to both)."""
+        return self.cfg["precision"] != "fp32"
 
     @property
     def compute_dtype(self) -> Optional[torch.dtype]:
         """The reduced precision this backend computes in, if any (drives tolerances)."""
-        return dtype_of(self.cfg["autocast_dtype"]) if self.cfg["autocast_enabled"] else None
+        name = precision.AUTOCAST.get(self.precision)
+        return dtype_of(name) if name else None
 
     @property
     def records_cuda_graphs(self) -> bool:
@@ -54,10 +67,12 @@ class Backend:
         return False
 
     def autocast(self) -> contextlib.AbstractContextManager:
-        """The autocast context for a call, or a no-op."""
+        """The numerics of a call: autocast (bf16, fp16), TF32 matmuls (tf32, restored after), or a no-op."""
         dtype = self.compute_dtype
-        if dtype is None or self.device is None:
+        if self.device is None:
             return contextlib.nullcontext()
+        if dtype is None:
+            return precision.tf32(self.precision == "tf32")
         return torch.autocast(device_type=self.device.type, dtype=dtype)
 
     def build(self, model: nn.Module, sample: Dict[str, torch.Tensor], device: torch.device,

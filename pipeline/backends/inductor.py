@@ -42,6 +42,9 @@ class InductorBackend(Backend):
         return bool(self.effective_options().get("triton.cudagraphs"))
 
     def unsupported_reason(self, device: torch.device) -> Optional[str]:
+        numerics = super().unsupported_reason(device)
+        if numerics:
+            return numerics
         reason = inductor_options.unsupported_reason(self.effective_options(), device)
         if reason is None:
             return None

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
 from pipeline import templates
-from pipeline.backends import graph_plan
+from pipeline.backends import graph_plan, precision
 from pipeline.config import backend_schema, inductor_options, limits
 from pipeline.config.errors import ConfigError
 
@@ -97,5 +97,11 @@ def check(name: str, cfg: Mapping[str, Any]) -> Dict[str, Any]:
     if settings["autocast_enabled"] and settings["autocast_dtype"] not in AUTOCAST_DTYPES:
         raise ConfigError(f"backend {name!r}: autocast_dtype={settings['autocast_dtype']!r} is not supported; "
                           f"use one of {list(AUTOCAST_DTYPES)}")
+    if settings["precision"] not in precision.PRECISIONS:
+        raise ConfigError(f"backend {name!r}: precision={settings['precision']!r} is unknown; "
+                          f"use one of {list(precision.PRECISIONS)}")
+    if settings["precision"] != "fp32" and settings["autocast_enabled"]:
+        raise ConfigError(f"backend {name!r} sets both precision={settings['precision']} and autocast_enabled=true; "
+                          f"keep one")
     RULES.get(settings["kind"], lambda *_: None)(name, settings)
     return settings

@@ -28,6 +28,8 @@ class BackendSettings:
     description: str = ""
     autocast_enabled: bool = False
     autocast_dtype: str = "bfloat16"  # or float16
+    # fp32 | tf32 | bf16 | fp16: set for each candidate by the top-level precision list.
+    precision: str = "fp32"
 
 
 @dataclass

@@ -18,7 +18,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from pipeline import backends as backend_registry
 from pipeline import devices
+from pipeline.backends import precision
 from pipeline.config import limits
+from pipeline.measure import accuracy
 from pipeline.route import policy as routing
 from pipeline.record import store
 from pipeline.config.errors import ConfigError
@@ -56,13 +58,38 @@ def check_route(cfg: DictConfig) -> None:
     routing.check_settings(rcfg.strategy, rcfg.min_gain)
     if rcfg.strategy == "one_backend" and (OmegaConf.is_missing(rcfg, "backend") or not rcfg.backend):
         raise ConfigError("route=one_backend needs the backend to deploy: route.backend=<name>")
-    if rcfg.strategy == "one_backend" and rcfg.backend not in cfg.backends:
-        raise ConfigError(f"route.backend={rcfg.backend} is not among the selected backends {list(cfg.backends)}; "
+    names = list(precision.of_config(cfg))
+    if rcfg.strategy == "one_backend" and rcfg.backend not in names:
+        raise ConfigError(f"route.backend={rcfg.backend} is not among the selected backends {names}; "
                           f"pick one of them or add it to backends")
+    problem = accuracy.budget_problem(rcfg.accuracy_budget.metric, rcfg.accuracy_budget.bound)
+    if problem:
+        raise ConfigError(problem)
     name = rcfg.checkpoint_name
     if not name or Path(name).name != name or name in (".", ".."):
         raise ConfigError(f"route.checkpoint_name={name!r} must be a file name (it is written in the run directory); "
                           f"e.g. route.checkpoint_name=model.tweak")
+
+
+def check_precision(cfg: DictConfig, device: torch.device) -> None:
+    """The precision list: known names once each, no backend fixing its own, each runnable on the device."""
+    precisions = list(cfg.precision)
+    problem = next(filter(None, (precision.conflict(name, bcfg, precisions) for name, bcfg in cfg.backends.items())),
+                   None)
+    problem = problem or next(filter(None, (precision.device_problem(p, device) for p in precisions)), None)
+    if all(precision.unsupported_reason(p, device) for p in precisions):
+        problem = (f"precision={precisions} runs nothing on {device.type}: "
+                   f"{precision.unsupported_reason(precisions[0], device)}; add fp32, e.g. 'precision=[fp32,bf16]'")
+    if problem:
+        raise ConfigError(problem)
+    count = len(cfg.backends) * len(precisions)
+    if count > limits.MAX_BACKENDS:
+        raise ConfigError(f"{len(cfg.backends)} backends x {len(precisions)} precisions make {count} candidates, more "
+                          f"than {limits.MAX_BACKENDS}; pick fewer backends or precisions")
+    clash = sorted(set(cfg.backends) & {precision.candidate_name(b, p) for b in cfg.backends for p in precisions
+                                        if p != "fp32"})
+    if clash:
+        raise ConfigError(f"backend {clash[0]!r} has the name of a {precision.SEPARATOR}<precision> candidate; rename it")
 
 
 def check_sizes(cfg: DictConfig, device: torch.device) -> None:
@@ -102,6 +129,9 @@ def check_config(cfg: DictConfig, run_dir: Optional[Path] = None) -> None:
         problem = limits.inputs_problem(OmegaConf.to_container(cfg.model.inputs, resolve=True))
         if problem:
             raise ConfigError(f"model.inputs: {problem}")
+        problem = precision.precisions_problem(list(cfg.precision))
+        if problem:
+            raise ConfigError(problem)
         check_route(cfg)
         Settings.of(cfg.profile)
         if not cfg.validate.tolerance_scale > 0:
@@ -109,7 +139,9 @@ def check_config(cfg: DictConfig, run_dir: Optional[Path] = None) -> None:
                               f"e.g. validate.tolerance_scale=1.0")
         for name, bcfg in cfg.backends.items():
             backend_registry.create(name, OmegaConf.to_container(bcfg, resolve=True))
-        check_sizes(cfg, devices.resolve(cfg.device))
+        device = devices.resolve(cfg.device)
+        check_precision(cfg, device)
+        check_sizes(cfg, device)
         if run_dir is not None:
             check_run_dir(run_dir)
         if cfg.tracking.enabled:

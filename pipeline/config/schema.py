@@ -106,6 +106,14 @@ class ProfileConfig:
 
 
 @dataclass
+class AccuracyBudget:
+    """How far a candidate's output may move from fp32 eager's (``pipeline.measure.accuracy``)."""
+
+    metric: str = "cosine"  # cosine (>= bound) | max_rel_error (<= bound) | top1_agreement (>= bound)
+    bound: float = 0.999
+
+
+@dataclass
 class RouteConfig:
     """How the routed model is chosen from the profile."""
 
@@ -115,6 +123,8 @@ class RouteConfig:
     # Fail the run, saving nothing, when the route rests on cells the profile flagged noisy.
     require_confident: bool = False
     checkpoint_name: str = "model.tweak"
+    # Measured against fp32 eager at every tuned size; a candidate outside it never serves.
+    accuracy_budget: AccuracyBudget = field(default_factory=AccuracyBudget)
 
 
 @dataclass
@@ -159,6 +169,8 @@ class Config:
     validate: ValidateConfig = field(default_factory=ValidateConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     device: str = "auto"
+    # Each backend competes once per precision (fp32, tf32, bf16, fp16): pipeline.backends.precision.
+    precision: List[str] = field(default_factory=lambda: ["fp32"])
     seed: int = 0
     stages: List[str] = field(default_factory=lambda: list(STAGE_NAMES))
     # An interrupted run's directory: its config, failed backends and measured cells are reused.

@@ -25,6 +25,7 @@ from typing import Any, Dict, Iterator, Mapping, Tuple
 from omegaconf import DictConfig, OmegaConf
 
 from pipeline.context import BackendOutcome, Earlier, RunContext
+from pipeline.measure.accuracy import describe
 from pipeline.measure.measurement import Measurement
 from pipeline.measure.statistics import samples_per_second
 from pipeline.record.tracker import NullTracker
@@ -129,11 +130,16 @@ class Recorder:
         metrics: Dict[str, float] = {}
         for name, o in ctx.outcomes.items():
             if o.status in ("ok", "unverified"):
+                # error/<candidate>: the accuracy budget's metric against fp32 eager (worst tuned size)
                 metrics.update({f"compile_s/{name}": o.build_seconds, f"max_rel_error/{name}": o.max_rel_error,
-                                f"peak_memory_mb/{name}": o.peak_memory_bytes / 2**20})
+                                f"peak_memory_mb/{name}": o.peak_memory_bytes / 2**20, f"error/{name}": o.accuracy,
+                                f"within_budget/{name}": float(o.within_budget)})
                 metrics.update({f"dynamo_{k}/{name}": v for k, v in o.compile.items()})
         self.tracker.log_metrics(metrics)
-        self.tracker.set_tags({f"backend_status.{n}": f"{o.status}: {o.reason}" for n, o in ctx.outcomes.items()})
+        budget = self.cfg.route.accuracy_budget
+        self.tracker.set_tags({**{f"backend_status.{n}": f"{o.status}: {o.reason}" for n, o in ctx.outcomes.items()},
+                               **{f"precision.{n}": o.precision for n, o in ctx.outcomes.items()},
+                               "accuracy_budget": describe(budget.metric, budget.bound)})
         self.tracker.log_artifact(path)
 
     def profile(self, ctx: RunContext) -> None:

@@ -46,7 +46,8 @@ from pipeline.route.policy import Range, sizes_owned
 log = logging.getLogger(__name__)
 
 MAGIC = b"TWEAKPIPE-CHECKPOINT"
-FORMAT = 2  # 2: each backend's config holds the keys of its kind's schema only
+FORMAT = 3  # 2: each backend's config holds the keys of its kind's schema only; 3: and its precision
+READS = (2, 3)  # a format-2 file is a format-3 file whose every backend is fp32 (the key's default)
 KEYS = ("name", "route", "backends", "state_dict", "inputs", "batch_sizes", "max_batch_size", "versions", "device")
 # The seed of the sample inputs used to build and warm the backends on load.
 SAMPLE_SEED = 0
@@ -156,8 +157,8 @@ def read(path: PathLike) -> Dict[str, Any]:
         raise NotACheckpoint(f"{path} is not a tweakpipe checkpoint (it does not start with {MAGIC.decode()!r}); "
                              f"write one with pipeline.save(tuned, path) or the route stage")
     fmt = head[len(MAGIC):].strip().decode(errors="replace")
-    if fmt != str(FORMAT):
-        raise CheckpointError(f"{path} has checkpoint format {fmt!r}; this tweakpipe reads format {FORMAT}. "
+    if fmt not in map(str, READS):
+        raise CheckpointError(f"{path} has checkpoint format {fmt!r}; this tweakpipe reads formats {list(READS)}. "
                               f"Load it with the tweakpipe version that wrote it, or re-tune")
     recorded = sha_line.strip().decode(errors="replace").removeprefix("sha256:")
     actual = hashlib.sha256(body).hexdigest()
@@ -171,8 +172,8 @@ def read(path: PathLike) -> Dict[str, Any]:
     missing = [k for k in KEYS if not isinstance(payload, dict) or k not in payload]
     if missing:
         raise CheckpointError(f"{path} lacks {missing}; it was not written by pipeline.save or the route stage")
-    if payload.get("format", FORMAT) != FORMAT:
-        raise CheckpointError(f"{path} says format {FORMAT} in its header but {payload['format']!r} in its body; "
+    if str(payload.get("format", fmt)) != fmt:
+        raise CheckpointError(f"{path} says format {fmt} in its header but {payload['format']!r} in its body; "
                               f"it was edited. Re-save it with pipeline.save or re-tune")
     return payload
 

@@ -1,0 +1,128 @@
+"""Precision as a routed choice: every backend competes once per entry of ``precision``.
+
+``fp32`` is the model as written. ``tf32`` keeps fp32 tensors and lets CUDA matmuls and convolutions
+use TF32 tensor cores (``torch.backends.cuda.matmul.allow_tf32`` and ``torch.backends.cudnn.allow_tf32``,
+set only around that candidate's calls and restored after). ``bf16`` and ``fp16`` run the backend
+under autocast of that dtype (``Backend.autocast``, the same context a backend's own ``autocast_*``
+settings give). Weights stay fp32 in every candidate. The candidate's config carries its precision
+(the backend key ``precision``), so a checkpoint rebuilds it.
+
+A candidate is named ``<backend>`` at fp32 (a run without ``precision`` is unchanged) and
+``<backend>.<precision>`` otherwise (MLflow allows no ``@`` in metric and tag names).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Dict, Iterator, Mapping, Optional, Sequence
+
+import torch
+
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
+AUTOCAST = {"bf16": "bfloat16", "fp16": "float16"}  # precision -> autocast dtype name
+SEPARATOR = "."
+
+
+def candidate_name(backend: str, precision: str) -> str:
+    return backend if precision == "fp32" else f"{backend}{SEPARATOR}{precision}"
+
+
+def precision_of(settings: Mapping[str, Any]) -> str:
+    """A backend's precision: its ``precision`` key, or the autocast it sets itself (older configs)."""
+    precision = settings.get("precision") or "fp32"
+    if precision == "fp32" and settings.get("autocast_enabled"):
+        return {v: k for k, v in AUTOCAST.items()}.get(settings.get("autocast_dtype"), "fp32")
+    return precision
+
+
+def precisions_problem(precisions: Sequence[Any]) -> Optional[str]:
+    """Unknown or repeated precisions in the top-level ``precision`` list, or None."""
+    if not precisions:
+        return "precision=[] names no precision; e.g. 'precision=[fp32,bf16]'"
+    unknown = [p for p in precisions if p not in PRECISIONS]
+    if unknown:
+        return f"precision {unknown[0]!r} is unknown; use some of {list(PRECISIONS)}, e.g. 'precision=[fp32,bf16]'"
+    repeated = sorted({p for p in precisions if list(precisions).count(p) > 1})
+    if repeated:
+        return f"precision lists {repeated[0]} more than once; name each once, e.g. 'precision=[fp32,bf16]'"
+    return None
+
+
+def candidates(backends: Mapping[str, Mapping[str, Any]], precisions: Sequence[str]) -> Dict[str, Dict[str, Any]]:
+    """Candidate name -> backend config, precision by precision (in the order given), backend by backend.
+
+    A backend that sets its own autocast or precision keeps it when ``precision`` is ``[fp32]`` (the
+    default); beside a longer list it is an error (:func:`conflict`)."""
+    out: Dict[str, Dict[str, Any]] = {}
+    for precision in precisions:
+        for name, cfg in backends.items():
+            body = dict(cfg)
+            if list(precisions) != ["fp32"]:
+                body["precision"] = precision
+            out[candidate_name(str(name), precision)] = body
+    return out
+
+
+def of_config(cfg: Any) -> Dict[str, Dict[str, Any]]:
+    """A run config's candidates (``cfg.backends`` x ``cfg.precision``), as plain dicts."""
+    from omegaconf import OmegaConf
+
+    return candidates(OmegaConf.to_container(cfg.backends, resolve=True), [str(p) for p in cfg.precision])
+
+
+def conflict(name: str, cfg: Mapping[str, Any], precisions: Sequence[str]) -> Optional[str]:
+    """Why backend ``name`` cannot compete across ``precisions``: it fixes its own numerics."""
+    if list(precisions) == ["fp32"]:
+        return None
+    own = [k for k in ("autocast_enabled", "precision") if cfg.get(k) not in (None, False, "fp32")]
+    if own:
+        return (f"backend {name!r} sets {own[0]}={cfg[own[0]]} itself, which conflicts with "
+                f"precision={list(precisions)}; drop it from the backend (each precision runs every backend), "
+                f"or leave precision at [fp32]")
+    return None
+
+
+def device_problem(precision: str, device: torch.device) -> Optional[str]:
+    """Why ``device`` cannot run ``precision`` (bf16/fp16 autocast), or None. tf32 is never a problem
+    here: off CUDA its candidates are skipped (:func:`unsupported_reason`)."""
+    dtype_name = AUTOCAST.get(precision)
+    if dtype_name is None:
+        return None
+    dtype = getattr(torch, dtype_name)
+    if device.type == "cuda" and dtype is torch.bfloat16 and not torch.cuda.is_bf16_supported():
+        return (f"precision {precision}: {torch.cuda.get_device_name(device)} has no bf16 support; "
+                f"use fp16 or tf32 instead, e.g. 'precision=[fp32,fp16]'")
+    try:
+        with torch.autocast(device.type, dtype=dtype):
+            torch.mm(torch.ones(2, 2, device=device), torch.ones(2, 2, device=device))
+    except Exception as exc:  # noqa: BLE001 -- any failure means the device cannot
+        return (f"precision {precision}: autocast to {dtype_name} does not run on {device.type} ({exc}); "
+                f"drop {precision} from precision")
+    return None
+
+
+def unsupported_reason(precision: str, device: torch.device) -> Optional[str]:
+    """Why a candidate of ``precision`` is skipped on ``device``: TF32 exists only in CUDA kernels."""
+    if precision == "tf32" and device.type != "cuda":
+        return f"tf32 changes only CUDA matmuls and convolutions; on {device.type} it would repeat fp32"
+    return None
+
+
+@contextlib.contextmanager
+def tf32(enabled: bool) -> Iterator[None]:
+    """TF32 matmuls and convolutions on (``enabled``) for the block, the previous settings restored after."""
+    if not enabled:
+        yield
+        return
+    # torch >= 2.9 keeps the settings as fp32_precision ("none" = inherit); restoring those keeps them exact.
+    new_api = hasattr(torch.backends.cuda.matmul, "fp32_precision")
+    modules = (torch.backends.cuda.matmul, torch.backends.cudnn.conv) if new_api else ()
+    saved = [m.fp32_precision for m in modules]
+    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+        for module, value in zip(modules, saved):
+            module.fp32_precision = value

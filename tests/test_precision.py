@@ -1,0 +1,185 @@
+"""Precision as a routed choice under an accuracy budget (issue 20): candidates per precision, the budget
+against fp32 eager, route.json, the checkpoint's precision, and the mistakes the config checks refuse.
+
+Runs use the eager backend only (no compiles), so every run takes seconds on 2 CPU cores."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from conftest import CONF, TINY
+from hydra import compose, initialize_config_dir
+from pipeline.backends import precision
+from pipeline.config.checks import check_config
+from pipeline.config.errors import ConfigError
+from pipeline.measure import accuracy
+from pipeline.report import Row, Table, markdown
+from pipeline.route import checkpoint
+from pipeline.route.checkpoint import CheckpointError
+from pipeline.runner import run
+
+BF16 = [*TINY, "backends=[eager]", "precision=[fp32,bf16]"]
+
+
+def route_json(run_dir):
+    return json.loads((run_dir / "route.json").read_text())
+
+
+def test_route_json_lists_every_candidate_its_precision_and_error(compose_cfg, tmp_path):
+    ctx = run(compose_cfg(BF16), tmp_path)
+    route = route_json(tmp_path)
+    assert route["accuracy_budget"] == {"metric": "cosine", "bound": 0.999}
+    by_name = {c["backend"]: c for c in route["candidates"]}
+    assert list(by_name) == ["eager", "eager.bf16"]  # fp32 keeps the backend's own name
+    assert by_name["eager"]["precision"] == "fp32" and by_name["eager"]["error"] == 1.0  # eager against itself
+    assert by_name["eager.bf16"]["precision"] == "bf16"
+    assert 0.999 <= by_name["eager.bf16"]["error"] < 1.0 and by_name["eager.bf16"]["within_budget"]
+    assert all(r["precision"] == by_name[r["backend"]]["precision"] for r in route["ranges"])
+    assert set(route["profile_medians_ms"]) == {"eager", "eager.bf16"}
+    assert ctx.validation["ok"] and all("budget_value" in r for r in ctx.validation["rows"])
+
+
+def test_a_candidate_outside_the_budget_is_timed_and_recorded_but_never_serves(compose_cfg, tmp_path):
+    cfg = compose_cfg([*BF16, "route.accuracy_budget.metric=max_rel_error", "route.accuracy_budget.bound=1e-6",
+                       "route.min_gain=0"])
+    ctx = run(cfg, tmp_path)
+    route = route_json(tmp_path)
+    bf16 = next(c for c in route["candidates"] if c["backend"] == "eager.bf16")
+    assert not bf16["within_budget"] and bf16["error"] > 1e-6 and bf16["status"] == "ok"
+    assert "outside the accuracy budget" in route["excluded"]["eager.bf16"]
+    assert route["profile_medians_ms"]["eager.bf16"]  # its speed is recorded
+    assert {r["backend"] for r in route["ranges"]} == {"eager"}
+    capture = json.loads((tmp_path / "capture.json").read_text())
+    assert capture["eager.bf16"]["within_budget"] is False and capture["eager"]["within_budget"] is True
+    assert ctx.validation["ok"]
+
+
+@pytest.fixture(scope="module")
+def bf16_served(tmp_path_factory):
+    """A run whose route serves eager.bf16 at every size (route=one_backend), validated after its reload."""
+    run_dir = tmp_path_factory.mktemp("bf16")
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=[*BF16, "route=one_backend", "route.backend=eager.bf16"])
+    return run(cfg, run_dir), run_dir
+
+
+def test_the_checkpoint_rebuilds_the_routed_precision(bf16_served):
+    ctx, run_dir = bf16_served
+    assert route_json(run_dir)["ranges"] == [{"lo": 1, "hi": None, "backend": "eager.bf16", "precision": "bf16"}]
+    payload = checkpoint.read(ctx.checkpoint_path)
+    assert payload["format"] == checkpoint.FORMAT and payload["backends"]["eager.bf16"]["precision"] == "bf16"
+    loaded = checkpoint.load(ctx.checkpoint_path, ctx.model)
+    assert loaded.backends["eager.bf16"].precision == "bf16"
+    x = torch.randn(5, 16)
+    with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
+        expected = ctx.model(x=x)
+    assert torch.equal(loaded(x=x), expected)  # bf16 autocast again, not fp32
+    assert ctx.validation["ok"] and {r["precision"] for r in ctx.validation["rows"]} == {"bf16"}
+
+
+@pytest.mark.parametrize("edit, match", [
+    (lambda b: b.update(precision="int4"), "precision='int4' is unknown"),
+    (lambda b: b.update(precision=16), "precision"),
+    (lambda b: b.update(precision="bf16", autocast_enabled=True), "both precision=bf16 and autocast_enabled"),
+])
+def test_a_checkpoint_with_a_bad_precision_is_refused(bf16_served, tmp_path, edit, match):
+    ctx, _ = bf16_served
+    payload = checkpoint.read(ctx.checkpoint_path)
+    edit(payload["backends"]["eager.bf16"])
+    bad = checkpoint.write(payload, tmp_path / "bad.tweak")
+    before = {k: v.clone() for k, v in ctx.model.state_dict().items()}
+    with pytest.raises(CheckpointError, match=match):
+        checkpoint.load(bad, ctx.model)
+    assert all(torch.equal(before[k], v) for k, v in ctx.model.state_dict().items())
+
+
+def test_a_format_2_checkpoint_still_loads_as_fp32(compose_cfg, tmp_path):
+    ctx = run(compose_cfg([*TINY, "backends=[eager]", "stages=[capture,profile,route]"]), tmp_path)
+    payload = checkpoint.read(ctx.checkpoint_path)
+    for cfg in payload["backends"].values():
+        del cfg["precision"]
+    path = tmp_path / "old.tweak"
+    data = checkpoint.write({**payload, "format": 2}, path).read_bytes()
+    path.write_bytes(data.replace(f"TWEAKPIPE-CHECKPOINT {checkpoint.FORMAT}\n".encode(), b"TWEAKPIPE-CHECKPOINT 2\n"))
+    assert checkpoint.load(path, ctx.model).backends["eager"].precision == "fp32"
+
+
+@pytest.mark.parametrize("overrides, match", [
+    (["precision=[fp32,int8]"], "precision 'int8' is unknown"),
+    (["precision=[fp32,bf16,fp32]"], "lists fp32 more than once"),
+    (["precision=[]"], "names no precision"),
+    (["precision=[fp32,bf16]", "backends.eager.autocast_enabled=true"], "sets autocast_enabled=True itself"),
+    (["precision=[fp32,bf16]", "backends.eager.precision=fp16"], "sets precision=fp16 itself"),
+    (["backends.eager.precision=fp8"], "precision='fp8' is unknown"),
+    (["route.accuracy_budget.metric=psnr"], "accuracy_budget.metric='psnr' is unknown"),
+    (["route.accuracy_budget.bound=1.5"], "outside cosine's range"),
+    (["route.accuracy_budget.metric=max_rel_error", "route.accuracy_budget.bound=-1"], "outside max_rel_error's"),
+    (["precision=[fp32,bf16]", "route=one_backend", "route.backend=eager.fp16"], "not among the selected backends"),
+    pytest.param(["precision=[tf32]"], "runs nothing on cpu", marks=pytest.mark.skipif(
+        torch.cuda.is_available(), reason="tf32 runs on CUDA")),
+])
+def test_config_mistakes_fail_early(compose_cfg, overrides, match):
+    with pytest.raises(ConfigError, match=match):
+        check_config(compose_cfg([*TINY, "backends=[eager]", *overrides]))
+
+
+def test_reduced_precisions_run_on_cpu_and_tf32_is_skipped_there(compose_cfg, tmp_path):
+    cpu = torch.device("cpu")
+    assert precision.device_problem("bf16", cpu) is None and precision.device_problem("fp16", cpu) is None
+    cfg = compose_cfg([*TINY, "backends=[eager]", "precision=[fp32,tf32,fp16]", "stages=[capture]"])
+    check_config(cfg)  # one_backend may name eager.fp16 now; tf32 is not an error on a CPU, just skipped
+    ctx = run(cfg, tmp_path)
+    assert ctx.outcomes["eager.tf32"].status == "skipped" and "CUDA" in ctx.outcomes["eager.tf32"].reason
+    assert ctx.outcomes["eager.fp16"].status == "ok" and ctx.outcomes["eager.fp16"].precision == "fp16"
+
+
+def test_budget_metrics():
+    ref = torch.tensor([[1.0, 2.0, 3.0], [3.0, 2.0, 1.0]])
+    out = torch.tensor([[1.0, 2.0, 2.9], [1.0, 2.0, 3.0]])  # row 2 has another arg-max
+    assert accuracy.score(out, ref, "top1_agreement") == 0.5
+    assert accuracy.score(out, ref, "max_rel_error") == pytest.approx(2 / 3)
+    assert accuracy.score(ref, ref, "cosine") == 1.0
+    assert accuracy.score(-ref, ref, "cosine") == pytest.approx(-1.0)
+    assert accuracy.score({"a": ref}, {"a": ref, "b": ref}, "cosine") == -1.0  # a missing leaf is the worst
+    nan = ref.clone()
+    nan[0, 0] = math.nan
+    assert accuracy.score(nan, ref, "max_rel_error") == math.inf
+    assert not accuracy.within(math.nan, "cosine", 0.9) and accuracy.within(0.01, "max_rel_error", 0.01)
+
+
+def test_report_shows_precision_and_error_beside_latency():
+    table = Table(sizes=[1, 8], errors=True, rows=[Row("mlp", "inductor.bf16", {1: 0.5, 8: 0.7}, precision="bf16",
+                                                           error=0.99, within=False)])
+    lines = markdown(table).splitlines()
+    assert lines[2].split(" | ")[2:5] == ["precision", "error", "in budget"]
+    assert "| mlp | inductor.bf16 | bf16 | 0.99 | NO | 0.50 | 0.70 |" in lines
+
+
+def test_tf32_is_on_only_inside_a_tf32_call_and_restored_exactly():
+    def state():
+        new = [m.fp32_precision for m in (torch.backends.cuda.matmul, torch.backends.cudnn.conv)
+               if hasattr(m, "fp32_precision")]
+        return torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, new
+
+    before = state()
+    with precision.tf32(True):
+        assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
+    assert state() == before
+
+
+@pytest.mark.gpu
+def test_tf32_and_bf16_candidates_compete_on_cuda(compose_cfg, tmp_path):
+    if not torch.cuda.is_available():
+        pytest.skip("tf32 needs CUDA")
+    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    ctx = run(compose_cfg([*TINY, "device=cuda", "backends=[eager,inductor]", "precision=[fp32,tf32,bf16]"]), tmp_path)
+    route = route_json(tmp_path)
+    assert [c["backend"] for c in route["candidates"]] == ["eager", "inductor", "eager.tf32", "inductor.tf32",
+                                                           "eager.bf16", "inductor.bf16"]
+    assert all(c["status"] == "ok" and c["within_budget"] for c in route["candidates"]), route["candidates"]
+    assert ctx.validation["ok"]
+    assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == before
