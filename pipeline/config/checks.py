@@ -102,6 +102,9 @@ def check_config(cfg: DictConfig, run_dir: Optional[Path] = None) -> None:
         problem = limits.inputs_problem(OmegaConf.to_container(cfg.model.inputs, resolve=True))
         if problem:
             raise ConfigError(f"model.inputs: {problem}")
+        problem = limits.threads_problem(cfg.threads, "threads")
+        if problem:
+            raise ConfigError(f"{problem}; e.g. threads=2")
         check_route(cfg)
         Settings.of(cfg.profile)
         if not cfg.validate.tolerance_scale > 0:
