@@ -44,7 +44,7 @@ class Backend:
     @property
     def compute_dtype(self) -> Optional[torch.dtype]:
         """The reduced precision this backend computes in, if any (drives tolerances)."""
-        return dtype_of(self.cfg["autocast_dtype"]) if self.cfg["autocast_enabled"] else None
+        return dtype_of(self.cfg["autocast_dtype"]) if self.cfg.get("autocast_enabled") else None
 
     @property
     def records_cuda_graphs(self) -> bool:

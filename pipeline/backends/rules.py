@@ -94,7 +94,7 @@ RULES: Dict[str, Callable[[str, Mapping[str, Any]], None]] = {"inductor": check_
 def check(name: str, cfg: Mapping[str, Any]) -> Dict[str, Any]:
     """``cfg`` as its kind's complete settings, or a ConfigError for the first broken rule."""
     settings = backend_schema.settings(name, cfg)
-    if settings["autocast_enabled"] and settings["autocast_dtype"] not in AUTOCAST_DTYPES:
+    if settings.get("autocast_enabled") and settings["autocast_dtype"] not in AUTOCAST_DTYPES:
         raise ConfigError(f"backend {name!r}: autocast_dtype={settings['autocast_dtype']!r} is not supported; "
                           f"use one of {list(AUTOCAST_DTYPES)}")
     RULES.get(settings["kind"], lambda *_: None)(name, settings)

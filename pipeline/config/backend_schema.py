@@ -22,23 +22,30 @@ from pipeline.config.errors import ConfigError
 
 @dataclass
 class BackendSettings:
-    """What every kind has. Autocast applies to any backend; tolerances then follow its dtype."""
+    """What every kind has."""
 
     kind: str = MISSING
     description: str = ""
+
+
+@dataclass
+class TorchSettings(BackendSettings):
+    """What every kind that runs PyTorch code has. Autocast applies to any of them; tolerances then
+    follow its dtype."""
+
     autocast_enabled: bool = False
     autocast_dtype: str = "bfloat16"  # or float16
 
 
 @dataclass
-class EagerSettings(BackendSettings):
+class EagerSettings(TorchSettings):
     """Plain PyTorch: the reference every other backend is checked against."""
 
     kind: str = "eager"
 
 
 @dataclass
-class InductorSettings(BackendSettings):
+class InductorSettings(TorchSettings):
     """torch.compile with Inductor, set up by at most one of mode / options / template."""
 
     kind: str = "inductor"
