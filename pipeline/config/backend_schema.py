@@ -74,7 +74,34 @@ class GraphSettings(InductorSettings):
     grid: Optional[List[int]] = None
 
 
-KINDS: Dict[str, Type[BackendSettings]] = {s.kind: s for s in (EagerSettings, InductorSettings, GraphSettings)}
+@dataclass
+class ExportedSettings(BackendSettings):
+    """A runtime outside PyTorch, serving the model's ``torch.export`` graph on the CPU. Its own thread
+    pool is sized here; null takes the run's count (top-level ``threads``), as eager and Inductor do."""
+
+    threads: Optional[int] = None
+
+
+@dataclass
+class OpenVinoSettings(ExportedSettings):
+    """OpenVINO's CPU plugin. ``precision`` is its INFERENCE_PRECISION_HINT (f32 | bf16 | f16): OpenVINO
+    picks bf16 by itself on CPUs that have it, so f32 is set explicitly."""
+
+    kind: str = "openvino"
+    performance_hint: str = "LATENCY"  # or THROUGHPUT (several streams; a single call uses one)
+    precision: str = "f32"
+
+
+@dataclass
+class OnnxRuntimeSettings(ExportedSettings):
+    """ONNX Runtime's CPU execution provider. ``graph_optimization_level``: disable | basic | extended | all."""
+
+    kind: str = "onnxruntime"
+    graph_optimization_level: str = "all"
+
+
+KINDS: Dict[str, Type[BackendSettings]] = {
+    s.kind: s for s in (EagerSettings, InductorSettings, GraphSettings, OpenVinoSettings, OnnxRuntimeSettings)}
 
 
 def keys(kind: str) -> List[str]:

@@ -1,0 +1,45 @@
+"""OpenVINO on the CPU: the model's exported graph converted by ``openvino.convert_model`` (every
+dimension fixed but the batch) and compiled by the CPU plugin with the backend's threads,
+performance hint and precision. A call runs one infer request on the caller's tensors (shared, not
+copied) and copies the outputs out, since the request's next call overwrites them."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional
+
+import torch
+
+from pipeline.backends.exported import ExportedBackend
+
+PERFORMANCE_HINTS = ("LATENCY", "THROUGHPUT")
+# INFERENCE_PRECISION_HINT -> the dtype tolerances follow (None: float32).
+PRECISIONS: Dict[str, Optional[torch.dtype]] = {"f32": None, "bf16": torch.bfloat16, "f16": torch.float16}
+
+
+class OpenVinoBackend(ExportedBackend):
+    kind = "openvino"
+    packages = ("openvino",)
+    extra = "openvino"
+
+    @property
+    def compute_dtype(self) -> Optional[torch.dtype]:
+        return PRECISIONS[self.cfg["precision"]]
+
+    def _compile(self, program: torch.export.ExportedProgram, sample: Dict[str, torch.Tensor]) -> None:
+        import openvino
+
+        shapes = [openvino.PartialShape([-1, *t.shape[1:]]) for t in sample.values()]
+        converted = openvino.convert_model(program, input=shapes)
+        self.compiled = openvino.Core().compile_model(converted, "CPU", {
+            "INFERENCE_NUM_THREADS": self.threads, "PERFORMANCE_HINT": self.cfg["performance_hint"],
+            "INFERENCE_PRECISION_HINT": self.cfg["precision"]})
+        self.request = self.compiled.create_infer_request()
+
+    def _run(self, inputs: List[torch.Tensor]) -> List[torch.Tensor]:
+        result = self.request.infer([t.numpy() for t in inputs], share_inputs=True, share_outputs=False)
+        return [torch.from_numpy(array) for array in result.to_tuple()]
+
+    def stats(self) -> Dict[str, Any]:
+        """The settings the CPU plugin reports it applied."""
+        return {key.lower(): str(self.compiled.get_property(key))
+                for key in ("INFERENCE_NUM_THREADS", "PERFORMANCE_HINT", "INFERENCE_PRECISION_HINT")}
