@@ -70,8 +70,9 @@ def notes(args: argparse.Namespace) -> str:
     return (f"{args.threads} CPU thread(s) for every backend (top-level threads), {os.cpu_count()} cores on the "
             f"machine; every cell timed interleaved in one process (profile={args.profile}). Inputs reduced for CPU "
             f"time: `{VISION}` for mobilenet_v3_small and resnet18; distilbert_small is DistilBERT with 4 layers of 256 "
-            f"(FFN 1024) on bert_tiny's 64 tokens. auto: the routed model loaded from its checkpoint. The machine's "
-            f"load average before and after each model is in the JSON (`load_average`).")
+            f"(FFN 1024) on bert_tiny's 64 tokens. auto: the routed model loaded from its checkpoint; the JSON also "
+            f"times its backends called without the router (`auto_direct:<backend>`) and holds the machine's load "
+            f"average before and after each model (`load_average`).")
 
 
 def main() -> None:
@@ -89,7 +90,7 @@ def main() -> None:
     with devices.cpu_threads(args.threads):  # the timing after each run, as the run itself
         for model in args.models:
             before = os.getloadavg()
-            row = bench_model(model, overrides_for(model, args), args.out / "runs" / model, CPU.sizes, direct=False)
+            row = bench_model(model, overrides_for(model, args), args.out / "runs" / model, CPU.sizes)
             rows.append({**row, "load_average": {"before": before, "after": os.getloadavg()}})
             print(write(args.out, "cpu-table", meta, rows, CPU, notes(args)), flush=True)
 

@@ -69,10 +69,9 @@ def overrides_for(model: str, profile: str, autocast: str, out: Path, device: st
     return ov
 
 
-def bench_model(model: str, overrides: List[str], run_dir: Path, sizes: Sequence[int] = SIZES,
-                direct: bool = True) -> Dict:
+def bench_model(model: str, overrides: List[str], run_dir: Path, sizes: Sequence[int] = SIZES) -> Dict:
     """Tune with ``overrides``, load the checkpoint as ``auto``, and time every backend and ``auto``
-    interleaved at each size; with ``direct`` also the loaded backends without the router (its overhead)."""
+    interleaved at each size."""
     cfg = compose_config(overrides)
     start = time.perf_counter()
     ctx = run(cfg, run_dir)
@@ -86,7 +85,7 @@ def bench_model(model: str, overrides: List[str], run_dir: Path, sizes: Sequence
         inputs = make_inputs(ctx.inputs, bs, ctx.device, cfg.seed)
         fns = {name: (lambda b=b: b(**inputs)) for name, b in ctx.backends.items()}
         fns["auto"] = lambda: auto(**inputs)
-        for name, b in auto.backends.items() if direct else ():
+        for name, b in auto.backends.items():  # the loaded backends without the router: its overhead, apart
             fns[f"auto_direct:{name}"] = lambda b=b: b(**inputs)
         for name, m in measure_interleaved(fns, ctx.device, cfg.profile).items():
             cells.setdefault(name, {})[bs] = m.summary()
