@@ -32,7 +32,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import command_line  # noqa: E402
+from bench.common import command_line, lane_arguments, run_lane  # noqa: E402
 from pipeline import devices  # noqa: E402
 from pipeline.route import checkpoint  # noqa: E402
 from pipeline.api import compose_config  # noqa: E402
@@ -194,26 +194,16 @@ def combine(parts: List[Path], out: Path, tag: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--tag", default="h200")
-    parser.add_argument("--models", nargs="+", default=MODELS)
-    parser.add_argument("--profile", default="default")
+    lane_arguments(parser, MODELS, profile="default")
     parser.add_argument("--autocast", default="", choices=["", "bfloat16", "float16"])
-    parser.add_argument("--device", default="cuda")
-    parser.add_argument("--combine", nargs="+", type=Path, help="join these part JSONs instead of running")
     args = parser.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
-    if args.combine:
-        combine(args.combine, args.out, args.tag)
-        return
-    meta = {"device": devices.name(torch.device(args.device)), "torch": torch.__version__,
-            "python": platform.python_version(), "dtype": args.autocast or "float32", "command": command_line()}
-    rows = []
-    for model in args.models:
-        run_dir = args.out / "runs" / f"{model}{'_' + args.autocast if args.autocast else ''}"
-        overrides = overrides_for(model, args.profile, args.autocast, args.out, args.device, args.tag)
-        rows.append(bench_model(model, overrides, run_dir))
-        print(write(args.out, f"seed-table-{args.tag}", meta, rows), flush=True)
+    run_lane(args, lambda: {"device": devices.name(torch.device(args.device)), "torch": torch.__version__,
+                            "python": platform.python_version(), "dtype": args.autocast or "float32",
+                            "command": command_line()},
+             lambda model: bench_model(model, overrides_for(model, args.profile, args.autocast, args.out, args.device,
+                                                            args.tag),
+                                       args.out / "runs" / f"{model}{'_' + args.autocast if args.autocast else ''}"),
+             lambda out, tag, meta, rows: write(out, f"seed-table-{tag}", meta, rows), combine)
 
 
 if __name__ == "__main__":

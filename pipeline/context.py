@@ -13,6 +13,7 @@ from torch import nn
 from pipeline.backends import Backend
 from pipeline.route.policy import Range
 from pipeline.measure.measurement import Measurement
+from pipeline.measure.references import InputSource, input_sources
 
 
 # Added wherever an unverified backend is left out, so the error names the key that lets it in.
@@ -70,9 +71,12 @@ class RunContext:
     model: nn.Module
     inputs: Dict[str, Dict[str, Any]]
     api: bool = False  # the caller's model, tuned through pipeline.tune (not built from model.build)
+    # The user's example inputs (input name -> rows on the device): every tuned batch is made of them.
+    examples: Dict[str, torch.Tensor] = field(default_factory=dict)
     earlier: Earlier = field(default_factory=Earlier)
     on_cell: Callable[[str, int, Measurement], None] = lambda name, bs, m: None
     # capture
+    output_batch_dims: Dict[str, Optional[int]] = field(default_factory=dict)  # pipeline.batching
     backends: Dict[str, Backend] = field(default_factory=dict)
     outcomes: Dict[str, BackendOutcome] = field(default_factory=dict)
     # profile
@@ -102,6 +106,11 @@ class RunContext:
             for key, value in self.model.state_dict().items():
                 if key in self.initial_state:
                     value.copy_(self.initial_state[key])
+
+    def input_sources(self, seed_offset: int = 0, start: int = 0) -> List[InputSource]:
+        """Where batches come from: the user's example rows from row ``start``, where there are any, then
+        random fills at the run's seed plus ``seed_offset``. The first is what the model is tuned on."""
+        return input_sources(self.inputs, self.examples, self.device, self.cfg.seed + seed_offset, start)
 
     @property
     def batch_sizes(self) -> List[int]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping
+from typing import Any, Dict, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -16,8 +16,8 @@ DTYPES: Dict[str, torch.dtype] = {
     "int32": torch.int32,
     "bool": torch.bool,
 }
-# How sample inputs are drawn: normal floats, integers in [0, high), or all ones (masks).
-FILLS = ("randn", "randint", "ones")
+# How sample inputs are drawn: normal floats, integers in [0, high), all ones, or padding masks.
+FILLS = ("randn", "randint", "ones", "mask")
 
 
 def dtype_of(name: str) -> torch.dtype:
@@ -64,8 +64,17 @@ def vision_transformer(arch: str = "vit_b_16", **kwargs: Any) -> nn.Module:
     return model
 
 
+def padding_mask(shape: Sequence[int], gen: torch.Generator) -> torch.Tensor:
+    """Ones then zeros along the last dimension, as a tokenizer pads a batch: each sample keeps a
+    random length of at least half of it."""
+    n = shape[-1]
+    keep = torch.randint((n + 1) // 2, n + 1, tuple(shape[:-1]), generator=gen)
+    return torch.arange(n) < keep.unsqueeze(-1)
+
+
 def make_inputs(inputs: Mapping[str, Any], batch_size: int, device: torch.device, seed: int = 0) -> Dict[str, torch.Tensor]:
-    """Sample inputs for one batch size, deterministic in ``seed`` so every backend sees the same data."""
+    """Sample inputs for one batch size, deterministic in ``seed`` so every backend sees the same data.
+    Each input's batch lies in its ``batch_dim`` (the first by default)."""
     if batch_size < 1:
         raise ValueError(f"batch size must be at least 1, got {batch_size}")
     gen = torch.Generator().manual_seed(seed * 100_003 + batch_size)
@@ -80,7 +89,9 @@ def make_inputs(inputs: Mapping[str, Any], batch_size: int, device: torch.device
             t = torch.randint(0, int(spec.get("high", 2)), shape, generator=gen, dtype=dtype)
         elif fill == "ones":
             t = torch.ones(shape, dtype=dtype)
+        elif fill == "mask":
+            t = padding_mask(shape, gen).to(dtype)
         else:
             raise ValueError(f"input {name!r}: unknown fill {fill!r}; use one of {list(FILLS)}")
-        out[name] = t.to(device)
+        out[name] = t.movedim(0, int(spec.get("batch_dim", 0))).contiguous().to(device)
     return out

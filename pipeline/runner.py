@@ -23,6 +23,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from pipeline import devices
+from pipeline import inputs as model_inputs
 from pipeline.config.checks import check_config
 from pipeline.config.errors import ConfigError
 from pipeline.config.schema import Config
@@ -65,15 +66,16 @@ def resumed_config(run_dir: Path, overrides: Sequence[str] = ()) -> DictConfig:
 
 
 def build_context(cfg: DictConfig, run_dir: Path, model: Optional[torch.nn.Module] = None,
-                  earlier: Optional[Earlier] = None) -> RunContext:
-    """Resolve the device and build the model with random weights (or take the caller's)."""
+                  earlier: Optional[Earlier] = None, examples: Optional[Dict[str, torch.Tensor]] = None) -> RunContext:
+    """Resolve the device and build the model with random weights (or take the caller's), with the
+    user's example inputs on the device."""
     device = devices.resolve(cfg.device)
     torch.manual_seed(cfg.seed)
     api = model is not None
     model = (instantiate(cfg.model.build) if model is None else model).eval().to(device)
     inputs = OmegaConf.to_container(cfg.model.inputs, resolve=True)
     return RunContext(cfg=cfg, run_dir=run_dir, device=device, model=model, inputs=inputs, api=api,
-                      earlier=earlier or Earlier())
+                      earlier=earlier or Earlier(), examples={n: t.to(device) for n, t in (examples or {}).items()})
 
 
 @contextlib.contextmanager
@@ -119,16 +121,21 @@ def sigterm_stops() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def run(cfg: DictConfig, run_dir: Path, model: Optional[torch.nn.Module] = None, resume: bool = False) -> RunContext:
+def run(cfg: DictConfig, run_dir: Path, model: Optional[torch.nn.Module] = None, resume: bool = False,
+        examples: Optional[Dict[str, torch.Tensor]] = None) -> RunContext:
     """Check, then run every configured stage, recording each one's results as it ends.
 
-    ``model`` replaces building ``cfg.model.build`` (the Python API tunes the caller's model).
+    ``model`` replaces building ``cfg.model.build`` (the Python API tunes the caller's model), and
+    ``examples`` (input name -> rows) the config's ``model.examples``; without them, inputs the config
+    leaves out are derived first (``pipeline.inputs``).
     """
+    if examples is None:
+        examples = model_inputs.complete(cfg)
     check_config(cfg, run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     with run_log(run_dir), sigterm_stops(), devices.cpu_threads(cfg.threads) as threads:
         cfg.threads = threads  # the count in force, so that config.yaml and MLflow's params record it
-        ctx = build_context(cfg, run_dir, model, earlier_results(run_dir) if resume else None)
+        ctx = build_context(cfg, run_dir, model, earlier_results(run_dir) if resume else None, examples)
         recorder = Recorder(cfg, run_dir, make_tracker(cfg.tracking))
         ctx.on_cell = recorder.cell
         log.info("tuning %s on %s (%s, %d CPU threads); run directory %s%s", cfg.model.name, ctx.device,

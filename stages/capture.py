@@ -23,7 +23,8 @@ from pipeline.record import progress
 from pipeline.backends import BackendUnsupported
 from pipeline.measure.compare import combine, judge, tolerance
 from pipeline.context import ALLOW_HINT, BackendOutcome, RunContext
-from pipeline.measure.references import Reference, random_fills, reference_at
+from pipeline.batching import BatchDims, output_batch_dims
+from pipeline.measure.references import Reference, reference_at
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +36,7 @@ OUTCOMES = {"ok": ("ok", ""), "mismatch": ("failed", "output differs from eager:
 def reference_outputs(ctx: RunContext, compute_dtype: Optional[torch.dtype]) -> Dict[int, Reference]:
     """Eager's outputs at every tuned batch size, each from the first inputs whose output can judge a
     backend computing in ``compute_dtype``: the truth every backend is held to."""
-    sources = random_fills(ctx.inputs, ctx.device, ctx.cfg.seed)
+    sources = ctx.input_sources()
     references = {bs: reference_at(ctx.model, bs, sources, compute_dtype, ctx.cfg.validate.tolerance_scale)
                   for bs in ctx.batch_sizes}
     unproved = {bs: ref.uninformative for bs, ref in references.items() if ref.uninformative}
@@ -64,7 +65,8 @@ def capture_one(ctx: RunContext, name: str, cfg: dict,
         largest = max(ctx.batch_sizes)
         # Every size up to the largest tuned one may be served, tuned or not.
         sample = refs[largest].inputs
-        backend.build(ctx.model, sample, ctx.device, list(range(1, largest + 1)), ctx.batch_sizes)
+        backend.build(ctx.model, sample, ctx.device, list(range(1, largest + 1)), ctx.batch_sizes,
+                      BatchDims.of(ctx.inputs, ctx.output_batch_dims))
         with backend.watched():  # every compile is this backend's; a recompile limit hit fails it
             checks = backend.self_check(ctx.model, sample, scale)  # variants the tuned sizes miss, e.g. each graph
             for bs, ref in refs.items():
@@ -93,6 +95,9 @@ def capture_one(ctx: RunContext, name: str, cfg: dict,
 
 
 def run(ctx: RunContext) -> None:
+    label, inputs_at = ctx.input_sources()[0]
+    log.info("capture: batches are made of %s", label)
+    ctx.output_batch_dims = output_batch_dims(ctx.model, inputs_at)
     references = functools.lru_cache(maxsize=None)(functools.partial(reference_outputs, ctx))  # per compute dtype
     for name, cfg in progress.track(ctx.cfg.backends.items(), "capture", len(ctx.cfg.backends), label=lambda kv: kv[0]):
         earlier = ctx.earlier.outcomes.get(name)
@@ -108,5 +113,7 @@ def run(ctx: RunContext) -> None:
                 + (f", {outcome.compile['graphs']} Dynamo graph(s), {outcome.compile['graph_breaks']} graph break(s)"
                    if outcome.compile else ""))
     if not ctx.backends:
-        hint = f"; unverified: {', '.join(ctx.unverified())}{ALLOW_HINT}" if ctx.unverified() else ""
+        hint = (f"; unverified: {', '.join(ctx.unverified())}{ALLOW_HINT}, or tune on inputs on which its output "
+                f"varies: " + ("real data in example_inputs" if ctx.api else "model.examples=<a .pt file of them>")
+                if ctx.unverified() else "")
         raise RuntimeError(f"capture: no backend survived{hint}; see capture.json for each reason")

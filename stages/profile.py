@@ -14,7 +14,6 @@ from typing import List
 
 from pipeline.record import progress
 from pipeline.context import RunContext
-from pipeline.models import make_inputs
 from pipeline.measure.host import HostGauge, host_drift, host_probe_ms
 from pipeline.measure.interleaved import profile_sizes
 from pipeline.measure.measurement import Measurement
@@ -28,9 +27,11 @@ def run(ctx: RunContext) -> None:
     checked = ([n for n, b in ctx.backends.items() if not b.records_cuda_graphs]
                if pcfg.device_check and ctx.device.type == "cuda" else [])
 
+    _, inputs_at = ctx.input_sources()[0]  # the batches capture checked
+
     def fns_at(bs: int) -> dict:
         bar.next(f"bs={bs} ({', '.join(ctx.backends)})")
-        inputs = make_inputs(ctx.inputs, bs, ctx.device, ctx.cfg.seed)
+        inputs = inputs_at(bs)
         return {name: (lambda b=backend: b(**inputs)) for name, backend in ctx.backends.items()}
 
     def on_cell(name: str, bs: int, m: Measurement) -> None:

@@ -25,7 +25,8 @@ def run(ctx: RunContext) -> None:
     if unverified:
         log.warning("route   serves %s, which capture could not check against eager (validate.allow_unverified=true)",
                     ", ".join(unverified))
-    record = TuneRecord(ctx.cfg.model.name, ctx.model, ctx.inputs, ctx.batch_sizes, ctx.device, api=ctx.api)
+    record = TuneRecord(ctx.cfg.model.name, ctx.model, ctx.inputs, ctx.batch_sizes, ctx.device, api=ctx.api,
+                        output_batch_dims=ctx.output_batch_dims)
     ctx.routed = RoutedModule({n: ctx.backends[n] for n in routed_names}, ctx.route, record)
     for r in ctx.route:
         log.info("route   batch %s..%s -> %s", r.lo, r.hi if r.hi is not None else "inf", r.backend)

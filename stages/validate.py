@@ -10,7 +10,7 @@ import torch
 from pipeline.backends.program import strict_compiles
 from pipeline.measure.compare import judge, tolerance
 from pipeline.context import RunContext
-from pipeline.measure.references import random_fills, reference_at
+from pipeline.measure.references import reference_at
 from pipeline.route.policy import backend_for
 
 log = logging.getLogger(__name__)
@@ -29,9 +29,10 @@ def check_sizes(ctx: RunContext) -> list:
 def check(ctx: RunContext, modules: Dict[str, torch.nn.Module]) -> list:
     """One row per module and batch size: which backend served it, its error, how many tensors were
     compared and whether it is within tolerance. Eager's reference runs once per size (on inputs other
-    than capture's) and serves every module; an uninformative row passes only with validate.allow_unverified."""
+    than capture's: the user's rows from the second on, random fills at the next seed) and serves every
+    module; an uninformative row passes only with validate.allow_unverified."""
     vcfg = ctx.cfg.validate
-    sources = random_fills(ctx.inputs, ctx.device, ctx.cfg.seed + 1)
+    sources = ctx.input_sources(seed_offset=1, start=1)
     rows: Dict[str, list] = {label: [] for label in modules}  # all of one check, then the next
     for bs in check_sizes(ctx):
         name = backend_for(ctx.route, bs)

@@ -36,3 +36,25 @@ def hf_model(config_class: str, model_class: str, **config_kwargs) -> nn.Module:
     import transformers
 
     return getattr(transformers, model_class)(getattr(transformers, config_class)(**config_kwargs))
+
+
+class CellGRU(nn.Module):
+    """A sequence-first GRU stepped cell by cell: input (time, batch, 5); outputs every step's projection
+    (time, batch, 3) and the last hidden state (1, batch, 6). Dynamo compiles it whole, where it leaves an
+    ``nn.GRU`` to eager (``torch._dynamo.config.allow_rnn`` is off)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cell, self.head = nn.GRUCell(5, 6), nn.Linear(6, 3)
+
+    def forward(self, x: torch.Tensor):
+        h, steps = x.new_zeros(x.shape[1], 6), []
+        for step in x:
+            h = self.cell(step, h)
+            steps.append(h)
+        return self.head(torch.stack(steps)), h.unsqueeze(0)
+
+
+def sequence_first(batch: int, steps: int = 3) -> torch.Tensor:
+    """(time, batch, 5) inputs for :class:`CellGRU` and ``nn.GRU(5, ...)``, the same for the same batch size."""
+    return torch.randn(steps, batch, 5, generator=torch.Generator().manual_seed(batch))

@@ -66,7 +66,8 @@ def test_the_route_stage_saves_only_the_routed_backends(tuned, run_dir):
     assert list(payload["backends"]) == ["inductor"]
     assert payload["backends"]["inductor"]["kind"] == "inductor"
     assert payload["route"] == [{"lo": 1, "hi": None, "backend": "inductor"}]
-    assert payload["inputs"] == {"x": {"shape": [16], "dtype": "float32", "fill": "randn", "high": 2}}
+    assert payload["inputs"] == {"x": {"shape": [16], "dtype": "float32", "fill": "randn", "high": 2, "batch_dim": 0}}
+    assert payload["output_batch_dims"] == {"output": 0}  # found by running the model at two batch sizes
     assert payload["batch_sizes"] == [1, 3, 8] and payload["max_batch_size"] == 8
     assert payload["versions"]["torch"] == str(torch.__version__) and payload["versions"]["tweakpipe"]
     assert payload["device"]["type"] == "cpu"

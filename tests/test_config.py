@@ -8,9 +8,12 @@ from omegaconf.errors import ValidationError
 
 from conftest import CONF, TINY
 from pipeline.config.errors import ConfigError, explain_unknown_choices
+from pipeline.inputs import complete
 from pipeline.runner import check_config, run
 
 GROUPS = ["model", "backends", "profile", "route", "validate", "tracking"]
+# model=hf and model=timm are named after the model they build by default, and derive its inputs.
+LIBRARY_MODELS = {"hf": "BertForQuestionAnswering", "timm": "resnet18"}
 
 
 def options(group: str) -> list:
@@ -23,7 +26,8 @@ def test_every_group_option_composes(compose_cfg, group, option):
     cfg = compose_cfg([f"{group}={option}", *extra])
     assert cfg[group] is not None
     if group == "model":
-        assert cfg.model.name == option and cfg.model.batch_sizes and cfg.model.inputs
+        complete(cfg)
+        assert cfg.model.name == LIBRARY_MODELS.get(option, option) and cfg.model.batch_sizes and cfg.model.inputs
     if group == "backends":
         assert cfg.backends and all("kind" in b for b in cfg.backends.values())
         check_config(cfg)
@@ -32,6 +36,7 @@ def test_every_group_option_composes(compose_cfg, group, option):
 def test_every_model_declares_inputs_and_batch_sizes(compose_cfg):
     for name in options("model"):
         cfg = compose_cfg([f"model={name}"])
+        complete(cfg)
         assert all(list(spec.shape) for spec in cfg.model.inputs.values())
         assert all(b >= 1 for b in cfg.model.batch_sizes)
 

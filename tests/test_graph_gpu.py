@@ -4,6 +4,8 @@ the largest graph alone. Run on the GPU machine: ``pytest -m gpu tests/test_grap
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from torch import nn
@@ -13,8 +15,11 @@ from pipeline import runner
 from pipeline.backends import graph_plan
 from pipeline.backends import Backend
 from pipeline.measure.compare import combine, judge
+import pipeline
+from pipeline.batching import BatchDims, output_batch_dims
 from pipeline.models import MLP, make_inputs
 from conftest import TINY
+from models_for_tests import CellGRU, sequence_first
 
 pytestmark = pytest.mark.gpu
 
@@ -161,3 +166,37 @@ def test_pipeline_run_with_graph_backends(compose_cfg, tmp_path, device):
     ctx = runner.run(cfg, tmp_path)
     assert {n: o.status for n, o in ctx.outcomes.items()} == {"eager": "ok", "graph": "ok", "graph_inductor": "ok"}
     assert ctx.validation["ok"]
+
+
+@pytest.mark.parametrize("cfg", [GRAPH, GRAPH_INDUCTOR], ids=["graph", "graph_inductor"])
+def test_a_sequence_first_model_is_padded_and_chunked_along_its_batch_dimension(cfg, device):
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = CellGRU().eval().to(device)
+    at = lambda bs: {"x": sequence_first(bs).to(device)}  # noqa: E731
+    dims = BatchDims({"x": 1}, output_batch_dims(model, at))
+    assert dims.outputs == {"output[0]": 1, "output[1]": 1}
+    backend = backend_registry.create("g", cfg)
+    backend.build(model, at(64), device, range(1, 65), batch_dims=dims)
+    assert combine(backend.self_check(model, at(64))).ok
+    for bs in SIZES:
+        with torch.inference_mode():
+            expected = model(**at(bs))
+        assert judge(backend(**at(bs)), expected).ok, f"batch {bs}"
+    backend(**at(17))  # padded through the 24 graph: its rows 17..23 are zeros, in dimension 1
+    assert backend._static["x"][:, 17:24].eq(0).all()
+
+
+def test_tune_serves_a_sequence_first_model_through_the_graph_backends(tmp_path, device):
+    torch._dynamo.reset()
+    model = CellGRU().eval()
+    tuned = pipeline.tune(model, sequence_first(8), batch_dims={"x": 1}, run_dir=tmp_path, overrides=[
+        f"device={device.type}", "backends=[eager,graph,graph_inductor]", "profile=quick", "tracking=off",
+        "model.batch_sizes=[1,4,8]"])
+    statuses = {n: o["status"] for n, o in json.loads((tmp_path / "capture.json").read_text()).items()}
+    assert statuses == {"eager": "ok", "graph": "ok", "graph_inductor": "ok"}
+    model.to(device)
+    with torch.inference_mode():
+        for bs in (1, 3, 9, 40):
+            x = sequence_first(bs).to(device)
+            assert judge(tuned(x), model(x)).ok, f"batch {bs}"

@@ -6,11 +6,13 @@ from collections import OrderedDict, namedtuple
 
 import pytest
 import torch
+from torch import nn
 
 from pipeline import backends as backend_registry
 from pipeline import runner
 from pipeline.backends import graph_plan
-from pipeline.backends.graph import GraphBackend, concat_chunks, stage_inputs, take_rows, tile
+from pipeline.backends.graph import GraphBackend, concat_chunks, stage_inputs, take_rows
+from pipeline.batching import BatchDims, output_batch_dims, tile
 from conftest import TINY
 
 
@@ -138,7 +140,7 @@ def test_concat_chunks():
     parts = [OrderedDict(y=torch.ones(4, 2)), OrderedDict(y=torch.zeros(3, 2))]
     out = concat_chunks(parts, [4, 3])
     assert isinstance(out, OrderedDict) and out["y"].shape == (7, 2) and out["y"][:4].eq(1).all()
-    with pytest.raises(ValueError, match="not batch-first"):
+    with pytest.raises(ValueError, match=r"output does not follow the batch"):
         concat_chunks([torch.ones(2), torch.ones(2)], [4, 3])
 
 
@@ -146,6 +148,47 @@ def test_tile_repeats_rows_into_fresh_memory():
     t = torch.arange(3).view(3, 1)
     assert tile(t, 7).flatten().tolist() == [0, 1, 2, 0, 1, 2, 0]
     assert tile(t, 3).data_ptr() != t.data_ptr()
+    assert tile(t.view(1, 3), 4, dim=1, start=2).tolist() == [[2, 0, 1, 2]]  # along dimension 1, from row 2
+
+
+# A sequence-first RNN: input (time, batch, features); outputs (time, batch, hidden) and (layers, batch, hidden),
+# and a scalar that does not follow the batch.
+SEQUENCE_FIRST = BatchDims({"x": 1}, {"output[0]": 1, "output[1]": 1, "output[2]": None})
+
+
+def test_stage_inputs_pads_along_the_batch_dimension():
+    static = {"x": torch.full((5, 8, 3), 7.0)}
+    x = torch.arange(5 * 6 * 3.0).view(5, 6, 3)
+    stage_inputs(static, {"x": x}, start=2, rows=3, size=4, dims=SEQUENCE_FIRST)
+    assert torch.equal(static["x"][:, :3], x[:, 2:5])
+    assert static["x"][:, 3].eq(0).all() and static["x"][:, 4:].eq(7).all()  # padding, then untouched
+    with pytest.raises(ValueError, match=r"per-sample shape \(5, 3\).*batch in dimension 1"):
+        stage_inputs(static, {"x": torch.zeros(4, 6, 3)}, 0, 2, 2, SEQUENCE_FIRST)
+
+
+def test_take_rows_and_concat_chunks_follow_each_outputs_batch_dimension():
+    static = (torch.randn(5, 4, 2), torch.randn(2, 4, 2), torch.tensor(1.5))
+    out = take_rows(static, rows=3, size=4, clone=True, dims=SEQUENCE_FIRST)
+    assert torch.equal(out[0], static[0][:, :3]) and torch.equal(out[1], static[1][:, :3]) and out[2].item() == 1.5
+    first, second = (torch.randn(5, 4, 2), torch.randn(2, 4, 2)), (torch.randn(5, 3, 2), torch.randn(2, 3, 2))
+    joined = concat_chunks([first, second], [4, 3], SEQUENCE_FIRST)
+    assert torch.equal(joined[0], torch.cat([first[0], second[0]], 1)) and joined[1].shape == (2, 7, 2)
+    with pytest.raises(ValueError, match=r"output\[2\] does not follow the batch"):
+        concat_chunks([static, out], [4, 3], SEQUENCE_FIRST)
+
+
+def test_output_batch_dims_are_found_by_running_the_model(caplog):
+    lstm = nn.LSTM(3, 4, num_layers=2)  # sequence-first: (time, batch, 3) -> (out, (h_n, c_n))
+    dims = output_batch_dims(lstm.eval(), lambda bs: {"input": torch.randn(6, bs, 3)})
+    assert dims == {"output[0]": 1, "output[1][0]": 1, "output[1][1]": 1}
+
+    class Odd(nn.Module):
+        def forward(self, x):
+            return {"rows": x.flatten(), "mean": x.mean(), "logits": x * 2}
+
+    assert output_batch_dims(Odd(), lambda bs: {"x": torch.randn(bs, 5)}) == {
+        "output.rows": None, "output.mean": None, "output.logits": 0}
+    assert "along no single dimension" in caplog.text and "output.rows (10,) -> (15,)" in caplog.text
 
 
 def test_unsupported_on_cpu_before_any_work():

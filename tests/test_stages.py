@@ -73,7 +73,8 @@ def test_every_backend_failing_stops_with_a_clear_error(compose_cfg, tmp_path):
 def test_a_model_whose_output_proves_nothing_is_unverified_and_routed_only_when_allowed(compose_cfg, tmp_path):
     # No layers and inputs of all ones: eager answers 1.0 everywhere at every seed, as would a wrong backend.
     base = [*TINY, "backends=[eager]", "model.build.depth=0", "model.inputs.x.fill=ones", "model.batch_sizes=[1,4]"]
-    with pytest.raises(RuntimeError, match=r"unverified: eager \(validate.allow_unverified=true"):
+    with pytest.raises(RuntimeError, match=r"unverified: eager \(validate.allow_unverified=true.*or tune on inputs on "
+                                           r"which its output varies: model.examples="):
         run(compose_cfg(base), tmp_path / "refused")
     capture = json.loads((tmp_path / "refused" / "capture.json").read_text())
     assert capture["eager"]["status"] == "unverified"

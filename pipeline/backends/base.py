@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from pipeline.backends.program import Program
+from pipeline.batching import BatchDims
 from pipeline.measure.compare import Verdict
 from pipeline.models import dtype_of
 
@@ -33,6 +34,7 @@ class Backend:
         self.cfg: Dict[str, Any] = dict(cfg)
         self.device: Optional[torch.device] = None
         self.exact_sizes: List[int] = []  # set by build
+        self.batch_dims = BatchDims()  # set by build
         self.build_seconds = 0.0
         self.program: Optional[Program] = None  # set by build where the backend compiles the model
         self._fn: Any = None
@@ -59,17 +61,20 @@ class Backend:
         return torch.autocast(device_type=self.device.type, dtype=dtype)
 
     def build(self, model: nn.Module, sample: Dict[str, torch.Tensor], device: torch.device,
-              batch_sizes: Sequence[int], exact_sizes: Sequence[int] = ()) -> None:
+              batch_sizes: Sequence[int], exact_sizes: Sequence[int] = (),
+              batch_dims: Optional[BatchDims] = None) -> None:
         """Prepare to serve ``batch_sizes``; times the work into ``build_seconds``.
 
         ``exact_sizes`` (the tuned sizes among them) must be served without padding: a graph backend
         records a graph at each, besides its grid, so a call there costs what the profile measured.
+        ``batch_dims`` says where the batch lies in each input and output (first, unless given).
         """
         reason = self.unsupported_reason(device)
         if reason:
             raise BackendUnsupported(reason)
         self.device = device
         self.exact_sizes = sorted({int(b) for b in exact_sizes})
+        self.batch_dims = batch_dims or BatchDims()
         start = time.perf_counter()
         with torch.inference_mode():
             self._build(model, sample, list(batch_sizes))

@@ -4,8 +4,10 @@ Launch-bound models spend most of a call launching kernels one by one; replaying
 CUDA/XPU graph removes that cost. Graphs are recorded for a grid of batch sizes (``graph_plan``),
 largest first into one shared memory pool, on prefix views of one static buffer per input; a call
 copies its rows into the buffers, zero-pads to the smallest recorded size that holds it and
-returns only its real rows. ``compile_with_inductor`` records the kernels Inductor generates,
-compiled once for a dynamic batch dimension rather than once per size.
+returns only its real rows. Rows lie along each input's and output's batch dimension
+(:mod:`pipeline.batching`), the first unless the model says otherwise. ``compile_with_inductor``
+records the kernels Inductor generates, compiled once for a dynamic batch dimension rather than
+once per size.
 
 ``clone_outputs: false`` hands out views of the graphs' static outputs (no copy). They stay valid
 only until the next call of this backend: any later replay may overwrite them.
@@ -19,15 +21,18 @@ import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 import torch
+import torch.utils._pytree as pytree
 from torch import nn
 
 from pipeline import devices
 
 from pipeline.backends import graph_plan
 from pipeline.backends.base import Backend
+from pipeline.batching import BatchDims, per_sample, tile
 from pipeline.backends.inductor import InductorBackend
 from pipeline.backends.program import Program, dynamo_counts
 from pipeline.measure.compare import Verdict, judge
+from pipeline.measure.leaves import ROOT, key_name
 
 log = logging.getLogger(__name__)
 
@@ -37,64 +42,67 @@ WARMUP_CALLS = 2
 EXPECTED_COMPILES = 3
 
 
-def map_outputs(fn: Callable[..., torch.Tensor], *outs: Any) -> Any:
-    """Apply ``fn`` to the matching tensors of parallel outputs, keeping their structure: a tensor,
-    tuple (named too), list, or mapping (dict, transformers ModelOutput). Other leaves pass through."""
+def map_outputs(fn: Callable[..., torch.Tensor], *outs: Any, path: str = ROOT) -> Any:
+    """Apply ``fn(path, *tensors)`` to the matching tensors of parallel outputs, keeping their structure: a
+    tensor, tuple (named too), list, or mapping (dict, transformers ModelOutput). ``path`` names each tensor
+    as :func:`pipeline.measure.leaves.tensor_leaves` does. Other leaves pass through."""
     first = outs[0]
     if isinstance(first, torch.Tensor):
-        return fn(*outs)
+        return fn(path, *outs)
     if isinstance(first, Mapping):
         new = copy.copy(first)
         for key in first.keys():
-            new[key] = map_outputs(fn, *(o[key] for o in outs))
+            new[key] = map_outputs(fn, *(o[key] for o in outs), path=path + key_name(pytree.MappingKey(key)))
         return new
     if isinstance(first, (tuple, list)):
-        items = [map_outputs(fn, *parts) for parts in zip(*outs)]
-        return type(first)(*items) if hasattr(first, "_fields") else type(first)(items)
+        fields = getattr(first, "_fields", None)
+        segments = [f".{f}" for f in fields] if fields else [f"[{i}]" for i in range(len(first))]
+        items = [map_outputs(fn, *parts, path=path + seg) for seg, parts in zip(segments, zip(*outs))]
+        return type(first)(*items) if fields else type(first)(items)
     return first
 
 
-def take_rows(out: Any, rows: int, size: int, clone: bool) -> Any:
-    """The first ``rows`` rows of every batch-first output tensor of a ``size`` graph; cloned, or views."""
+def take_rows(out: Any, rows: int, size: int, clone: bool, dims: BatchDims = BatchDims()) -> Any:
+    """The first ``rows`` rows of every batched output tensor of a ``size`` graph, along its batch
+    dimension (``dims``); cloned, or views."""
 
-    def one(t: torch.Tensor) -> torch.Tensor:
-        if rows != size and t.dim() and t.shape[0] == size:
-            t = t[:rows]
+    def one(path: str, t: torch.Tensor) -> torch.Tensor:
+        dim = dims.output(path, t, size)
+        if rows != size and dim is not None:
+            t = t.narrow(dim, 0, rows)
         return t.clone() if clone else t
 
     return map_outputs(one, out)
 
 
-def concat_chunks(parts: Sequence[Any], rows: Sequence[int]) -> Any:
-    """One output from the outputs of consecutive chunks, concatenated along the batch."""
+def concat_chunks(parts: Sequence[Any], rows: Sequence[int], dims: BatchDims = BatchDims()) -> Any:
+    """One output from the outputs of consecutive chunks, concatenated along each tensor's batch dimension."""
 
-    def cat(*ts: torch.Tensor) -> torch.Tensor:
-        if any(t.dim() == 0 or t.shape[0] != r for t, r in zip(ts, rows)):
-            raise ValueError("an output tensor is not batch-first, so a batch above the largest recorded graph "
-                             "cannot be served in chunks; raise max_recorded_batch_size to cover it")
-        return torch.cat(ts)
+    def cat(path: str, *ts: torch.Tensor) -> torch.Tensor:
+        found = {dims.output(path, t, r) for t, r in zip(ts, rows)}
+        if None in found or len(found) > 1:
+            raise ValueError(f"{path} does not follow the batch, so a batch above the largest recorded graph "
+                             f"cannot be served in chunks; raise max_recorded_batch_size to cover it")
+        return torch.cat(ts, dim=found.pop())
 
     return map_outputs(cat, *parts)
 
 
 def stage_inputs(static: Mapping[str, torch.Tensor], inputs: Mapping[str, torch.Tensor], start: int, rows: int,
-                 size: int) -> None:
-    """Copy rows ``start:start+rows`` of every input into its static buffer and zero the padding up to ``size``."""
+                 size: int, dims: BatchDims = BatchDims()) -> None:
+    """Copy rows ``start:start+rows`` of every input into its static buffer and zero the padding up to
+    ``size``, along each input's batch dimension (``dims``)."""
     if inputs.keys() != static.keys():
         raise TypeError(f"graph inputs must be {sorted(static)}, got {sorted(inputs)}")
     for name, buf in static.items():
-        src = inputs[name]
-        if src.shape[1:] != buf.shape[1:] or src.dtype != buf.dtype:
-            raise ValueError(f"input {name!r}: graphs were recorded for per-sample shape {tuple(buf.shape[1:])} "
-                             f"{buf.dtype}, got {tuple(src.shape[1:])} {src.dtype}; rebuild the backend for it")
-        buf[:rows].copy_(src[start:start + rows])
+        src, dim = inputs[name], dims.input(name)
+        if src.dim() != buf.dim() or per_sample(src.shape, dim) != per_sample(buf.shape, dim) or src.dtype != buf.dtype:
+            raise ValueError(f"input {name!r}: graphs were recorded for per-sample shape "
+                             f"{tuple(per_sample(buf.shape, dim))} {buf.dtype} (batch in dimension {dim}), got "
+                             f"{tuple(src.shape)} {src.dtype}; rebuild the backend for it")
+        buf.narrow(dim, 0, rows).copy_(src.narrow(dim, start, rows))
         if rows < size:
-            buf[rows:size].zero_()
-
-
-def tile(t: torch.Tensor, rows: int) -> torch.Tensor:
-    """A fresh contiguous tensor of ``rows`` rows repeating ``t``'s rows (static buffers, checks)."""
-    return t[torch.arange(rows, device=t.device) % t.shape[0]]
+            buf.narrow(dim, rows, size - rows).zero_()
 
 
 class GraphBackend(Backend):
@@ -138,13 +146,14 @@ class GraphBackend(Backend):
         recorded = graph_plan.sizes_to_record(batch_sizes, self.cfg["max_recorded_batch_size"], self.cfg["grid"],
                                               self.exact_sizes)
         # Static buffers live outside the graph pool; every graph records on a prefix view of them.
-        self._static = {name: tile(t.to(device), recorded[-1]) for name, t in sample.items()}
-        views = {size: {name: buf[:size] for name, buf in self._static.items()} for size in recorded}
+        dim = self.batch_dims.input
+        self._static = {name: tile(t.to(device), recorded[-1], dim(name)) for name, t in sample.items()}
+        views = {size: {name: buf.narrow(dim(name), 0, size) for name, buf in self._static.items()} for size in recorded}
         fn = self._compiled(model)
         if self._inductor and self.cfg["dynamic"] is None:
             for inputs in views.values():  # one dynamic batch dimension: a few compiles, not one per size
-                for t in inputs.values():
-                    torch._dynamo.maybe_mark_dynamic(t, 0)
+                for name, t in inputs.items():
+                    torch._dynamo.maybe_mark_dynamic(t, dim(name))
 
         with self.watched():
             graphs_before, start = dynamo_counts()["graphs"], time.perf_counter()
@@ -190,15 +199,16 @@ class GraphBackend(Backend):
                         self._stats["compiles"], len(recorded))
 
     def _replay(self, inputs: Mapping[str, torch.Tensor], start: int, rows: int, size: int, clone: bool) -> Any:
-        stage_inputs(self._static, inputs, start, rows, size)
+        stage_inputs(self._static, inputs, start, rows, size, self.batch_dims)
         graph, out = self._graphs[size]
         graph.replay()
         if self.device.type == "xpu":
             self._api.current_stream(self.device).synchronize()  # the stream, never the device (driver crash)
-        return take_rows(out, rows, size, clone)
+        return take_rows(out, rows, size, clone, self.batch_dims)
 
     def __call__(self, **inputs: torch.Tensor) -> Any:
-        batch = int(next(iter(inputs.values())).shape[0])
+        name, first = next(iter(inputs.items()))
+        batch = int(first.shape[self.batch_dims.input(name)])
         size = self._pad.get(batch)
         with torch.inference_mode():
             if size is not None:
@@ -208,23 +218,24 @@ class GraphBackend(Backend):
             for rows, size in plan:  # each chunk is cloned: the next replay overwrites the static outputs
                 parts.append(self._replay(inputs, start, rows, size, clone=True))
                 start += rows
-            return concat_chunks(parts, [rows for rows, _ in plan])
+            return concat_chunks(parts, [rows for rows, _ in plan], self.batch_dims)
 
     def self_check(self, model: nn.Module, sample: Dict[str, torch.Tensor],
                    tolerance_scale: float = 1.0) -> Dict[str, Verdict]:
         """Every recorded graph against eager: eager runs once on the largest recorded batch, then each
         graph is compared with the matching prefix of that output, full and padded (17 rows through 24)."""
         largest = self._recorded[-1]
-        inputs = {name: tile(t.to(self.device), largest) for name, t in sample.items()}
+        dim = self.batch_dims.input
+        inputs = {name: tile(t.to(self.device), largest, dim(name)) for name, t in sample.items()}
         with torch.inference_mode():
             reference = model(**inputs)
         verdicts: Dict[str, Verdict] = {}
         for i, size in enumerate(self._recorded):
             smallest = self._recorded[i - 1] + 1 if i else 1  # the fewest rows this graph serves
             for rows in sorted({size, smallest}, reverse=True):
-                out = self(**{name: t[:rows] for name, t in inputs.items()})
-                verdicts[f"graph {size} with {rows} rows"] = judge(out, take_rows(reference, rows, largest, False),
-                                                                  self.compute_dtype, tolerance_scale)
+                out = self(**{name: t.narrow(dim(name), 0, rows) for name, t in inputs.items()})
+                expected = take_rows(reference, rows, largest, False, self.batch_dims)
+                verdicts[f"graph {size} with {rows} rows"] = judge(out, expected, self.compute_dtype, tolerance_scale)
         worst = max(verdicts, key=lambda label: verdicts[label].error)
         self._stats["self_check_worst"] = {"check": worst, "max_rel_error": verdicts[worst].error}
         return verdicts

@@ -23,6 +23,9 @@ MAX_INPUTS = 64  # named inputs of one model
 MAX_INPUT_DIMS = 8  # dimensions of one input's per-sample shape
 MAX_RANDINT_HIGH = 1 << 62  # randint draws in [0, high)
 MAX_THREADS = 1024  # CPU threads of a run (top-level threads) or of one backend's runtime
+MAX_OUTPUT_TENSORS = 4096  # tensors in one output whose batch dimension a checkpoint records
+MAX_TENSOR_DIMS = 64  # a batch dimension is below this
+MAX_PATH_CHARS = 1000  # an output tensor's path (output.hidden_states[3])
 # A run holds two batches of inputs at the largest size at once (capture's sample and the batch it checks).
 INPUT_COPIES = 2
 
@@ -47,11 +50,11 @@ def threads_problem(value: Any, where: str) -> Optional[str]:
 
 
 def input_problem(name: str, spec: Mapping[str, Any]) -> Optional[str]:
-    """Why one input spec (``{shape, dtype, fill, high}``) cannot make sample inputs, or None."""
-    extra = sorted(set(spec) - {"shape", "dtype", "fill", "high"})
+    """Why one input spec (``{shape, dtype, fill, high, batch_dim}``) cannot make sample inputs, or None."""
+    extra = sorted(set(spec) - {"shape", "dtype", "fill", "high", "batch_dim"})
     shape = spec.get("shape")
     if extra:
-        return f"input {name!r} has unknown keys {extra}; an input spec holds shape, dtype, fill and high"
+        return f"input {name!r} has unknown keys {extra}; an input spec holds shape, dtype, fill, high and batch_dim"
     if not isinstance(shape, (list, tuple)) or len(shape) > MAX_INPUT_DIMS \
             or not all(is_int(d) and d >= 0 for d in shape):
         return (f"input {name!r}: shape={shape!r} must be a list of at most {MAX_INPUT_DIMS} non-negative integers "
@@ -60,9 +63,27 @@ def input_problem(name: str, spec: Mapping[str, Any]) -> Optional[str]:
         return f"input {name!r}: unknown dtype {spec.get('dtype')!r}; use one of {sorted(DTYPES)}"
     if spec.get("fill", "randn") not in FILLS:
         return f"input {name!r}: unknown fill {spec.get('fill')!r}; use one of {list(FILLS)}"
+    if spec.get("fill") == "mask" and not shape:
+        return f"input {name!r}: fill mask pads along the last per-sample dimension, and shape={shape!r} has none"
     high = spec.get("high", 2)
     if not is_int(high) or not 1 <= high <= MAX_RANDINT_HIGH:
         return f"input {name!r}: high={high!r} must be an integer from 1 to {MAX_RANDINT_HIGH} (randint draws in [0, high))"
+    dim = spec.get("batch_dim", 0)
+    if not is_int(dim) or not 0 <= dim <= len(shape):
+        return (f"input {name!r}: batch_dim={dim!r} must be an integer from 0 to {len(shape)} (where the batch goes "
+                f"among the {len(shape)} per-sample dimensions of shape={list(shape)}; 0 is batch-first)")
+    return None
+
+
+def output_dims_problem(dims: Any) -> Optional[str]:
+    """Why ``dims`` (output tensor path -> batch dimension or None) is not what a tuned model found, or None."""
+    if not isinstance(dims, Mapping) or len(dims) > MAX_OUTPUT_TENSORS:
+        return f"output_batch_dims must map at most {MAX_OUTPUT_TENSORS} output tensor paths to batch dimensions"
+    for path, dim in dims.items():
+        if not isinstance(path, str) or not path.startswith("output") or len(path) > MAX_PATH_CHARS:
+            return f"output_batch_dims key {str(path)[:80]!r} is not an output tensor's path (output.logits, output[0])"
+        if dim is not None and (not is_int(dim) or not 0 <= dim < MAX_TENSOR_DIMS):
+            return f"output_batch_dims[{path!r}]={dim!r} must be a dimension from 0 to {MAX_TENSOR_DIMS - 1}, or null"
     return None
 
 

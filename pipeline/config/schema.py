@@ -26,13 +26,35 @@ STAGE_NAMES = ("capture", "profile", "route", "validate")
 
 @dataclass
 class InputSpec:
-    """One batch-first model input: its per-sample shape, dtype and how to fill it."""
+    """One model input: its per-sample shape, dtype, how to fill it, and where its batch dimension goes."""
 
     shape: List[int] = MISSING
     dtype: str = "float32"
-    # "randn" for floats; "randint" draws integers in [0, high) (token ids, masks).
+    # "randn" for floats; "randint" draws integers in [0, high) (token ids); "ones"; "mask": ones then
+    # zeros along the last dimension (attention masks with padding).
     fill: str = "randn"
     high: int = 2
+    # The batch's place in the full tensor: 0 is batch-first; 1 for (time, batch, features).
+    batch_dim: int = 0
+
+
+@dataclass
+class HFModel:
+    """``model=hf``: a transformers model class built from its config class (random weights)."""
+
+    model_class: str = MISSING
+    config: Dict[str, Any] = field(default_factory=dict)  # config class keywords, e.g. {num_hidden_layers: 4}
+    use_cache: bool = False  # past key values make outputs depend on earlier calls
+    seq_len: int = 128  # tokens per sample (input_ids, attention_mask, ...)
+    samples: int = 16000  # raw audio samples per sample (input_values)
+
+
+@dataclass
+class TimmModel:
+    """``model=timm``: ``timm.create_model(name, pretrained=False, **kwargs)``."""
+
+    name: str = MISSING
+    kwargs: Dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -42,8 +64,13 @@ class ModelConfig:
     name: str = MISSING
     # ``{_target_: dotted.path, **kwargs}``: instantiated by Hydra with random weights.
     build: Dict[str, Any] = MISSING
+    # Left out (or an input's shape left ???), they are derived from hf, timm or examples.
     inputs: Dict[str, InputSpec] = MISSING
     batch_sizes: List[int] = MISSING
+    # A torch.save'd dict of input name -> tensor: the data every tuned batch is built from.
+    examples: Optional[str] = None
+    hf: Optional[HFModel] = None
+    timm: Optional[TimmModel] = None
 
 
 @dataclass

@@ -2,8 +2,9 @@
 
 A model with random weights can answer some inputs with an output that proves nothing (constant,
 zero to the float type's precision, NaN), so each batch size tries input sources in order until
-eager's output can judge a backend. The sources are the random fills of ``model.inputs`` at the
-run's seed, then at the next seeds; a user's own examples would be one more source, tried first.
+eager's output can judge a backend. The sources are the user's own example rows where there are
+any (``pipeline.tune``'s ``example_inputs``, ``model.examples``), then the random fills of
+``model.inputs`` at the run's seed and the next seeds, for config-named models without data.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import torch
 from torch import nn
 
+from pipeline.batching import tile
 from pipeline.measure.compare import uninformative
 from pipeline.models import make_inputs
 
@@ -42,6 +44,22 @@ def random_fills(spec: Mapping[str, Any], device: torch.device, seed: int,
     """The random fills of ``spec`` (``model.inputs``) at ``seed`` and the ``count - 1`` seeds after it."""
     return [(f"random inputs of seed {s}", functools.partial(make_inputs, spec, device=device, seed=s))
             for s in range(seed, seed + count)]
+
+
+def example_rows(examples: Mapping[str, torch.Tensor], spec: Mapping[str, Any], start: int = 0) -> InputSource:
+    """Batches of the user's example rows, from row ``start`` on and cycled, along each input's batch dimension."""
+    def rows(batch_size: int) -> Dict[str, torch.Tensor]:
+        return {name: tile(t, batch_size, int(spec[name].get("batch_dim", 0)), start) for name, t in examples.items()}
+
+    return (f"your example inputs (from row {start})", rows)
+
+
+def input_sources(spec: Mapping[str, Any], examples: Mapping[str, torch.Tensor], device: torch.device, seed: int,
+                  start: int = 0) -> List[InputSource]:
+    """The user's example rows from row ``start`` where there are any, then the random fills at ``seed`` on.
+    The first source is what the model is tuned and timed on."""
+    own = [example_rows(examples, spec, start)] if examples else []
+    return own + random_fills(spec, device, seed)
 
 
 def reference_at(model: nn.Module, batch_size: int, sources: Sequence[InputSource],

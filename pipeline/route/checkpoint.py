@@ -7,10 +7,12 @@ Layout of a ``.tweak`` file::
     <body: torch.save of plain data and tensors>
 
 The body holds the route table, each routed backend's config (rebuilt by ``kind`` through the
-backend registry, never by import path), the model's state dict, the input spec, the tuned batch
-sizes, the versions and the device it was tuned on. It is read with
-``torch.load(weights_only=True)`` only after its SHA-256 matches, and every field is checked
-(``pipeline.route.payload``) before the caller's model is touched or anything is built.
+backend registry, never by import path), the model's state dict, the input spec (with each input's
+batch dimension), each output tensor's batch dimension, the tuned batch sizes, the versions and the
+device it was tuned on. It holds no example data: loading warms the backends up on random fills
+of the input spec. It is read with ``torch.load(weights_only=True)`` only after its SHA-256
+matches, and every field is checked (``pipeline.route.payload``) before the caller's model is
+touched or anything is built.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from torch import nn
 
 from pipeline import backends as backend_registry
 from pipeline import devices
+from pipeline.batching import BatchDims
 from pipeline.config import limits
 from pipeline.route import payload as payload_check
 from pipeline.models import make_inputs
@@ -102,6 +105,7 @@ def payload_of(routed: RoutedModule) -> Dict[str, Any]:
         "route": [r.to_dict() for r in routed.route],
         "backends": {n: routed.backends[n].describe() for n in used},
         "inputs": rec.inputs,
+        "output_batch_dims": rec.output_batch_dims,
         "batch_sizes": sorted(int(b) for b in rec.batch_sizes),
         "max_batch_size": max(int(b) for b in rec.batch_sizes),
         "versions": {"torch": torch.__version__, "tweakpipe": version_of("tweakpipe"),
@@ -232,18 +236,21 @@ def load(path: PathLike, model: nn.Module, device: Optional[Union[str, torch.dev
     warn_on_drift(payload, dev)
     route = [Range(int(r["lo"]), None if r["hi"] is None else int(r["hi"]), r["backend"]) for r in payload["route"]]
     inputs, tuned = payload["inputs"], [int(b) for b in payload["batch_sizes"]]
+    output_dims = payload.get("output_batch_dims", {})  # absent from checkpoints written before batch dims
+    dims = BatchDims.of(inputs, output_dims)
     servable = range(1, int(payload["max_batch_size"]) + 1)
     built = {}
     for name in dict.fromkeys(r.backend for r in route):
         cfg = {k: v for k, v in payload["backends"][name].items() if k != "name"}
         backend = backend_registry.create(name, cfg)
         owned, owned_tuned = sizes_owned(route, name, servable), sizes_owned(route, name, tuned)
-        backend.build(model, make_inputs(inputs, max(owned), dev, SAMPLE_SEED), dev, owned, owned_tuned)
+        backend.build(model, make_inputs(inputs, max(owned), dev, SAMPLE_SEED), dev, owned, owned_tuned, dims)
         for bs in owned_tuned:
             backend(**make_inputs(inputs, bs, dev, SAMPLE_SEED))
         built[name] = backend
     devices.synchronize(dev)
-    routed = RoutedModule(built, route, TuneRecord(payload["name"], model, inputs, tuned, dev, api=True))
+    routed = RoutedModule(built, route, TuneRecord(payload["name"], model, inputs, tuned, dev, api=True,
+                                                   output_batch_dims=output_dims))
     routed.load_seconds = time.perf_counter() - start
     log.info("loaded %s in %.2f s on %s: %s", path, routed.load_seconds, dev, routed.extra_repr())
     return routed

@@ -3,7 +3,7 @@
 A checkpoint is data from anyone: its SHA-256 detects damage, not tampering, since whoever edits a
 file can write its checksum too. :func:`check` holds the whole payload to the format (each field's
 type, the bounds of ``pipeline.config.limits``, a route covering 1..inf without gaps, backend configs
-through their kind's schema and rules (``pipeline.backends.rules``), input specs, the state dict against
+through their kind's schema and rules (``pipeline.backends.rules``), input specs and batch dimensions, the state dict against
 the caller's model), so a refused file leaves the caller's model as it was. Inductor options whose
 declared type admits free text can name a program Inductor runs (``cpp.cxx``) or a path it writes:
 a checkpoint that sets one is refused unless the caller trusts it (``trust_options=True``).
@@ -23,8 +23,8 @@ from pipeline.config import inductor_options, limits
 
 # Every field a payload may hold, and its type (``created`` and ``format`` are informative).
 FIELDS: Dict[str, type] = {"format": int, "name": str, "created": str, "route": list, "backends": dict,
-                           "inputs": dict, "batch_sizes": list, "max_batch_size": int, "versions": dict,
-                           "device": dict, "state_dict": dict}
+                           "inputs": dict, "output_batch_dims": dict, "batch_sizes": list, "max_batch_size": int,
+                           "versions": dict, "device": dict, "state_dict": dict}
 ROUTE_KEYS = {"lo", "hi", "backend"}
 
 
@@ -144,6 +144,7 @@ def check(payload: Mapping[str, Any], model: nn.Module, path: Path, trust_option
     problem = (fields_problem(payload)
                or sizes_problem(payload["batch_sizes"], payload["max_batch_size"])
                or limits.inputs_problem(payload["inputs"])
+               or limits.output_dims_problem(payload.get("output_batch_dims", {}))
                or next(filter(None, (backend_problem(n, c) for n, c in payload["backends"].items())), None)
                or (f"{len(payload['backends'])} backends, more than {limits.MAX_BACKENDS}"
                    if len(payload["backends"]) > limits.MAX_BACKENDS else None)

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Sequence, Tuple
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
 from torch.nn.modules import module as nn_module
 
 from pipeline.backends import Backend
+from pipeline.batching import layout
 from pipeline.models import dtype_of
 from pipeline.route.policy import Range, backend_for
 
@@ -23,10 +24,11 @@ class TuneRecord:
 
     name: str
     model: nn.Module
-    inputs: Dict[str, Dict[str, Any]]  # input name -> {shape (per sample), dtype, fill, high}
+    inputs: Dict[str, Dict[str, Any]]  # input name -> {shape (per sample), dtype, fill, high, batch_dim}
     batch_sizes: List[int]  # the tuned (profiled) sizes
     device: torch.device
     api: bool = False  # tuned by pipeline.tune or loaded by pipeline.load: messages name example_inputs
+    output_batch_dims: Dict[str, Optional[int]] = field(default_factory=dict)  # found by capture (pipeline.batching)
 
 
 CHECKED_SHAPES = 4096  # input shapes a one-input model remembers as checked; calls with others are checked each time
@@ -54,6 +56,7 @@ class RoutedModule(nn.Module):
         # Hot-path tables, so a call costs a few dict and list lookups: per-sample shapes and dtypes to
         # check, and for every size up to the last range's start the owner's lock and backend.
         self._shapes = {n: torch.Size(spec["shape"]) for n, spec in record.inputs.items()}
+        self._dims = {n: int(spec.get("batch_dim", 0)) for n, spec in record.inputs.items()}
         self._dtypes = {n: dtype_of(spec["dtype"]) for n, spec in record.inputs.items()}
         self._device = torch.empty(0, device=record.device).device  # with its index: cuda is cuda:0
         serve = {name: (threading.Lock(), backend) for name, backend in self.backends.items()}
@@ -96,16 +99,20 @@ class RoutedModule(nn.Module):
             if t.device != self._device:
                 raise ValueError(f"input {name!r} is on {t.device}, but this model was tuned on {self._device}; "
                                  f"move it: x.to('{self._device}')")
-            shape = t.shape
-            if not shape:
-                raise ValueError(f"input {name!r} is a 0-dim tensor; inputs are batch-first, here "
-                                 f"(batch, *{tuple(self._shapes[name])}): add the batch dimension, x.unsqueeze(0)")
-            if shape[1:] != self._shapes[name]:
-                raise ValueError(f"input {name!r} has per-sample shape {tuple(shape[1:])}, but this model was tuned "
-                                 f"for {tuple(self._shapes[name])} (inputs are batch-first); {self.retune_hint()}")
-            if batch is not None and shape[0] != batch:
-                raise ValueError(f"inputs disagree on the batch size: {name!r} has {shape[0]}, others {batch}")
-            batch = shape[0]
+            shape, dim, tuned = t.shape, self._dims[name], self._shapes[name]
+            if len(shape) != len(tuned) + 1:
+                where = "inputs are batch-first" if not dim else f"its batch is dimension {dim}"
+                what = "is a 0-dim tensor" if not shape else f"has shape {tuple(shape)}"
+                raise ValueError(f"input {name!r} {what}; {where}, here {layout(tuned, dim)}: " + (
+                    f"add the batch dimension, x.unsqueeze({dim})" if len(shape) == len(tuned) else self.retune_hint()))
+            sample = shape[1:] if not dim else shape[:dim] + shape[dim + 1:]
+            if sample != tuned:
+                where = "inputs are batch-first" if not dim else f"batch in dimension {dim}"
+                raise ValueError(f"input {name!r} has per-sample shape {tuple(sample)}, but this model was tuned "
+                                 f"for {tuple(tuned)} ({where}); {self.retune_hint()}")
+            if batch is not None and shape[dim] != batch:
+                raise ValueError(f"inputs disagree on the batch size: {name!r} has {shape[dim]}, others {batch}")
+            batch = shape[dim]
         if batch < 1:
             raise ValueError(f"batch size must be at least 1, got {batch}")
         return batch
