@@ -31,13 +31,6 @@ class ThreadCountingMLP(MLP):
         return super().forward(x)
 
 
-def hf_model(config_class: str, model_class: str, **config_kwargs) -> nn.Module:
-    """A transformers model from its config (random weights) returning its own ModelOutput: named tensors."""
-    import transformers
-
-    return getattr(transformers, model_class)(getattr(transformers, config_class)(**config_kwargs))
-
-
 class CellGRU(nn.Module):
     """A sequence-first GRU stepped cell by cell: input (time, batch, 5); outputs every step's projection
     (time, batch, 3) and the last hidden state (1, batch, 6). Dynamo compiles it whole, where it leaves an

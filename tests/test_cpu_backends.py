@@ -18,11 +18,12 @@ from omegaconf import OmegaConf
 import pipeline
 from conftest import ROOT, TINY
 from mlflow_helpers import clean_env
-from models_for_tests import ThreadCountingMLP
+from models_for_tests import CellGRU, ThreadCountingMLP, sequence_first
 from pipeline.api import compose_config
 from pipeline.backends import create
 from pipeline.context import RunContext
 from pipeline.measure.compare import judge
+from pipeline.models import make_inputs
 from pipeline.record.tracker import dotted_params
 from pipeline.route import checkpoint
 from pipeline.route.policy import Range, backend_for
@@ -98,14 +99,12 @@ def test_a_checkpoint_rebuilds_both_runtimes_from_the_weights_alone(tuned, tmp_p
 
 
 def test_a_multi_input_model_with_a_dict_output_comes_back_by_field(tmp_path):
-    cfg = compose_config(["model=bert_tiny", "model.build._target_=models_for_tests.hf_model",
-                          "model.build.model_class=BertModel", "model.build.hidden_size=32",
-                          "model.build.intermediate_size=64", "model.build.num_hidden_layers=1",
-                          "model.build.vocab_size=100", "model.inputs.input_ids.shape=[16]",
-                          "model.inputs.input_ids.high=100", "model.inputs.attention_mask.shape=[16]",
+    cfg = compose_config(["model=hf", "model.hf.model_class=BertModel", "model.hf.seq_len=16",
+                          "+model.hf.config={hidden_size: 32, intermediate_size: 64, num_hidden_layers: 1, "
+                          "num_attention_heads: 2, vocab_size: 100}",
                           "model.batch_sizes=[1,3]", BACKENDS, "stages=[capture]", "profile=quick", "tracking=off"])
     ctx = run(cfg, tmp_path)
-    inputs = {"input_ids": torch.randint(0, 100, (5, 16)), "attention_mask": torch.ones(5, 16, dtype=torch.int64)}
+    inputs = make_inputs(ctx.inputs, 5, ctx.device, seed=1)  # input_ids, a padded attention_mask, token_type_ids
     with torch.inference_mode():
         expected = ctx.model(**inputs)
     for name in RUNTIMES:
@@ -115,6 +114,21 @@ def test_a_multi_input_model_with_a_dict_output_comes_back_by_field(tmp_path):
         out = ctx.backends[name](**inputs)
         assert type(out) is type(expected) and list(out.keys()) == ["last_hidden_state", "pooler_output"]
         assert judge(out, expected).ok
+
+
+def test_an_input_batched_in_its_second_dimension_keeps_its_batch_dynamic_there(tmp_path):
+    model = CellGRU().eval()
+    ctx = run(compose_config([*TINY, "model.build._target_=models_for_tests.CellGRU", "~model.build.width",
+                              "~model.build.depth", "model.inputs.x.shape=[3,5]",
+                              "model.inputs.x.batch_dim=1", BACKENDS, "model.batch_sizes=[1,4]",
+                              "stages=[capture]"]), tmp_path)
+    model.load_state_dict(ctx.model.state_dict())
+    for name in RUNTIMES:
+        assert ctx.outcomes[name].status == "ok", ctx.outcomes[name].reason
+        for bs in (1, 6):
+            x = sequence_first(bs)
+            with torch.inference_mode():
+                torch.testing.assert_close(ctx.backends[name](x=x), model(x), rtol=1e-4, atol=1e-5)
 
 
 # Makes importing the runtimes fail, as on a machine without them, before the pipeline starts.

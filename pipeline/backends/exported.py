@@ -25,6 +25,7 @@ import torch.utils._pytree as pytree
 from torch import nn
 
 from pipeline.backends.base import Backend
+from pipeline.batching import BatchDims
 
 
 class FlatModel(nn.Module):
@@ -49,13 +50,16 @@ def output_spec(model: nn.Module, sample: Dict[str, torch.Tensor]) -> pytree.Tre
     return spec
 
 
-def export(model: nn.Module, sample: Dict[str, torch.Tensor]) -> torch.export.ExportedProgram:
-    """``model`` as a graph over its inputs in ``sample``'s order, each with a dynamic batch dimension.
+def export(model: nn.Module, sample: Dict[str, torch.Tensor], batch_dims: BatchDims = BatchDims()
+           ) -> torch.export.ExportedProgram:
+    """``model`` as a graph over its inputs in ``sample``'s order, each with a dynamic batch dimension
+    (where ``batch_dims`` puts it).
 
     A batch of one is doubled for tracing: torch.export specialises dimensions of size 1.
     """
-    example = tuple(t if t.shape[0] > 1 else torch.cat([t, t]) for t in sample.values())
-    dynamic = tuple({0: torch.export.Dim.DYNAMIC} for _ in example)
+    dims = [batch_dims.input(name) for name in sample]
+    example = tuple(t if t.shape[d] > 1 else torch.cat([t, t], dim=d) for t, d in zip(sample.values(), dims))
+    dynamic = tuple({d: torch.export.Dim.DYNAMIC} for d in dims)
     return torch.export.export(FlatModel(model, list(sample)), example, dynamic_shapes=(dynamic,))
 
 
@@ -95,7 +99,7 @@ class ExportedBackend(Backend):
         self.names = list(sample)
         self.out_spec = output_spec(model, sample)
         self.threads = self.cfg["threads"] or torch.get_num_threads()
-        self._compile(export(model, sample), sample)
+        self._compile(export(model, sample, self.batch_dims), sample)
         returned = len(self._run([sample[n].contiguous() for n in self.names]))
         if returned != self.out_spec.num_leaves:
             raise RuntimeError(f"{self.kind} returns {returned} outputs where the model returns "

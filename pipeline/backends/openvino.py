@@ -28,7 +28,11 @@ class OpenVinoBackend(ExportedBackend):
     def _compile(self, program: torch.export.ExportedProgram, sample: Dict[str, torch.Tensor]) -> None:
         import openvino
 
-        shapes = [openvino.PartialShape([-1, *t.shape[1:]]) for t in sample.values()]
+        shapes = []
+        for name, t in sample.items():  # every dimension as traced but the batch
+            dims = list(t.shape)
+            dims[self.batch_dims.input(name)] = -1
+            shapes.append(openvino.PartialShape(dims))
         converted = openvino.convert_model(program, input=shapes)
         self.compiled = openvino.Core().compile_model(converted, "CPU", {
             "INFERENCE_NUM_THREADS": self.threads, "PERFORMANCE_HINT": self.cfg["performance_hint"],
