@@ -5,9 +5,10 @@ loads the routed model back from its checkpoint (``auto``, served as a user woul
 every backend and ``auto`` interleaved round by round at each batch size, as ``seed_table.py`` does,
 so all the ratios in a row come from one measurement; every model runs in this one process, with
 the same CPU thread count for every backend. Inputs are reduced for CPU time: vision models take
-3x112x112 images, and the transformers model is a small DistilBERT classifier (4 layers of 256,
-random weights) on bert_tiny's 64 tokens. ``auto`` is held against the best single backend, eager,
-and Inductor (what a CPU user would compile with instead). Writes ``cpu-table.json`` and ``.md``
+3x64x64 images (the issue's resnet18 check), and the transformers model (``model=hf``) is a small
+DistilBERT classifier (4 layers of 256, random weights) on 64 tokens with a padded attention mask,
+returning its ModelOutput. ``auto`` is held against the best single backend, eager, and Inductor
+(what a CPU user would compile with instead). Writes ``cpu-table.json`` and ``.md``
 under --out, rewritten after each model; the runs and their MLflow store go to OUT/runs and
 OUT/mlflow-cpu.db.
 
@@ -35,17 +36,16 @@ from bench.seed_table import SIZES, Table, bench_model, write  # noqa: E402
 from pipeline import devices  # noqa: E402
 
 CPU = Table(backends=["eager", "inductor", "openvino", "onnxruntime"], sizes=SIZES, peer="inductor")
-VISION = "model.inputs.x.shape=[3,112,112]"
+VISION = "model.inputs.x.shape=[3,64,64]"
 # Each model: the overrides that make it (the config's model, reduced for CPU time where said).
 MODELS: Dict[str, List[str]] = {
     "mlp": ["model=mlp"],
     "mobilenet_v3_small": ["model=mobilenet_v3_small", VISION],
     "resnet18": ["model=resnet18", VISION],
     "bert_tiny": ["model=bert_tiny"],
-    "distilbert_small": ["model=bert_tiny", "model.name=distilbert_small", "model.build.config_class=DistilBertConfig",
-                         "model.build.model_class=DistilBertForSequenceClassification", "model.build.hidden_size=256",
-                         "model.build.num_hidden_layers=4", "model.build.num_attention_heads=4",
-                         "+model.build.hidden_dim=1024", "model.build.vocab_size=30522"],
+    "distilbert_small": ["model=hf", "model.name=distilbert_small",
+                         "model.hf.model_class=DistilBertForSequenceClassification", "model.hf.seq_len=64",
+                         "+model.hf.config={dim: 256, n_layers: 4, n_heads: 4, hidden_dim: 1024}"],
 }
 
 
@@ -69,8 +69,9 @@ def cpu_model() -> str:
 def notes(args: argparse.Namespace) -> str:
     return (f"{args.threads} CPU thread(s) for every backend (top-level threads), {os.cpu_count()} cores on the "
             f"machine; every cell timed interleaved in one process (profile={args.profile}). Inputs reduced for CPU "
-            f"time: `{VISION}` for mobilenet_v3_small and resnet18; distilbert_small is DistilBERT with 4 layers of 256 "
-            f"(FFN 1024) on bert_tiny's 64 tokens. auto: the routed model loaded from its checkpoint; the JSON also "
+            f"time: `{VISION}` for mobilenet_v3_small and resnet18; distilbert_small is model=hf's "
+            f"DistilBertForSequenceClassification with 4 layers of 256 (FFN 1024) on 64 tokens. auto: the routed "
+            f"model loaded from its checkpoint; the JSON also "
             f"times its backends called without the router (`auto_direct:<backend>`) and holds the machine's load "
             f"average before and after each model (`load_average`).")
 
