@@ -23,8 +23,9 @@ import math
 import platform
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Sequence
 
 import torch
 
@@ -45,6 +46,19 @@ SIZES = [1, 3, 8, 17, 64]
 PEER = "inductor_reduce_overhead"
 
 
+@dataclass(frozen=True)
+class Table:
+    """A table's columns: the competing backends, the batch sizes, and the peer ``auto`` is held against
+    (what a user would pick instead of us)."""
+
+    backends: Sequence[str]
+    sizes: Sequence[int]
+    peer: str
+
+
+SEED = Table(BACKENDS, SIZES, PEER)
+
+
 def overrides_for(model: str, profile: str, autocast: str, out: Path, device: str, tag: str) -> List[str]:
     ov = [f"model={model}", f"device={device}", f"backends=[{','.join(BACKENDS)}]", f"profile={profile}",
           f"model.batch_sizes=[{','.join(map(str, SIZES))}]", "tracking=sqlite",
@@ -55,9 +69,10 @@ def overrides_for(model: str, profile: str, autocast: str, out: Path, device: st
     return ov
 
 
-def bench_model(model: str, args: argparse.Namespace, out: Path) -> Dict:
-    cfg = compose_config(overrides_for(model, args.profile, args.autocast, out, args.device, args.tag))
-    run_dir = out / "runs" / f"{model}{'_' + args.autocast if args.autocast else ''}"
+def bench_model(model: str, overrides: List[str], run_dir: Path, sizes: Sequence[int] = SIZES) -> Dict:
+    """Tune with ``overrides``, load the checkpoint as ``auto``, and time every backend and ``auto``
+    interleaved at each size."""
+    cfg = compose_config(overrides)
     start = time.perf_counter()
     ctx = run(cfg, run_dir)
     tune_s = time.perf_counter() - start
@@ -66,7 +81,7 @@ def bench_model(model: str, args: argparse.Namespace, out: Path) -> Dict:
     load_s = time.perf_counter() - start
 
     cells: Dict[str, Dict[int, Dict]] = {}
-    for bs in SIZES:
+    for bs in sizes:
         inputs = make_inputs(ctx.inputs, bs, ctx.device, cfg.seed)
         fns = {name: (lambda b=b: b(**inputs)) for name, b in ctx.backends.items()}
         fns["auto"] = lambda: auto(**inputs)
@@ -89,34 +104,34 @@ def bench_model(model: str, args: argparse.Namespace, out: Path) -> Dict:
     return row
 
 
-def ratios(row: Dict) -> Dict[int, Dict[str, float]]:
-    """Per batch size: auto over the best single backend, over eager, over the reduce-overhead peer."""
+def ratios(row: Dict, table: Table = SEED) -> Dict[int, Dict[str, float]]:
+    """Per batch size: auto over the best single backend, over eager, over the peer."""
     out = {}
     cells = row["cells"]
-    for bs in SIZES:
+    for bs in table.sizes:
         auto = cells["auto"][bs]["median_ms"]
         singles = {b: c[bs]["median_ms"] for b, c in cells.items() if not b.startswith("auto") and bs in c}
         out[bs] = {"auto_over_best": auto / min(singles.values()),
                    "auto_over_eager": auto / singles["eager"] if "eager" in singles else math.nan,
-                   "auto_over_peer": auto / singles[PEER] if PEER in singles else math.nan}
+                   "auto_over_peer": auto / singles[table.peer] if table.peer in singles else math.nan}
     return out
 
 
-def markdown(rows: List[Dict], title: str) -> str:
-    names = BACKENDS + ["auto"]
-    lines = [f"## {title}", "", "Latency ms by batch size " + " / ".join(map(str, SIZES)), "",
+def markdown(rows: List[Dict], title: str, table: Table = SEED) -> str:
+    names = [*table.backends, "auto"]
+    lines = [f"## {title}", "", "Latency ms by batch size " + " / ".join(map(str, table.sizes)), "",
              "| model | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
     for row in rows:
         cells = []
         for b in names:
             per = row["cells"].get(b)
-            cells.append(" ".join(f"{per[bs]['median_ms']:.2f}" for bs in SIZES) if per else "excluded")
+            cells.append(" ".join(f"{per[bs]['median_ms']:.2f}" for bs in table.sizes) if per else "excluded")
         lines.append(f"| {row['model']} | " + " | ".join(cells) + " |")
-    lines += ["", "| model | auto / best single | auto / eager | auto / reduce-overhead | tune s | route |",
+    lines += ["", f"| model | auto / best single | auto / eager | auto / {table.peer} | tune s | route |",
               "|---|---|---|---|---|---|"]
     for row in rows:
-        r = ratios(row)
-        fmt = lambda key: " ".join(f"{r[bs][key]:.2f}" for bs in SIZES)  # noqa: E731
+        r = ratios(row, table)
+        fmt = lambda key: " ".join(f"{r[bs][key]:.2f}" for bs in table.sizes)  # noqa: E731
         route = ", ".join(f"{x['lo']}-{x['hi'] or 'inf'}:{x['backend']}" for x in row["route"])
         lines.append(f"| {row['model']} | {fmt('auto_over_best')} | {fmt('auto_over_eager')} | "
                      f"{fmt('auto_over_peer')} | {row['tune_seconds']:.0f} | {route} |")
@@ -140,24 +155,28 @@ def cost_table(rows: List[Dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def summary(rows: List[Dict]) -> Dict[str, float]:
-    all_r = [v for row in rows for v in ratios(row).values()]
+def summary(rows: List[Dict], table: Table = SEED) -> Dict[str, float]:
+    by_cell = {f"{row['model']} bs={bs}": r for row in rows for bs, r in ratios(row, table).items()}
+    all_r = list(by_cell.values())
     peer = [r["auto_over_peer"] for r in all_r if not math.isnan(r["auto_over_peer"])]
     return {
         "worst_auto_over_best": max(r["auto_over_best"] for r in all_r),
+        "worst_cell": max(by_cell, key=lambda cell: by_cell[cell]["auto_over_best"]),
+        "cells_auto_over_best_within_1.05": sum(r["auto_over_best"] <= 1.05 for r in all_r),
         "worst_auto_over_eager": max(r["auto_over_eager"] for r in all_r),
         "geomean_speedup_over_peer": math.exp(-sum(math.log(x) for x in peer) / len(peer)) if peer else math.nan,
         "cells": len(all_r),
     }
 
 
-def write(out: Path, tag: str, meta: Dict, rows: List[Dict]) -> str:
-    """Write the JSON and Markdown tables for ``rows``; returns the Markdown."""
-    result = {**meta, "rows": rows, "summary": summary(rows)}
-    (out / f"seed-table-{tag}.json").write_text(json.dumps(result, indent=2, default=str))
-    md = markdown(rows, f"{result['device']}, {result['dtype']}, torch {result['torch']}")
+def write(out: Path, stem: str, meta: Dict, rows: List[Dict], table: Table = SEED, notes: str = "") -> str:
+    """Write ``stem``.json and ``stem``.md for ``rows`` (``notes`` under the title); returns the Markdown."""
+    result = {**meta, "rows": rows, "summary": summary(rows, table)}
+    (out / f"{stem}.json").write_text(json.dumps(result, indent=2, default=str))
+    md = markdown(rows, f"{result['device']}, {result['dtype']}, torch {result['torch']}", table)
+    md = md.replace("\n", f"\n\n{notes}\n", 1) if notes else md
     md += f"\nSummary: {json.dumps(result['summary'])}\n\nCommand: `{result['command']}`\n"
-    (out / f"seed-table-{tag}.md").write_text(md)
+    (out / f"{stem}.md").write_text(md)
     return md
 
 
@@ -166,7 +185,7 @@ def combine(parts: List[Path], out: Path, tag: str) -> None:
     meta, rows = joined_lanes(parts, MODELS, ("device", "torch", "python", "dtype"))
     for row in rows:  # JSON turned the batch-size keys into strings
         row["cells"] = {b: {int(bs): c for bs, c in per.items()} for b, per in row["cells"].items()}
-    print(write(out, tag, meta, rows))
+    print(write(out, f"seed-table-{tag}", meta, rows))
 
 
 def main() -> None:
@@ -177,7 +196,10 @@ def main() -> None:
     run_lane(args, lambda: {"device": devices.name(torch.device(args.device)), "torch": torch.__version__,
                             "python": platform.python_version(), "dtype": args.autocast or "float32",
                             "command": command_line()},
-             lambda model: bench_model(model, args, args.out), write, combine)
+             lambda model: bench_model(model, overrides_for(model, args.profile, args.autocast, args.out, args.device,
+                                                            args.tag),
+                                       args.out / "runs" / f"{model}{'_' + args.autocast if args.autocast else ''}"),
+             lambda out, tag, meta, rows: write(out, f"seed-table-{tag}", meta, rows), combine)
 
 
 if __name__ == "__main__":

@@ -121,3 +121,17 @@ def graph_capture_workspace(device: torch.device) -> Iterator[None]:
         yield
     finally:
         torch._C._cuda_clearCublasWorkspaces()
+
+
+@contextlib.contextmanager
+def cpu_threads(threads: Optional[int]) -> Iterator[int]:
+    """Run the block with ``threads`` CPU threads for PyTorch (``torch.set_num_threads``; None keeps the
+    current count), yielding the count in force. The previous count comes back after, so tuning leaves
+    the caller's process as it found it. Inductor bakes the count into the kernels it compiles inside."""
+    previous = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        yield torch.get_num_threads()
+    finally:
+        torch.set_num_threads(previous)

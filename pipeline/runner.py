@@ -3,7 +3,9 @@
 After each stage (and after each profile cell) the results go to the recorder, so a run that
 fails or is killed keeps what it measured; every way out marks the MLflow run FINISHED, FAILED
 (an error) or KILLED (Ctrl-C, SIGTERM). ``resume=True`` reuses an interrupted run's directory:
-its failed and skipped backends and its measured cells.
+its failed and skipped backends and its measured cells. The run's CPU threads (``threads``) are in
+force from the first build to the last check, for every backend alike, and the caller's count
+comes back after.
 """
 
 from __future__ import annotations
@@ -131,12 +133,13 @@ def run(cfg: DictConfig, run_dir: Path, model: Optional[torch.nn.Module] = None,
         examples = model_inputs.complete(cfg)
     check_config(cfg, run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    with run_log(run_dir), sigterm_stops():
+    with run_log(run_dir), sigterm_stops(), devices.cpu_threads(cfg.threads) as threads:
+        cfg.threads = threads  # the count in force, so that config.yaml and MLflow's params record it
         ctx = build_context(cfg, run_dir, model, earlier_results(run_dir) if resume else None, examples)
         recorder = Recorder(cfg, run_dir, make_tracker(cfg.tracking))
         ctx.on_cell = recorder.cell
-        log.info("tuning %s on %s (%s); run directory %s%s", cfg.model.name, ctx.device, devices.name(ctx.device),
-                 run_dir, " (resumed)" if resume else "")
+        log.info("tuning %s on %s (%s, %d CPU threads); run directory %s%s", cfg.model.name, ctx.device,
+                 devices.name(ctx.device), threads, run_dir, " (resumed)" if resume else "")
         recorder.start(resume)
         status = "FAILED"
         try:

@@ -128,7 +128,7 @@ def listing(paths: Optional[Sequence[str]] = None) -> str:
         found = sources.load(BACKENDS, name)
         cfg = found.config if found is not None else OmegaConf.create()
         if "kind" in cfg:
-            backends.append(f"  {name:38s} {cfg.kind:9s} {_setting(cfg):34s} {cfg.get('description', '')}")
+            backends.append(f"  {name:38s} {cfg.kind:11s} {_setting(cfg):32s} {cfg.get('description', '')}")
         else:
             sets.append(f"  {name:38s} {', '.join(map(str, cfg.get('defaults', [])))}")
     templates = []

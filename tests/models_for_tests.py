@@ -3,6 +3,8 @@
 import torch
 from torch import nn
 
+from pipeline.models import MLP
+
 
 class GraphBreakMLP(nn.Module):
     """A tiny MLP whose data-dependent Python branch breaks the graph, so ``fullgraph=True`` fails."""
@@ -17,6 +19,16 @@ class GraphBreakMLP(nn.Module):
         if h.sum().item() > 0:  # .item() in control flow: a graph break
             h = h.relu()
         return self.b(h)
+
+
+class ThreadCountingMLP(MLP):
+    """The MLP, remembering torch's thread count at every call: a test sees the threads eager ran with."""
+
+    seen: list = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        ThreadCountingMLP.seen.append(torch.get_num_threads())
+        return super().forward(x)
 
 
 class CellGRU(nn.Module):

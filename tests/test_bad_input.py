@@ -104,6 +104,11 @@ CONFIG_CASES = {  # id: (overrides, what the message names: the problem, then th
                     r"unknown Inductor option 'freezin' \(closest valid names: freezing", r"list_options\(\)"),
     "option-type": ([*INDUCTOR_OPTIONS, "+backends.inductor.options.compile_threads=1.5"],
                     r"compile_threads=1\.5 does not fit int \| None, the type torch declares", r"list_options\(\)"),
+    "zero-threads": (["threads=0"], r"threads=0 is not a thread count \(an integer from 1 to 1024", r"threads=2"),
+    "backend-threads": (["backends=[onnxruntime]", "backends.onnxruntime.threads=-1"],
+                        r"backend 'onnxruntime' threads=-1 is not a thread count", r"or null for the default"),
+    "unknown-precision": (["backends=[openvino]", "backends.openvino.precision=f64"],
+                          r"backend 'openvino': precision='f64' is unknown", r"\['fp32', 'tf32', 'bf16', 'fp16'\]"),
     "plain-file-store": (["tracking=sqlite", "tracking.uri=file:///tmp/mlruns"], r"MLflow refuses the plain-file store",
                          r"use sqlite:///path/to/mlflow\.db"),
 }

@@ -15,7 +15,6 @@ import threading
 import time
 from pathlib import Path
 
-import pytest
 import torch
 from mlflow.tracking import MlflowClient
 

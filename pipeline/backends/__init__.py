@@ -13,8 +13,11 @@ from pipeline.backends.base import Backend, BackendUnsupported
 from pipeline.backends.eager import EagerBackend
 from pipeline.backends.graph import GraphBackend
 from pipeline.backends.inductor import InductorBackend
+from pipeline.backends.onnxruntime import OnnxRuntimeBackend
+from pipeline.backends.openvino import OpenVinoBackend
 
-KINDS: Dict[str, Type[Backend]] = {cls.kind: cls for cls in (EagerBackend, InductorBackend, GraphBackend)}
+KINDS: Dict[str, Type[Backend]] = {cls.kind: cls for cls in (EagerBackend, InductorBackend, GraphBackend,
+                                                             OpenVinoBackend, OnnxRuntimeBackend)}
 
 
 def create(name: str, cfg: Mapping[str, Any]) -> Backend:

@@ -2,9 +2,10 @@
 
 :func:`check` holds a backend config to its kind's schema (``pipeline.config.backend_schema``),
 then to the rules a schema cannot say: at most one of mode / options / template, the Inductor
-settings of a graph backend only with ``compile_with_inductor``, and no CUDA graphs of Inductor's
-own inside a graph backend's. ``backends.create`` calls it, so every run's early checks and every
-checkpoint load do, and so does the checkpoint payload check. A new kind adds its rule to
+settings of a graph backend only with ``compile_with_inductor``, no CUDA graphs of Inductor's
+own inside a graph backend's, and the values OpenVINO's and ONNX Runtime's settings take.
+``backends.create`` calls it, so every run's early checks and every checkpoint load do, and so does
+the checkpoint payload check. A new kind adds its rule to
 :data:`RULES` (or none).
 """
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
 from pipeline import templates
-from pipeline.backends import graph_plan, precision
+from pipeline.backends import graph_plan, onnxruntime, openvino, precision
 from pipeline.config import backend_schema, inductor_options, limits
 from pipeline.config.errors import ConfigError
 
@@ -88,19 +89,41 @@ def graph_sizes_problem(name: str, cfg: Mapping[str, Any]) -> Optional[str]:
                               for i, size in enumerate(cfg["grid"] or []))), None)
 
 
-RULES: Dict[str, Callable[[str, Mapping[str, Any]], None]] = {"inductor": check_inductor, "graph": check_graph}
+def one_of(name: str, cfg: Mapping[str, Any], key: str, allowed: Any) -> None:
+    if cfg[key] not in allowed:
+        raise ConfigError(f"backend {name!r}: {key}={cfg[key]!r} is not one of {list(allowed)}")
+
+
+def check_threads(name: str, cfg: Mapping[str, Any]) -> None:
+    problem = limits.threads_problem(cfg["threads"], f"backend {name!r} threads")
+    if problem:
+        raise ConfigError(problem)
+
+
+def check_openvino(name: str, cfg: Mapping[str, Any]) -> None:
+    check_threads(name, cfg)
+    one_of(name, cfg, "performance_hint", openvino.PERFORMANCE_HINTS)
+
+
+def check_onnxruntime(name: str, cfg: Mapping[str, Any]) -> None:
+    check_threads(name, cfg)
+    one_of(name, cfg, "graph_optimization_level", onnxruntime.LEVELS)
+
+
+RULES: Dict[str, Callable[[str, Mapping[str, Any]], None]] = {
+    "inductor": check_inductor, "graph": check_graph, "openvino": check_openvino, "onnxruntime": check_onnxruntime}
 
 
 def check(name: str, cfg: Mapping[str, Any]) -> Dict[str, Any]:
     """``cfg`` as its kind's complete settings, or a ConfigError for the first broken rule."""
     settings = backend_schema.settings(name, cfg)
-    if settings["autocast_enabled"] and settings["autocast_dtype"] not in AUTOCAST_DTYPES:
+    if settings.get("autocast_enabled") and settings["autocast_dtype"] not in AUTOCAST_DTYPES:
         raise ConfigError(f"backend {name!r}: autocast_dtype={settings['autocast_dtype']!r} is not supported; "
                           f"use one of {list(AUTOCAST_DTYPES)}")
     if settings["precision"] not in precision.PRECISIONS:
         raise ConfigError(f"backend {name!r}: precision={settings['precision']!r} is unknown; "
                           f"use one of {list(precision.PRECISIONS)}")
-    if settings["precision"] != "fp32" and settings["autocast_enabled"]:
+    if settings["precision"] != "fp32" and settings.get("autocast_enabled"):
         raise ConfigError(f"backend {name!r} sets both precision={settings['precision']} and autocast_enabled=true; "
                           f"keep one")
     RULES.get(settings["kind"], lambda *_: None)(name, settings)

@@ -22,25 +22,33 @@ from pipeline.config.errors import ConfigError
 
 @dataclass
 class BackendSettings:
-    """What every kind has. Autocast applies to any backend; tolerances then follow its dtype."""
+    """What every kind has."""
 
     kind: str = MISSING
     description: str = ""
-    autocast_enabled: bool = False
-    autocast_dtype: str = "bfloat16"  # or float16
-    # fp32 | tf32 | bf16 | fp16: set for each candidate by the top-level precision list.
+    # fp32 | tf32 | bf16 | fp16: set for each candidate by the top-level precision list
+    # (pipeline.backends.precision); a kind that cannot run one is skipped at it, with the reason.
     precision: str = "fp32"
 
 
 @dataclass
-class EagerSettings(BackendSettings):
+class TorchSettings(BackendSettings):
+    """What every kind that runs PyTorch code has. Autocast applies to any of them; tolerances then
+    follow its dtype."""
+
+    autocast_enabled: bool = False
+    autocast_dtype: str = "bfloat16"  # or float16
+
+
+@dataclass
+class EagerSettings(TorchSettings):
     """Plain PyTorch: the reference every other backend is checked against."""
 
     kind: str = "eager"
 
 
 @dataclass
-class InductorSettings(BackendSettings):
+class InductorSettings(TorchSettings):
     """torch.compile with Inductor, set up by at most one of mode / options / template."""
 
     kind: str = "inductor"
@@ -69,7 +77,33 @@ class GraphSettings(InductorSettings):
     grid: Optional[List[int]] = None
 
 
-KINDS: Dict[str, Type[BackendSettings]] = {s.kind: s for s in (EagerSettings, InductorSettings, GraphSettings)}
+@dataclass
+class ExportedSettings(BackendSettings):
+    """A runtime outside PyTorch, serving the model's ``torch.export`` graph on the CPU. Its own thread
+    pool is sized here; null takes the run's count (top-level ``threads``), as eager and Inductor do."""
+
+    threads: Optional[int] = None
+
+
+@dataclass
+class OpenVinoSettings(ExportedSettings):
+    """OpenVINO's CPU plugin. ``precision`` sets its INFERENCE_PRECISION_HINT (fp32 -> f32, bf16, fp16 ->
+    f16): OpenVINO picks bf16 by itself on CPUs that have it, so f32 is set explicitly at fp32."""
+
+    kind: str = "openvino"
+    performance_hint: str = "LATENCY"  # or THROUGHPUT (several streams; a single call uses one)
+
+
+@dataclass
+class OnnxRuntimeSettings(ExportedSettings):
+    """ONNX Runtime's CPU execution provider. ``graph_optimization_level``: disable | basic | extended | all."""
+
+    kind: str = "onnxruntime"
+    graph_optimization_level: str = "all"
+
+
+KINDS: Dict[str, Type[BackendSettings]] = {
+    s.kind: s for s in (EagerSettings, InductorSettings, GraphSettings, OpenVinoSettings, OnnxRuntimeSettings)}
 
 
 def keys(kind: str) -> List[str]:

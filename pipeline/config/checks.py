@@ -132,6 +132,9 @@ def check_config(cfg: DictConfig, run_dir: Optional[Path] = None) -> None:
         problem = precision.precisions_problem(list(cfg.precision))
         if problem:
             raise ConfigError(problem)
+        problem = limits.threads_problem(cfg.threads, "threads")
+        if problem:
+            raise ConfigError(f"{problem}; e.g. threads=2")
         check_route(cfg)
         Settings.of(cfg.profile)
         if not cfg.validate.tolerance_scale > 0:

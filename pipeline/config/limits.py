@@ -22,6 +22,7 @@ MAX_BACKENDS = 64  # competing backends of a run, and backends of a checkpoint (
 MAX_INPUTS = 64  # named inputs of one model
 MAX_INPUT_DIMS = 8  # dimensions of one input's per-sample shape
 MAX_RANDINT_HIGH = 1 << 62  # randint draws in [0, high)
+MAX_THREADS = 1024  # CPU threads of a run (top-level threads) or of one backend's runtime
 MAX_OUTPUT_TENSORS = 4096  # tensors in one output whose batch dimension a checkpoint records
 MAX_TENSOR_DIMS = 64  # a batch dimension is below this
 MAX_PATH_CHARS = 1000  # an output tensor's path (output.hidden_states[3])
@@ -38,6 +39,13 @@ def batch_size_problem(value: Any, where: str) -> Optional[str]:
     """Why ``value`` is not a batch size tweakpipe handles (an integer in 1..MAX_BATCH_SIZE), or None."""
     if not is_int(value) or not 1 <= value <= MAX_BATCH_SIZE:
         return f"{where}={value!r} is not a batch size (an integer from 1 to {MAX_BATCH_SIZE})"
+    return None
+
+
+def threads_problem(value: Any, where: str) -> Optional[str]:
+    """Why ``value`` is not a thread count (null, or an integer in 1..MAX_THREADS), or None."""
+    if value is not None and (not is_int(value) or not 1 <= value <= MAX_THREADS):
+        return f"{where}={value!r} is not a thread count (an integer from 1 to {MAX_THREADS}, or null for the default)"
     return None
 
 

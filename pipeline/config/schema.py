@@ -171,6 +171,10 @@ class Config:
     device: str = "auto"
     # Each backend competes once per precision (fp32, tf32, bf16, fp16): pipeline.backends.precision.
     precision: List[str] = field(default_factory=lambda: ["fp32"])
+    # CPU threads of the run: torch.set_num_threads for eager and Inductor, and the thread pool of
+    # every backend of its own runtime (OpenVINO, ONNX Runtime) that does not set threads itself.
+    # null: torch's current count. The run records the count in force here (config.yaml, MLflow).
+    threads: Optional[int] = None
     seed: int = 0
     stages: List[str] = field(default_factory=lambda: list(STAGE_NAMES))
     # An interrupted run's directory: its config, failed backends and measured cells are reused.

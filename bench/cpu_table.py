@@ -1,0 +1,100 @@
+"""The CPU table: eager, Inductor, OpenVINO, ONNX Runtime and the routed model on this machine's CPU.
+
+For each model it tunes with the pipeline on the CPU (those four backends, the run's ``threads``),
+loads the routed model back from its checkpoint (``auto``, served as a user would), then times
+every backend and ``auto`` interleaved round by round at each batch size, as ``seed_table.py`` does,
+so all the ratios in a row come from one measurement; every model runs in this one process, with
+the same CPU thread count for every backend. Inputs are reduced for CPU time: vision models take
+3x64x64 images (the issue's resnet18 check), and the transformers model (``model=hf``) is a small
+DistilBERT classifier (4 layers of 256, random weights) on 64 tokens with a padded attention mask,
+returning its ModelOutput. ``auto`` is held against the best single backend, eager, and Inductor
+(what a CPU user would compile with instead). Writes ``cpu-table.json`` and ``.md``
+under --out, rewritten after each model; the runs and their MLflow store go to OUT/runs and
+OUT/mlflow-cpu.db.
+
+    python bench/cpu_table.py --out OUT                # 1 thread: the table in bench/results
+    python bench/cpu_table.py --out OUT --threads 4 --models resnet18 bert_tiny
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Dict, List
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.common import command_line  # noqa: E402
+from bench.seed_table import SIZES, Table, bench_model, write  # noqa: E402
+from pipeline import devices  # noqa: E402
+
+CPU = Table(backends=["eager", "inductor", "openvino", "onnxruntime"], sizes=SIZES, peer="inductor")
+VISION = "model.inputs.x.shape=[3,64,64]"
+# Each model: the overrides that make it (the config's model, reduced for CPU time where said).
+MODELS: Dict[str, List[str]] = {
+    "mlp": ["model=mlp"],
+    "mobilenet_v3_small": ["model=mobilenet_v3_small", VISION],
+    "resnet18": ["model=resnet18", VISION],
+    "bert_tiny": ["model=bert_tiny"],
+    "distilbert_small": ["model=hf", "model.name=distilbert_small",
+                         "model.hf.model_class=DistilBertForSequenceClassification", "model.hf.seq_len=64",
+                         "+model.hf.config={dim: 256, n_layers: 4, n_heads: 4, hidden_dim: 1024}"],
+}
+
+
+def overrides_for(model: str, args: argparse.Namespace) -> List[str]:
+    return [*MODELS[model], "device=cpu", f"backends=[{','.join(CPU.backends)}]", f"profile={args.profile}",
+            f"model.batch_sizes=[{','.join(map(str, CPU.sizes))}]", f"threads={args.threads}", "tracking=sqlite",
+            f"tracking.uri=sqlite:///{args.out}/mlflow-cpu.db", "tracking.experiment=cpu_table"]
+
+
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), else what the platform says."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return devices.name(torch.device("cpu"))
+
+
+def notes(args: argparse.Namespace) -> str:
+    return (f"{args.threads} CPU thread(s) for every backend (top-level threads), {os.cpu_count()} cores on the "
+            f"machine; every cell timed interleaved in one process (profile={args.profile}). Inputs reduced for CPU "
+            f"time: `{VISION}` for mobilenet_v3_small and resnet18; distilbert_small is model=hf's "
+            f"DistilBertForSequenceClassification with 4 layers of 256 (FFN 1024) on 64 tokens. auto: the routed "
+            f"model loaded from its checkpoint; the JSON also "
+            f"times its backends called without the router (`auto_direct:<backend>`) and holds the machine's load "
+            f"average before and after each model (`load_average`).")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    parser.add_argument("--profile", default="default")
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    meta = {"device": cpu_model(), "torch": torch.__version__, "python": platform.python_version(), "dtype": "float32",
+            "threads": args.threads, "runtimes": {p: metadata.version(p) for p in ("openvino", "onnxruntime")},
+            "command": command_line()}
+    rows = []
+    with devices.cpu_threads(args.threads):  # the timing after each run, as the run itself
+        for model in args.models:
+            before = os.getloadavg()
+            row = bench_model(model, overrides_for(model, args), args.out / "runs" / model, CPU.sizes)
+            rows.append({**row, "load_average": {"before": before, "after": os.getloadavg()}})
+            print(write(args.out, "cpu-table", meta, rows, CPU, notes(args)), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,120 @@
+"""What the backends that serve the model outside PyTorch share: one ``torch.export`` of it with a
+dynamic batch dimension, and the way back from a runtime's flat outputs to the model's own structure.
+
+OpenVINO and ONNX Runtime compile a graph, not a module, and both take it from ``torch.export``:
+OpenVINO converts an ExportedProgram, and ONNX's dynamo exporter (``torch.onnx.export(program,
+dynamo=True)``) translates one. It is the tracer torch supports on 2.11 and 2.14 alike; the
+TorchScript routes (``torch.jit.trace`` under OpenVINO's module conversion, the legacy ONNX exporter
+with ``dynamic_axes``) are deprecated since torch 2.9 and warn on every export. The batch dimension
+is ``Dim.DYNAMIC``, so an export fails rather than yield a graph that runs only at the traced size.
+
+The model is exported behind :class:`FlatModel`: inputs positional in the config's order, the output
+as the flat tuple of its tensors in pytree order. A runtime's outputs therefore map back one to one,
+and ``tree_unflatten`` rebuilds tuples, dicts and ModelOutputs, whose fields ``judge`` compares by
+name. Nothing exported outlives the build: a checkpoint rebuilds these backends by exporting the
+caller's model again, so no foreign artifact is ever loaded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+from typing import Any, ClassVar, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import torch
+import torch.utils._pytree as pytree
+from torch import nn
+
+from pipeline.backends.base import Backend
+from pipeline.batching import BatchDims
+
+
+class FlatModel(nn.Module):
+    """``model`` called with positional inputs named in order, returning its output's tensors as a flat tuple."""
+
+    def __init__(self, model: nn.Module, names: Sequence[str]) -> None:
+        super().__init__()
+        self.model = model
+        self.names = tuple(names)
+
+    def forward(self, *inputs: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+        return tuple(pytree.tree_leaves(self.model(**dict(zip(self.names, inputs)))))
+
+
+def output_spec(model: nn.Module, sample: Dict[str, torch.Tensor]) -> pytree.TreeSpec:
+    """The structure of the model's output (tuples, dicts, ModelOutputs), whose leaves must all be tensors."""
+    leaves, spec = pytree.tree_flatten(model(**sample))
+    odd = sorted({type(leaf).__name__ for leaf in leaves if not isinstance(leaf, torch.Tensor)})
+    if odd:
+        raise TypeError(f"the model's output holds {', '.join(odd)} besides tensors; an exported graph returns "
+                        f"tensors only")
+    return spec
+
+
+def export(model: nn.Module, sample: Dict[str, torch.Tensor], batch_dims: BatchDims = BatchDims()
+           ) -> torch.export.ExportedProgram:
+    """``model`` as a graph over its inputs in ``sample``'s order, each with a dynamic batch dimension
+    (where ``batch_dims`` puts it).
+
+    A batch of one is doubled for tracing: torch.export specialises dimensions of size 1.
+    """
+    dims = [batch_dims.input(name) for name in sample]
+    example = tuple(t if t.shape[d] > 1 else torch.cat([t, t], dim=d) for t, d in zip(sample.values(), dims))
+    dynamic = tuple({d: torch.export.Dim.DYNAMIC} for d in dims)
+    return torch.export.export(FlatModel(model, list(sample)), example, dynamic_shapes=(dynamic,))
+
+
+class ExportedBackend(Backend):
+    """A backend whose calls run another runtime's compiled graph of the model, on the CPU.
+
+    Subclasses name the packages they import (``packages``), the pyproject extra that installs them
+    (``extra``) and the entries of the ``precision`` list they run (``precisions``; others are skipped),
+    and implement ``_compile`` (from the exported program) and ``_run`` (flat tensors in, flat tensors
+    out). A missing package skips the backend, naming the extra. Inputs and outputs are
+    CPU torch tensors; the runtime's thread pool gets ``threads``, or torch's count at build time.
+    """
+
+    packages: ClassVar[Tuple[str, ...]] = ()
+    extra: ClassVar[str] = ""
+    precisions: ClassVar[Tuple[str, ...]] = ("fp32",)  # the entries of the precision list the runtime can run
+
+    def __init__(self, name: str, cfg: Mapping[str, Any]) -> None:
+        super().__init__(name, cfg)
+        self.threads = 0  # set by build
+        self.names: List[str] = []
+        self.out_spec: Optional[pytree.TreeSpec] = None
+
+    def unsupported_reason(self, device: torch.device) -> Optional[str]:
+        if device.type != "cpu":
+            return f"{self.kind} serves on the CPU here, not on {device.type}; tune it with device=cpu"
+        if self.precision not in self.precisions:
+            return f"{self.kind} runs {', '.join(self.precisions)} here, not {self.precision}"
+        for package in self.packages:
+            try:
+                importlib.import_module(package)
+            except ImportError as exc:
+                return f"{package} cannot be imported ({exc}); install it with pip install -e '.[{self.extra}]'"
+        return None
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """No PyTorch numerics to set: the runtime runs the graph at its own precision setting."""
+        return contextlib.nullcontext()
+
+    def _build(self, model: nn.Module, sample: Dict[str, torch.Tensor], batch_sizes: list) -> None:
+        self.names = list(sample)
+        self.out_spec = output_spec(model, sample)
+        self.threads = self.cfg["threads"] or torch.get_num_threads()
+        self._compile(export(model, sample, self.batch_dims), sample)
+        returned = len(self._run([sample[n].contiguous() for n in self.names]))
+        if returned != self.out_spec.num_leaves:
+            raise RuntimeError(f"{self.kind} returns {returned} outputs where the model returns "
+                               f"{self.out_spec.num_leaves} tensors")
+
+    def _compile(self, program: torch.export.ExportedProgram, sample: Dict[str, torch.Tensor]) -> None:
+        raise NotImplementedError
+
+    def _run(self, inputs: List[torch.Tensor]) -> List[torch.Tensor]:
+        raise NotImplementedError
+
+    def __call__(self, **inputs: torch.Tensor) -> Any:
+        return pytree.tree_unflatten(self._run([inputs[n].contiguous() for n in self.names]), self.out_spec)
