@@ -10,6 +10,7 @@ import contextlib
 import gc
 import json
 import statistics
+import tempfile
 import sys
 import time
 import traceback
@@ -59,6 +60,20 @@ def lane_arguments(parser: argparse.ArgumentParser, models: Sequence[str], profi
     parser.add_argument("--profile", default=profile)
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--combine", nargs="+", type=Path, help="join these lanes' JSON instead of running")
+    runs_argument(parser)
+
+
+def runs_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--runs", type=Path, help="run directories, checkpoints and the MLflow store; default: a new "
+                                                  "temporary directory, so that OUT holds only the tables")
+
+
+def runs_dir(args: argparse.Namespace) -> Path:
+    """Where the bench's runs go (``--runs``, or a new temporary directory), said once on stdout."""
+    if args.runs is None:
+        args.runs = Path(tempfile.mkdtemp(prefix="tweakpipe-bench-"))
+    print(f"run directories and MLflow store: {args.runs}", flush=True)
+    return args.runs
 
 
 def run_lane(args: argparse.Namespace, meta: Callable[[], Dict[str, Any]], bench_model: Callable[[str], Dict],
@@ -70,6 +85,7 @@ def run_lane(args: argparse.Namespace, meta: Callable[[], Dict[str, Any]], bench
     if args.combine:
         combine(args.combine, args.out, args.tag)
         return
+    runs_dir(args)
     about, rows = meta(), []
     for model in args.models:
         rows.append(bench_model(model))

@@ -9,8 +9,8 @@ the same CPU thread count for every backend. Inputs are reduced for CPU time: vi
 DistilBERT classifier (4 layers of 256, random weights) on 64 tokens with a padded attention mask,
 returning its ModelOutput. ``auto`` is held against the best single backend, eager, and Inductor
 (what a CPU user would compile with instead). Writes ``cpu-table.json`` and ``.md``
-under --out, rewritten after each model; the runs and their MLflow store go to OUT/runs and
-OUT/mlflow-cpu.db.
+under --out, rewritten after each model; the runs and their MLflow store go to --runs (a temporary
+directory unless given).
 
     python bench/cpu_table.py --out OUT                # 1 thread: the table in bench/results
     python bench/cpu_table.py --out OUT --threads 4 --models resnet18 bert_tiny
@@ -31,7 +31,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import command_line  # noqa: E402
+from bench.common import command_line, runs_argument, runs_dir  # noqa: E402
 from bench.seed_table import SIZES, Table, bench_model, write  # noqa: E402
 from pipeline import devices  # noqa: E402
 
@@ -52,7 +52,7 @@ MODELS: Dict[str, List[str]] = {
 def overrides_for(model: str, args: argparse.Namespace) -> List[str]:
     return [*MODELS[model], "device=cpu", f"backends=[{','.join(CPU.backends)}]", f"profile={args.profile}",
             f"model.batch_sizes=[{','.join(map(str, CPU.sizes))}]", f"threads={args.threads}", "tracking=sqlite",
-            f"tracking.uri=sqlite:///{args.out}/mlflow-cpu.db", "tracking.experiment=cpu_table"]
+            f"tracking.uri=sqlite:///{args.runs.resolve()}/mlflow-cpu.db", "tracking.experiment=cpu_table"]
 
 
 def cpu_model() -> str:
@@ -82,8 +82,10 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     parser.add_argument("--profile", default="default")
     parser.add_argument("--threads", type=int, default=1)
+    runs_argument(parser)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    runs_dir(args)
     meta = {"device": cpu_model(), "torch": torch.__version__, "python": platform.python_version(), "dtype": "float32",
             "threads": args.threads, "runtimes": {p: metadata.version(p) for p in ("openvino", "onnxruntime")},
             "command": command_line()}
@@ -91,7 +93,7 @@ def main() -> None:
     with devices.cpu_threads(args.threads):  # the timing after each run, as the run itself
         for model in args.models:
             before = os.getloadavg()
-            row = bench_model(model, overrides_for(model, args), args.out / "runs" / model, CPU.sizes)
+            row = bench_model(model, overrides_for(model, args), args.runs / model, CPU.sizes)
             rows.append({**row, "load_average": {"before": before, "after": os.getloadavg()}})
             print(write(args.out, "cpu-table", meta, rows, CPU, notes(args)), flush=True)
 

@@ -23,8 +23,8 @@ Two lanes on a 2-GPU host, about 7-8 minutes each (all six in one process take a
 The profile preset is ``quick`` by default: a BERT-base tune with ``gpu_all`` spends most of its two minutes
 compiling, and ``default`` would add about a minute of timing per model, past a lane's 8 minutes. The run's own
 reload check is off (``validate.check_reload=false``): this bench loads every checkpoint itself and checks it
-against eager. Run directories, checkpoints and the MLflow store go to ``--runs`` (a temporary directory unless
-given), so OUT holds only the tables.
+against eager. Run directories, checkpoints (about 1.5 GB for the suite) and the MLflow store go to ``--runs`` (a
+temporary directory unless given), so OUT holds only the tables.
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ import json
 import math
 import platform
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Dict, List
@@ -168,12 +167,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     lane_arguments(parser, MODELS, profile="quick")
     parser.add_argument("--tiny", action="store_true", help="two narrow layers, sequence 16, batch sizes 1 3: a CPU check")
-    parser.add_argument("--runs", type=Path, help="run directories and MLflow store (full-size checkpoints: about "
-                                                  "1.5 GB for the suite); default: a new temporary directory")
     args = parser.parse_args()
-    if not args.combine:  # joining lanes tunes nothing
-        args.runs = args.runs or Path(tempfile.mkdtemp(prefix="hf-suite-"))
-        print(f"run directories and MLflow store: {args.runs}", flush=True)
 
     def meta() -> Dict[str, Any]:
         import transformers

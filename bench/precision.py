@@ -51,13 +51,13 @@ def overrides(model: str, args: argparse.Namespace) -> List[str]:
     return [f"model={model}", f"device={args.device}", f"backends=[{','.join(args.backends)}]",
             f"precision=[{','.join(args.precisions)}]", f"profile={args.profile}",
             f"model.batch_sizes=[{','.join(map(str, args.sizes))}]", "tracking=sqlite",
-            f"tracking.uri=sqlite:///{args.out.resolve()}/mlflow-{args.tag}.db", "tracking.experiment=precision"]
+            f"tracking.uri=sqlite:///{args.runs.resolve()}/mlflow-{args.tag}.db", "tracking.experiment=precision"]
 
 
 def bench_model(model: str, args: argparse.Namespace) -> Dict[str, Any]:
     cfg = compose_config(overrides(model, args))
     start = time.perf_counter()
-    ctx = run(cfg, args.out / "runs" / f"{args.tag}-{model}")
+    ctx = run(cfg, args.runs / f"{args.tag}-{model}")
     tune_s, start = time.perf_counter() - start, time.perf_counter()
     auto = checkpoint.load(ctx.checkpoint_path, ctx.model, device=ctx.device)
     load_s = time.perf_counter() - start

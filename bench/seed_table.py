@@ -59,10 +59,10 @@ class Table:
 SEED = Table(BACKENDS, SIZES, PEER)
 
 
-def overrides_for(model: str, profile: str, autocast: str, out: Path, device: str, tag: str) -> List[str]:
+def overrides_for(model: str, profile: str, autocast: str, runs: Path, device: str, tag: str) -> List[str]:
     ov = [f"model={model}", f"device={device}", f"backends=[{','.join(BACKENDS)}]", f"profile={profile}",
           f"model.batch_sizes=[{','.join(map(str, SIZES))}]", "tracking=sqlite",
-          f"tracking.uri=sqlite:///{out}/mlflow-{tag}.db", f"tracking.experiment=seed_table{'_' + autocast if autocast else ''}"]
+          f"tracking.uri=sqlite:///{runs.resolve()}/mlflow-{tag}.db", f"tracking.experiment=seed_table{'_' + autocast if autocast else ''}"]
     if autocast:
         for b in BACKENDS:
             ov += [f"backends.{b}.autocast_enabled=true", f"backends.{b}.autocast_dtype={autocast}"]
@@ -196,9 +196,9 @@ def main() -> None:
     run_lane(args, lambda: {"device": devices.name(torch.device(args.device)), "torch": torch.__version__,
                             "python": platform.python_version(), "dtype": args.autocast or "float32",
                             "command": command_line()},
-             lambda model: bench_model(model, overrides_for(model, args.profile, args.autocast, args.out, args.device,
+             lambda model: bench_model(model, overrides_for(model, args.profile, args.autocast, args.runs, args.device,
                                                             args.tag),
-                                       args.out / "runs" / f"{model}{'_' + args.autocast if args.autocast else ''}"),
+                                       args.runs / f"{model}{'_' + args.autocast if args.autocast else ''}"),
              lambda out, tag, meta, rows: write(out, f"seed-table-{tag}", meta, rows), combine)
 
 
