@@ -18,7 +18,7 @@ Two lanes on a 2-GPU host, about 7-8 minutes each (all six in one process take a
         --models GPT2Model T5EncoderModel ViTForImageClassification &
     wait
     python3 bench/hf_suite.py --combine OUT/hf-suite-h200-a.json OUT/hf-suite-h200-b.json --out OUT --tag h200
-    python bench/hf_suite.py --out /tmp/hf --tag cpu-tiny --device cpu --tiny   # proves the bench runs; no numbers
+    python bench/hf_suite.py --out OUT --tag cpu-tiny --device cpu --tiny   # proves the bench runs; no numbers
 
 The profile preset is ``quick`` by default: a BERT-base tune with ``gpu_all`` spends most of its two minutes
 compiling, and ``default`` would add about a minute of timing per model, past a lane's 8 minutes. The run's own
