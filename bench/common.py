@@ -126,3 +126,18 @@ def joined_lanes(parts: List[Path], models: Sequence[str], keys: Sequence[str]) 
     meta = {k: loaded[0][k] for k in keys}
     meta["command"] = " ; ".join(part["command"] for part in loaded)
     return meta, rows
+
+
+def tune_and_load(overrides: List[str], run_dir: Path) -> Tuple[Any, Any, Any, float, float]:
+    """Tune with the pipeline itself, then load the routed model back from its checkpoint, as a user serves it:
+    the composed config, the run's context, the loaded model, and the seconds tuning and loading took."""
+    from pipeline.api import compose_config
+    from pipeline.route import checkpoint
+    from pipeline.runner import run
+
+    cfg = compose_config(overrides)
+    start = time.perf_counter()
+    ctx = run(cfg, run_dir)
+    tune_s, start = time.perf_counter() - start, time.perf_counter()
+    auto = checkpoint.load(ctx.checkpoint_path, ctx.model, device=ctx.device)
+    return cfg, ctx, auto, tune_s, time.perf_counter() - start

@@ -34,7 +34,6 @@ import json
 import math
 import platform
 import sys
-import time
 from pathlib import Path
 from typing import Any, Dict, List
 
@@ -44,15 +43,12 @@ from omegaconf import OmegaConf
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import command_line, joined_lanes, lane_arguments, reduce_overhead, row_or_error, run_lane  # noqa: E402
+from bench.common import command_line, joined_lanes, lane_arguments, reduce_overhead, row_or_error, run_lane, tune_and_load  # noqa: E402
 from bench.seed_table import cost_table  # noqa: E402
 from pipeline import devices  # noqa: E402
-from pipeline.api import compose_config  # noqa: E402
 from pipeline.config import SHIPPED_CONF  # noqa: E402
 from pipeline.measure.compare import judge  # noqa: E402
 from pipeline.measure.interleaved import measure_interleaved  # noqa: E402
-from pipeline.route import checkpoint  # noqa: E402
-from pipeline.runner import run  # noqa: E402
 
 EXPERIMENT = OmegaConf.load(SHIPPED_CONF / "experiment" / "hf_suite.yaml")
 MODELS = EXPERIMENT.hydra.sweeper.params["model.hf.model_class"].split(",")
@@ -70,12 +66,8 @@ def overrides(model: str, args: argparse.Namespace) -> List[str]:
 
 
 def bench_model(model: str, args: argparse.Namespace) -> Dict[str, Any]:
-    cfg = compose_config(overrides(model, args))
-    start = time.perf_counter()
-    ctx = run(cfg, args.runs / f"{args.tag}-{model.rsplit('.', 1)[-1]}")
-    tune_s, start = time.perf_counter() - start, time.perf_counter()
-    auto = checkpoint.load(ctx.checkpoint_path, ctx.model, device=ctx.device)
-    load_s = time.perf_counter() - start
+    run_dir = args.runs / f"{args.tag}-{model.rsplit('.', 1)[-1]}"
+    cfg, ctx, auto, tune_s, load_s = tune_and_load(overrides(model, args), run_dir)
     dtype = ctx.backends["eager"].compute_dtype
     peer = reduce_overhead(ctx.model, ctx.device, dtype)
     _, inputs_at = ctx.input_sources()[0]  # the batches the profile timed

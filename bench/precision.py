@@ -22,7 +22,6 @@ import json
 import math
 import platform
 import sys
-import time
 from pathlib import Path
 from typing import Any, Dict, List
 
@@ -31,15 +30,12 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import command_line, joined_lanes, lane_arguments, reduce_overhead, row_or_error, run_lane  # noqa: E402
+from bench.common import command_line, joined_lanes, lane_arguments, reduce_overhead, row_or_error, run_lane, tune_and_load  # noqa: E402
 from bench.seed_table import BACKENDS, MODELS, SIZES  # noqa: E402
 from pipeline import devices  # noqa: E402
-from pipeline.api import compose_config  # noqa: E402
 from pipeline.measure import accuracy  # noqa: E402
 from pipeline.measure.interleaved import measure_interleaved  # noqa: E402
-from pipeline.route import checkpoint  # noqa: E402
 from pipeline.route.policy import backend_for  # noqa: E402
-from pipeline.runner import run  # noqa: E402
 
 PRECISIONS = ["fp32", "tf32", "bf16"]
 PEER = "fp32_reduce_overhead"  # torch.compile(model, mode="reduce-overhead"), fp32, as a user would write it
@@ -55,12 +51,7 @@ def overrides(model: str, args: argparse.Namespace) -> List[str]:
 
 
 def bench_model(model: str, args: argparse.Namespace) -> Dict[str, Any]:
-    cfg = compose_config(overrides(model, args))
-    start = time.perf_counter()
-    ctx = run(cfg, args.runs / f"{args.tag}-{model}")
-    tune_s, start = time.perf_counter() - start, time.perf_counter()
-    auto = checkpoint.load(ctx.checkpoint_path, ctx.model, device=ctx.device)
-    load_s = time.perf_counter() - start
+    cfg, ctx, auto, tune_s, load_s = tune_and_load(overrides(model, args), args.runs / f"{args.tag}-{model}")
     peer = reduce_overhead(ctx.model, ctx.device, None)
     budget = cfg.route.accuracy_budget
     _, inputs_at = ctx.input_sources()[0]  # the batches the profile timed
