@@ -22,7 +22,6 @@ import json
 import math
 import platform
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Sequence
@@ -32,12 +31,9 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import command_line, joined_lanes, lane_arguments, run_lane  # noqa: E402
+from bench.common import command_line, joined_lanes, lane_arguments, run_lane, tune_and_load  # noqa: E402
 from pipeline import devices  # noqa: E402
-from pipeline.route import checkpoint  # noqa: E402
-from pipeline.api import compose_config  # noqa: E402
 from pipeline.models import make_inputs  # noqa: E402
-from pipeline.runner import run  # noqa: E402
 from pipeline.measure.interleaved import measure_interleaved# noqa: E402
 
 MODELS = ["mlp", "mobilenet_v3_small", "resnet18", "resnet50", "vit_b_16"]
@@ -72,14 +68,7 @@ def overrides_for(model: str, profile: str, autocast: str, runs: Path, device: s
 def bench_model(model: str, overrides: List[str], run_dir: Path, sizes: Sequence[int] = SIZES) -> Dict:
     """Tune with ``overrides``, load the checkpoint as ``auto``, and time every backend and ``auto``
     interleaved at each size."""
-    cfg = compose_config(overrides)
-    start = time.perf_counter()
-    ctx = run(cfg, run_dir)
-    tune_s = time.perf_counter() - start
-    start = time.perf_counter()
-    auto = checkpoint.load(ctx.checkpoint_path, ctx.model, device=ctx.device)
-    load_s = time.perf_counter() - start
-
+    cfg, ctx, auto, tune_s, load_s = tune_and_load(overrides, run_dir)
     cells: Dict[str, Dict[int, Dict]] = {}
     for bs in sizes:
         inputs = make_inputs(ctx.inputs, bs, ctx.device, cfg.seed)

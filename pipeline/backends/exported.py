@@ -17,7 +17,6 @@ caller's model again, so no foreign artifact is ever loaded.
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 from typing import Any, ClassVar, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -95,10 +94,6 @@ class ExportedBackend(Backend):
             except ImportError as exc:
                 return f"{package} cannot be imported ({exc}); install it with pip install -e '.[{self.extra}]'"
         return None
-
-    def autocast(self) -> contextlib.AbstractContextManager:
-        """No PyTorch numerics to set: the runtime runs the graph at its own precision setting."""
-        return contextlib.nullcontext()
 
     def _build(self, model: nn.Module, sample: Dict[str, torch.Tensor], batch_sizes: list) -> None:
         self.names = list(sample)
