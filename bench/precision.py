@@ -55,7 +55,7 @@ def bench_model(model: str, args: argparse.Namespace) -> Dict[str, Any]:
     peer = reduce_overhead(ctx.model, ctx.device, None)
     budget = cfg.route.accuracy_budget
     _, inputs_at = ctx.input_sources()[0]  # the batches the profile timed
-    precision_of = {r["backend"]: r["precision"] for r in ctx.route_info["ranges"]}
+    served = {r["backend"]: r for r in ctx.route_info["ranges"]}
     cells = []
     for bs in ctx.batch_sizes:
         inputs = inputs_at(bs)
@@ -64,7 +64,8 @@ def bench_model(model: str, args: argparse.Namespace) -> Dict[str, Any]:
         timed = measure_interleaved({"auto": lambda: auto(**inputs), PEER: lambda: peer(**inputs)}, ctx.device,
                                     cfg.profile)
         chosen = backend_for(auto.route, bs)
-        cells.append({"batch_size": bs, "backend": chosen, "precision": precision_of[chosen], "error": error,
+        cells.append({"batch_size": bs, "backend": chosen, "precision": served[chosen]["precision"],
+                      "weights": served[chosen]["weights"], "error": error,
                       "within_budget": accuracy.within(error, budget.metric, budget.bound),
                       "auto": timed["auto"].summary(), PEER: timed[PEER].summary(),
                       "speedup_over_fp32_reduce_overhead": timed[PEER].median / timed["auto"].median})
@@ -93,15 +94,16 @@ def markdown(rows: List[Dict[str, Any]], meta: Dict[str, Any]) -> str:
     budget = next((r["accuracy_budget"] for r in rows if "accuracy_budget" in r), None)
     shown = accuracy.describe(budget["metric"], budget["bound"]) if budget else "?"
     lines = [f"## {meta['device']}, torch {meta['torch']}, precision={meta['precisions']}, budget {shown}", "",
-             "Per cell: the routed candidate (loaded from its checkpoint), its precision, its error against fp32 "
-             "eager (the budget's metric), its median ms, and fp32 `torch.compile(mode=\"reduce-overhead\")`'s.", "",
-             "| model | batch | backend | precision | error | auto ms | fp32 reduce-overhead ms | speed-up |",
-             "|---|---:|---|---|---:|---:|---:|---:|"]
+             "Per cell: the routed candidate (loaded from its checkpoint), its precision and the precision of its "
+             "weights (`-weights` candidates run a cast copy), its error against fp32 eager (the budget's metric), "
+             "its median ms, and fp32 `torch.compile(mode=\"reduce-overhead\")`'s.", "",
+             "| model | batch | backend | precision | weights | error | auto ms | fp32 reduce-overhead ms | speed-up |",
+             "|---|---:|---|---|---|---:|---:|---:|---:|"]
     for row in rows:
         if "error" in row:
-            lines.append(f"| {row['model']} | | failed: {row['error'].splitlines()[-1][:120]} | | | | | |")
+            lines.append(f"| {row['model']} | | failed: {row['error'].splitlines()[-1][:120]} | | | | | | |")
         for c in row.get("cells", []):
-            lines.append(f"| {row['model']} | {c['batch_size']} | {c['backend']} | {c['precision']} | "
+            lines.append(f"| {row['model']} | {c['batch_size']} | {c['backend']} | {c['precision']} | {c['weights']} | "
                          f"{c['error']:.6f}{'' if c['within_budget'] else ' (OUTSIDE)'} | "
                          f"{c['auto']['median_ms']:.3f} | {c[PEER]['median_ms']:.3f} | "
                          f"{c['speedup_over_fp32_reduce_overhead']:.2f}x |")

@@ -57,7 +57,8 @@ def capture_one(ctx: RunContext, name: str, cfg: dict,
                 references: Callable[[Optional[torch.dtype]], Dict[int, Reference]]) -> BackendOutcome:
     """Build and check one backend; never raises for the backend's own failures."""
     backend = backend_registry.create(name, cfg)
-    outcome = BackendOutcome(name=name, kind=str(cfg.get("kind")), precision=backend.precision)
+    outcome = BackendOutcome(name=name, kind=str(cfg.get("kind")), precision=backend.precision,
+                             weights=backend.precision if backend.casts_weights else "fp32")
     budget = ctx.cfg.route.accuracy_budget
     reason = backend.unsupported_reason(ctx.device)
     if reason:

@@ -34,12 +34,15 @@ def test_route_json_lists_every_candidate_its_precision_and_error(compose_cfg, t
     route = route_json(tmp_path)
     assert route["accuracy_budget"] == {"metric": "cosine", "bound": 0.999}
     by_name = {c["backend"]: c for c in route["candidates"]}
-    assert list(by_name) == ["eager", "eager.bf16"]  # fp32 keeps the backend's own name
+    assert list(by_name) == ["eager", "eager.bf16", "eager.bf16-weights"]  # fp32 keeps the backend's own name
     assert by_name["eager"]["precision"] == "fp32" and by_name["eager"]["error"] == 1.0  # eager against itself
-    assert by_name["eager.bf16"]["precision"] == "bf16"
-    assert 0.999 <= by_name["eager.bf16"]["error"] < 1.0 and by_name["eager.bf16"]["within_budget"]
-    assert all(r["precision"] == by_name[r["backend"]]["precision"] for r in route["ranges"])
-    assert set(route["profile_medians_ms"]) == {"eager", "eager.bf16"}
+    assert by_name["eager.bf16"]["precision"] == "bf16" and by_name["eager.bf16"]["weights"] == "fp32"
+    assert by_name["eager.bf16-weights"]["precision"] == by_name["eager.bf16-weights"]["weights"] == "bf16"
+    for name in ("eager.bf16", "eager.bf16-weights"):
+        assert 0.999 <= by_name[name]["error"] < 1.0 and by_name[name]["within_budget"]
+    assert all(r["precision"] == by_name[r["backend"]]["precision"] and r["weights"] == by_name[r["backend"]]["weights"]
+               for r in route["ranges"])
+    assert set(route["profile_medians_ms"]) == set(by_name)
     assert ctx.validation["ok"] and all("budget_value" in r for r in ctx.validation["rows"])
 
 
@@ -53,6 +56,7 @@ def test_a_candidate_outside_the_budget_is_timed_and_recorded_but_never_serves(c
     assert "outside the accuracy budget" in route["excluded"]["eager.bf16"]
     assert route["profile_medians_ms"]["eager.bf16"]  # its speed is recorded
     assert {r["backend"] for r in route["ranges"]} == {"eager"}
+    assert "outside the accuracy budget" in route["excluded"]["eager.bf16-weights"]
     capture = json.loads((tmp_path / "capture.json").read_text())
     assert capture["eager.bf16"]["within_budget"] is False and capture["eager"]["within_budget"] is True
     assert ctx.validation["ok"]
@@ -69,7 +73,8 @@ def bf16_served(tmp_path_factory):
 
 def test_the_checkpoint_rebuilds_the_routed_precision(bf16_served):
     ctx, run_dir = bf16_served
-    assert route_json(run_dir)["ranges"] == [{"lo": 1, "hi": None, "backend": "eager.bf16", "precision": "bf16"}]
+    assert route_json(run_dir)["ranges"] == [{"lo": 1, "hi": None, "backend": "eager.bf16", "precision": "bf16",
+                                              "weights": "fp32"}]
     payload = checkpoint.read(ctx.checkpoint_path)
     assert payload["format"] == checkpoint.FORMAT and payload["backends"]["eager.bf16"]["precision"] == "bf16"
     loaded = checkpoint.load(ctx.checkpoint_path, ctx.model)
@@ -81,10 +86,70 @@ def test_the_checkpoint_rebuilds_the_routed_precision(bf16_served):
     assert ctx.validation["ok"] and {r["precision"] for r in ctx.validation["rows"]} == {"bf16"}
 
 
+@pytest.fixture(scope="module")
+def cast_served(tmp_path_factory):
+    """A run whose route serves eager.bf16-weights at every size: a bf16 copy of the model."""
+    run_dir = tmp_path_factory.mktemp("cast")
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=[*BF16, "route=one_backend", "route.backend=eager.bf16-weights"])
+    return run(cfg, run_dir), run_dir
+
+
+def test_cast_weights_serve_a_bf16_copy_and_answer_in_the_models_dtype(cast_served):
+    ctx, run_dir = cast_served
+    assert route_json(run_dir)["ranges"] == [{"lo": 1, "hi": None, "backend": "eager.bf16-weights",
+                                              "precision": "bf16", "weights": "bf16"}]
+    assert all(t.dtype == torch.float32 for t in ctx.model.state_dict().values())  # the user's model stays fp32
+    payload = checkpoint.read(ctx.checkpoint_path)
+    assert payload["backends"]["eager.bf16-weights"]["cast_weights"] is True
+    loaded = checkpoint.load(ctx.checkpoint_path, ctx.model)
+    backend = loaded.backends["eager.bf16-weights"]
+    assert backend.casts_weights and backend.precision == "bf16"
+    x = torch.randn(5, 16)
+    with torch.inference_mode():
+        expected = ctx.model.to(torch.bfloat16)(x=x.to(torch.bfloat16)).float()  # bf16 weights, no autocast
+        ctx.model.float()
+        out = loaded(x=x)
+    assert out.dtype == torch.float32 and torch.equal(out, expected)
+    assert ctx.validation["ok"] and {r["precision"] for r in ctx.validation["rows"]} == {"bf16"}
+
+
+class ConvNet(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv, self.norm = torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(self.conv(x))
+
+
+def test_cast_model_is_channels_last_for_image_convolutions_only():
+    conv = ConvNet().eval()
+    sample = {"x": torch.randn(2, 3, 8, 8)}
+    assert precision.convolves_images(conv, sample)
+    assert not precision.convolves_images(torch.nn.Linear(4, 4), {"x": torch.randn(2, 4)})
+    cast = precision.CastModel(conv, torch.bfloat16, channels_last=True)
+    assert cast.inner.conv.weight.dtype == torch.bfloat16 and cast.inner.norm.running_mean.dtype == torch.bfloat16
+    assert cast.inner.conv.weight.is_contiguous(memory_format=torch.channels_last)
+    assert conv.conv.weight.dtype == torch.float32 and conv.conv.weight.is_contiguous()  # the original is untouched
+    with torch.inference_mode():
+        out, ref = cast(**sample), conv(**sample)
+    assert out.dtype == torch.float32 and accuracy.score(out, ref, "cosine") > 0.999
+
+
+def test_cast_weights_are_offered_only_where_pytorch_runs_the_model():
+    backends = {"eager": {"kind": "eager"}, "onnxruntime": {"kind": "onnxruntime"}}
+    assert list(precision.candidates(backends, ["fp32", "fp16"])) == [
+        "eager", "onnxruntime", "eager.fp16", "onnxruntime.fp16", "eager.fp16-weights"]
+    assert precision.candidates(backends, ["fp32", "fp16"])["eager.fp16-weights"] == {
+        "kind": "eager", "precision": "fp16", "cast_weights": True}
+
+
 @pytest.mark.parametrize("edit, match", [
     (lambda b: b.update(precision="int4"), "precision='int4' is unknown"),
     (lambda b: b.update(precision=16), "precision"),
     (lambda b: b.update(precision="bf16", autocast_enabled=True), "both precision=bf16 and autocast_enabled"),
+    (lambda b: b.update(precision="fp32", cast_weights=True), "cast_weights=true at precision=fp32"),
 ])
 def test_a_checkpoint_with_a_bad_precision_is_refused(bf16_served, tmp_path, edit, match):
     ctx, _ = bf16_served
@@ -114,6 +179,7 @@ def test_a_format_2_checkpoint_still_loads_as_fp32(compose_cfg, tmp_path):
     (["precision=[]"], "names no precision"),
     (["precision=[fp32,bf16]", "backends.eager.autocast_enabled=true"], "sets autocast_enabled=True itself"),
     (["precision=[fp32,bf16]", "backends.eager.precision=fp16"], "sets precision=fp16 itself"),
+    (["backends.eager.cast_weights=true"], "cast_weights=true at precision=fp32"),
     (["backends.eager.precision=fp8"], "precision='fp8' is unknown"),
     (["route.accuracy_budget.metric=psnr"], "accuracy_budget.metric='psnr' is unknown"),
     (["route.accuracy_budget.bound=1.5"], "outside cosine's range"),
@@ -179,7 +245,8 @@ def test_tf32_and_bf16_candidates_compete_on_cuda(compose_cfg, tmp_path):
     ctx = run(compose_cfg([*TINY, "device=cuda", "backends=[eager,inductor]", "precision=[fp32,tf32,bf16]"]), tmp_path)
     route = route_json(tmp_path)
     assert [c["backend"] for c in route["candidates"]] == ["eager", "inductor", "eager.tf32", "inductor.tf32",
-                                                           "eager.bf16", "inductor.bf16"]
+                                                           "eager.bf16", "inductor.bf16", "eager.bf16-weights",
+                                                           "inductor.bf16-weights"]
     assert all(c["status"] == "ok" and c["within_budget"] for c in route["candidates"]), route["candidates"]
     assert ctx.validation["ok"]
     assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == before

@@ -47,7 +47,7 @@ def test_all_stages_with_eager_and_a_mismatching_backend(compose_cfg, tmp_path):
     assert "output differs from eager" in capture["eager_bf16"]["reason"]
     assert "eager_bf16" not in ctx.profile
     route = json.loads((tmp_path / "route.json").read_text())
-    assert route["ranges"] == [{"lo": 1, "hi": None, "backend": "eager", "precision": "fp32"}]
+    assert route["ranges"] == [{"lo": 1, "hi": None, "backend": "eager", "precision": "fp32", "weights": "fp32"}]
     assert "eager_bf16" in route["excluded"]
     assert route["never_slower_than"] == "eager"  # the first eager-kind backend is the baseline
     validation = json.loads((tmp_path / "validation.json").read_text())

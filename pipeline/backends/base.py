@@ -56,6 +56,12 @@ class Backend:
         return self.cfg["precision"] != "fp32"
 
     @property
+    def casts_weights(self) -> bool:
+        """Whether this candidate runs a copy of the model with weights cast to its precision's dtype
+        (``cast_weights``, set by the ``precision`` list: ``pipeline.backends.precision.CastModel``)."""
+        return bool(self.cfg.get("cast_weights")) and self.compute_dtype is not None
+
+    @property
     def compute_dtype(self) -> Optional[torch.dtype]:
         """The reduced precision this backend computes in, if any (drives tolerances)."""
         name = precision.AUTOCAST.get(self.precision)
@@ -67,9 +73,10 @@ class Backend:
         return False
 
     def autocast(self) -> contextlib.AbstractContextManager:
-        """The numerics of a call: autocast (bf16, fp16), TF32 matmuls (tf32, restored after), or a no-op."""
+        """The numerics of a call: autocast (bf16, fp16), TF32 matmuls (tf32, restored after), or a no-op
+        (fp32, and cast weights, which compute in their dtype without autocast)."""
         dtype = self.compute_dtype
-        if self.device is None:
+        if self.device is None or self.casts_weights:
             return contextlib.nullcontext()
         if dtype is None:
             return precision.tf32(self.precision == "tf32")
@@ -91,6 +98,9 @@ class Backend:
         self.exact_sizes = sorted({int(b) for b in exact_sizes})
         self.batch_dims = batch_dims or BatchDims()
         start = time.perf_counter()
+        if self.casts_weights:  # a copy: parameters made outside inference mode, the user's model untouched
+            with torch.no_grad():
+                model = precision.CastModel(model, self.compute_dtype, precision.convolves_images(model, sample))
         with torch.inference_mode():
             self._build(model, sample, list(batch_sizes))
         self.build_seconds = time.perf_counter() - start

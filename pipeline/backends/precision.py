@@ -2,29 +2,47 @@
 
 ``fp32`` is the model as written. ``tf32`` keeps fp32 tensors and lets CUDA matmuls and convolutions
 use TF32 tensor cores (``torch.backends.cuda.matmul.allow_tf32`` and ``torch.backends.cudnn.allow_tf32``,
-set only around that candidate's calls and restored after). ``bf16`` and ``fp16`` run the backend
-under autocast of that dtype (``Backend.autocast``, the same context a backend's own ``autocast_*``
-settings give). Weights stay fp32 in every candidate. The candidate's config carries its precision
-(the backend key ``precision``), so a checkpoint rebuilds it.
+set only around that candidate's calls and restored after). ``bf16`` and ``fp16`` give every PyTorch
+backend two candidates: one under autocast of that dtype over the fp32 weights (``Backend.autocast``,
+the same context a backend's own ``autocast_*`` settings give), and one on a copy of the model whose
+weights and buffers are cast to that dtype (:class:`CastModel`: no per-call weight casts, no fp32
+islands, channels-last where it convolves images), which is faster where the weights dominate and
+further from fp32; the budget and the profile decide between them. The candidate's config carries its
+precision and ``cast_weights`` (backend keys), so a checkpoint rebuilds it.
 
-A candidate is named ``<backend>`` at fp32 (a run without ``precision`` is unchanged) and
-``<backend>.<precision>`` otherwise (MLflow allows no ``@`` in metric and tag names).
+A candidate is named ``<backend>`` at fp32 (a run without ``precision`` is unchanged),
+``<backend>.<precision>`` under autocast and ``<backend>.<precision>-weights`` with cast weights
+(MLflow allows no ``@`` in metric and tag names).
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 from typing import Any, Dict, Iterator, Mapping, Optional, Sequence
 
 import torch
+from torch import nn
+from torch.utils._pytree import tree_map_only
 
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 AUTOCAST = {"bf16": "bfloat16", "fp16": "float16"}  # precision -> autocast dtype name
 SEPARATOR = "."
+CAST_SUFFIX = "-weights"  # the candidate whose weights are cast to its precision's dtype
 
 
-def candidate_name(backend: str, precision: str) -> str:
-    return backend if precision == "fp32" else f"{backend}{SEPARATOR}{precision}"
+def candidate_name(backend: str, precision: str, cast_weights: bool = False) -> str:
+    if precision == "fp32":
+        return backend
+    return f"{backend}{SEPARATOR}{precision}{CAST_SUFFIX if cast_weights else ''}"
+
+
+def can_cast_weights(cfg: Mapping[str, Any]) -> bool:
+    """Whether a backend's kind runs the PyTorch model itself, so a copy with cast weights can compete
+    (exported runtimes set their own inference precision)."""
+    from pipeline.config.backend_schema import KINDS, keys
+
+    return cfg.get("kind") in KINDS and "cast_weights" in keys(str(cfg["kind"]))
 
 
 def precision_of(settings: Mapping[str, Any]) -> str:
@@ -49,17 +67,23 @@ def precisions_problem(precisions: Sequence[Any]) -> Optional[str]:
 
 
 def candidates(backends: Mapping[str, Mapping[str, Any]], precisions: Sequence[str]) -> Dict[str, Dict[str, Any]]:
-    """Candidate name -> backend config, precision by precision (in the order given), backend by backend.
+    """Candidate name -> backend config, precision by precision (in the order given), backend by backend;
+    at bf16 and fp16 the autocast candidates, then those with cast weights.
 
-    A backend that sets its own autocast or precision keeps it when ``precision`` is ``[fp32]`` (the
-    default); beside a longer list it is an error (:func:`conflict`)."""
+    A backend that sets its own autocast, precision or cast weights keeps them when ``precision`` is
+    ``[fp32]`` (the default); beside a longer list it is an error (:func:`conflict`)."""
     out: Dict[str, Dict[str, Any]] = {}
     for precision in precisions:
-        for name, cfg in backends.items():
-            body = dict(cfg)
-            if list(precisions) != ["fp32"]:
-                body["precision"] = precision
-            out[candidate_name(str(name), precision)] = body
+        for cast in (False, True) if precision in AUTOCAST else (False,):
+            for name, cfg in backends.items():
+                if cast and not can_cast_weights(cfg):
+                    continue
+                body = dict(cfg)
+                if list(precisions) != ["fp32"]:
+                    body["precision"] = precision
+                    if cast:
+                        body["cast_weights"] = True
+                out[candidate_name(str(name), precision, cast)] = body
     return out
 
 
@@ -74,7 +98,7 @@ def conflict(name: str, cfg: Mapping[str, Any], precisions: Sequence[str]) -> Op
     """Why backend ``name`` cannot compete across ``precisions``: it fixes its own numerics."""
     if list(precisions) == ["fp32"]:
         return None
-    own = [k for k in ("autocast_enabled", "precision") if cfg.get(k) not in (None, False, "fp32")]
+    own = [k for k in ("autocast_enabled", "precision", "cast_weights") if cfg.get(k) not in (None, False, "fp32")]
     if own:
         return (f"backend {name!r} sets {own[0]}={cfg[own[0]]} itself, which conflicts with "
                 f"precision={list(precisions)}; drop it from the backend (each precision runs every backend), "
@@ -126,3 +150,36 @@ def tf32(enabled: bool) -> Iterator[None]:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
         for module, value in zip(modules, saved):
             module.fp32_precision = value
+
+
+def convolves_images(model: nn.Module, sample: Mapping[str, torch.Tensor]) -> bool:
+    """Whether the model has 2-D convolutions and takes a 4-D floating input: channels-last pays there."""
+    return (any(isinstance(m, nn.Conv2d) for m in model.modules())
+            and any(t.dim() == 4 and t.is_floating_point() for t in sample.values()))
+
+
+class CastModel(nn.Module):
+    """A copy of ``model`` with its floating weights and buffers in ``dtype`` (channels-last where
+    ``channels_last``). Floating inputs are cast to ``dtype`` on the way in and floating outputs back to
+    the model's own dtype on the way out, inside the call, so a compiler fuses the casts or a graph
+    records them, and a routed model answers in one dtype whichever candidate serves. The user's model
+    is never touched."""
+
+    def __init__(self, model: nn.Module, dtype: torch.dtype, channels_last: bool) -> None:
+        super().__init__()
+        own = next((t.dtype for t in (*model.parameters(), *model.buffers()) if t.is_floating_point()),
+                   torch.float32)
+        inner = copy.deepcopy(model).to(dtype)
+        self.inner = inner.to(memory_format=torch.channels_last) if channels_last else inner
+        self.dtype, self.output_dtype, self.channels_last = dtype, own, channels_last
+
+    def _in(self, t: torch.Tensor) -> torch.Tensor:
+        if not t.is_floating_point():
+            return t
+        if self.channels_last and t.dim() == 4:
+            return t.to(self.dtype, memory_format=torch.channels_last)
+        return t.to(self.dtype)
+
+    def forward(self, **inputs: torch.Tensor) -> Any:
+        out = self.inner(**{name: self._in(t) for name, t in inputs.items()})
+        return tree_map_only(torch.Tensor, lambda t: t.to(self.output_dtype) if t.is_floating_point() else t, out)

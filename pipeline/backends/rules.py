@@ -126,5 +126,9 @@ def check(name: str, cfg: Mapping[str, Any]) -> Dict[str, Any]:
     if settings["precision"] != "fp32" and settings.get("autocast_enabled"):
         raise ConfigError(f"backend {name!r} sets both precision={settings['precision']} and autocast_enabled=true; "
                           f"keep one")
+    if settings.get("cast_weights") and settings["precision"] not in precision.AUTOCAST:
+        raise ConfigError(f"backend {name!r} sets cast_weights=true at precision={settings['precision']}; weights "
+                          f"are cast only to a reduced precision: set precision to one of {list(precision.AUTOCAST)}, "
+                          f"or list it in precision (e.g. 'precision=[fp32,bf16]') for a -weights candidate")
     RULES.get(settings["kind"], lambda *_: None)(name, settings)
     return settings

@@ -38,6 +38,9 @@ class TorchSettings(BackendSettings):
 
     autocast_enabled: bool = False
     autocast_dtype: str = "bfloat16"  # or float16
+    # At precision bf16/fp16: run a copy of the model with its weights cast to that dtype instead of autocast
+    # (the precision list's <backend>.<precision>-weights candidates: pipeline.backends.precision.CastModel).
+    cast_weights: bool = False
 
 
 @dataclass

@@ -82,12 +82,13 @@ def check_precision(cfg: DictConfig, device: torch.device) -> None:
                    f"{precision.unsupported_reason(precisions[0], device)}; add fp32, e.g. 'precision=[fp32,bf16]'")
     if problem:
         raise ConfigError(problem)
-    count = len(cfg.backends) * len(precisions)
-    if count > limits.MAX_BACKENDS:
-        raise ConfigError(f"{len(cfg.backends)} backends x {len(precisions)} precisions make {count} candidates, more "
-                          f"than {limits.MAX_BACKENDS}; pick fewer backends or precisions")
-    clash = sorted(set(cfg.backends) & {precision.candidate_name(b, p) for b in cfg.backends for p in precisions
-                                        if p != "fp32"})
+    names = list(precision.of_config(cfg))
+    if len(names) > limits.MAX_BACKENDS:
+        raise ConfigError(f"{len(cfg.backends)} backends x {len(precisions)} precisions make {len(names)} candidates "
+                          f"(bf16 and fp16 twice: autocast and cast weights), more than {limits.MAX_BACKENDS}; pick "
+                          f"fewer backends or precisions")
+    clash = sorted(set(cfg.backends) & {precision.candidate_name(b, p, cast) for b in cfg.backends for p in precisions
+                                        for cast in (False, p in precision.AUTOCAST) if p != "fp32"})
     if clash:
         raise ConfigError(f"backend {clash[0]!r} has the name of a {precision.SEPARATOR}<precision> candidate; rename it")
 

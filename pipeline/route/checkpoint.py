@@ -46,8 +46,9 @@ from pipeline.route.policy import Range, sizes_owned
 log = logging.getLogger(__name__)
 
 MAGIC = b"TWEAKPIPE-CHECKPOINT"
-FORMAT = 3  # 2: each backend's config holds the keys of its kind's schema only; 3: and its precision
-READS = (2, 3)  # a format-2 file is a format-3 file whose every backend is fp32 (the key's default)
+# 2: each backend's config holds the keys of its kind's schema only; 3: and its precision; 4: and cast_weights
+FORMAT = 4
+READS = (2, 3, 4)  # older files are format-4 files whose backends leave the newer keys at their defaults
 KEYS = ("name", "route", "backends", "state_dict", "inputs", "batch_sizes", "max_batch_size", "versions", "device")
 # The seed of the sample inputs used to build and warm the backends on load.
 SAMPLE_SEED = 0
