@@ -62,13 +62,17 @@ def test_a_candidate_outside_the_budget_is_timed_and_recorded_but_never_serves(c
     assert ctx.validation["ok"]
 
 
+def served_by(tmp_path_factory, backend):
+    """A run whose route serves ``backend`` at every size (route=one_backend), validated after its reload."""
+    run_dir = tmp_path_factory.mktemp(backend)
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=[*BF16, "route=one_backend", f"route.backend={backend}"])
+    return run(cfg, run_dir), run_dir
+
+
 @pytest.fixture(scope="module")
 def bf16_served(tmp_path_factory):
-    """A run whose route serves eager.bf16 at every size (route=one_backend), validated after its reload."""
-    run_dir = tmp_path_factory.mktemp("bf16")
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=[*BF16, "route=one_backend", "route.backend=eager.bf16"])
-    return run(cfg, run_dir), run_dir
+    return served_by(tmp_path_factory, "eager.bf16")
 
 
 def test_the_checkpoint_rebuilds_the_routed_precision(bf16_served):
@@ -81,18 +85,16 @@ def test_the_checkpoint_rebuilds_the_routed_precision(bf16_served):
     assert loaded.backends["eager.bf16"].precision == "bf16"
     x = torch.randn(5, 16)
     with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
-        expected = ctx.model(x=x)
-    assert torch.equal(loaded(x=x), expected)  # bf16 autocast again, not fp32
+        expected = ctx.model(x=x).float()
+    out = loaded(x=x)
+    assert out.dtype == torch.float32 and torch.equal(out, expected)  # bf16 autocast again, answered in fp32
     assert ctx.validation["ok"] and {r["precision"] for r in ctx.validation["rows"]} == {"bf16"}
 
 
 @pytest.fixture(scope="module")
 def cast_served(tmp_path_factory):
-    """A run whose route serves eager.bf16-weights at every size: a bf16 copy of the model."""
-    run_dir = tmp_path_factory.mktemp("cast")
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=[*BF16, "route=one_backend", "route.backend=eager.bf16-weights"])
-    return run(cfg, run_dir), run_dir
+    """eager.bf16-weights serving: a bf16 copy of the model."""
+    return served_by(tmp_path_factory, "eager.bf16-weights")
 
 
 def test_cast_weights_serve_a_bf16_copy_and_answer_in_the_models_dtype(cast_served):
@@ -128,7 +130,7 @@ def test_cast_model_is_channels_last_for_image_convolutions_only():
     sample = {"x": torch.randn(2, 3, 8, 8)}
     assert precision.convolves_images(conv, sample)
     assert not precision.convolves_images(torch.nn.Linear(4, 4), {"x": torch.randn(2, 4)})
-    cast = precision.CastModel(conv, torch.bfloat16, channels_last=True)
+    cast = precision.ReducedPrecision(conv, torch.bfloat16, "cpu", cast_weights=True, channels_last=True)
     assert cast.inner.conv.weight.dtype == torch.bfloat16 and cast.inner.norm.running_mean.dtype == torch.bfloat16
     assert cast.inner.conv.weight.is_contiguous(memory_format=torch.channels_last)
     assert conv.conv.weight.dtype == torch.float32 and conv.conv.weight.is_contiguous()  # the original is untouched
@@ -242,11 +244,14 @@ def test_tf32_and_bf16_candidates_compete_on_cuda(compose_cfg, tmp_path):
     if not torch.cuda.is_available():
         pytest.skip("tf32 needs CUDA")
     before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    ctx = run(compose_cfg([*TINY, "device=cuda", "backends=[eager,inductor]", "precision=[fp32,tf32,bf16]"]), tmp_path)
+    ctx = run(compose_cfg([*TINY, "device=cuda", "backends=[eager,inductor,graph]", "precision=[fp32,tf32,bf16]"]),
+              tmp_path)
     route = route_json(tmp_path)
-    assert [c["backend"] for c in route["candidates"]] == ["eager", "inductor", "eager.tf32", "inductor.tf32",
-                                                           "eager.bf16", "inductor.bf16", "eager.bf16-weights",
-                                                           "inductor.bf16-weights"]
+    assert [c["backend"] for c in route["candidates"]] == [
+        "eager", "inductor", "graph", "eager.tf32", "inductor.tf32", "graph.tf32", "eager.bf16", "inductor.bf16",
+        "graph.bf16", "eager.bf16-weights", "inductor.bf16-weights", "graph.bf16-weights"]
     assert all(c["status"] == "ok" and c["within_budget"] for c in route["candidates"]), route["candidates"]
     assert ctx.validation["ok"]
     assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == before
+    x = torch.randn(3, 16, device="cuda")
+    assert {name: b(x=x).dtype for name, b in ctx.backends.items()} == dict.fromkeys(ctx.backends, torch.float32)

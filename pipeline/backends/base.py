@@ -58,8 +58,15 @@ class Backend:
     @property
     def casts_weights(self) -> bool:
         """Whether this candidate runs a copy of the model with weights cast to its precision's dtype
-        (``cast_weights``, set by the ``precision`` list: ``pipeline.backends.precision.CastModel``)."""
+        (``cast_weights``, set by the ``precision`` list)."""
         return bool(self.cfg.get("cast_weights")) and self.compute_dtype is not None
+
+    @property
+    def reduces_in_model(self) -> bool:
+        """A PyTorch backend at precision bf16/fp16: it runs the model wrapped in
+        :class:`~pipeline.backends.precision.ReducedPrecision` (autocast or cast weights inside the call,
+        outputs in the model's dtype). A backend's own ``autocast_*`` settings keep the call-wide context."""
+        return self.cfg.get("precision") in precision.AUTOCAST and "cast_weights" in self.cfg
 
     @property
     def compute_dtype(self) -> Optional[torch.dtype]:
@@ -73,10 +80,10 @@ class Backend:
         return False
 
     def autocast(self) -> contextlib.AbstractContextManager:
-        """The numerics of a call: autocast (bf16, fp16), TF32 matmuls (tf32, restored after), or a no-op
-        (fp32, and cast weights, which compute in their dtype without autocast)."""
+        """The numerics of a call: autocast (a backend's own ``autocast_*``), TF32 matmuls (tf32, restored
+        after), or a no-op (fp32, and bf16/fp16, which the wrapped model applies itself)."""
         dtype = self.compute_dtype
-        if self.device is None or self.casts_weights:
+        if self.device is None or self.reduces_in_model:
             return contextlib.nullcontext()
         if dtype is None:
             return precision.tf32(self.precision == "tf32")
@@ -98,9 +105,10 @@ class Backend:
         self.exact_sizes = sorted({int(b) for b in exact_sizes})
         self.batch_dims = batch_dims or BatchDims()
         start = time.perf_counter()
-        if self.casts_weights:  # a copy: parameters made outside inference mode, the user's model untouched
+        if self.reduces_in_model:  # cast copies are made outside inference mode; the user's model is untouched
             with torch.no_grad():
-                model = precision.CastModel(model, self.compute_dtype, precision.convolves_images(model, sample))
+                model = precision.ReducedPrecision(model, self.compute_dtype, device.type, self.casts_weights,
+                                                   precision.convolves_images(model, sample))
         with torch.inference_mode():
             self._build(model, sample, list(batch_sizes))
         self.build_seconds = time.perf_counter() - start

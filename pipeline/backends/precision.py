@@ -3,11 +3,11 @@
 ``fp32`` is the model as written. ``tf32`` keeps fp32 tensors and lets CUDA matmuls and convolutions
 use TF32 tensor cores (``torch.backends.cuda.matmul.allow_tf32`` and ``torch.backends.cudnn.allow_tf32``,
 set only around that candidate's calls and restored after). ``bf16`` and ``fp16`` give every PyTorch
-backend two candidates: one under autocast of that dtype over the fp32 weights (``Backend.autocast``,
-the same context a backend's own ``autocast_*`` settings give), and one on a copy of the model whose
-weights and buffers are cast to that dtype (:class:`CastModel`: no per-call weight casts, no fp32
-islands, channels-last where it convolves images), which is faster where the weights dominate and
-further from fp32; the budget and the profile decide between them. The candidate's config carries its
+backend two candidates (:class:`ReducedPrecision`): one under autocast of that dtype over the fp32
+weights, and one on a copy of the model whose weights and buffers are cast to that dtype (no per-call
+weight casts, no fp32 islands, channels-last where it convolves images), which is faster where the
+weights dominate and further from fp32; the budget and the profile decide between them. Both answer in
+the model's own dtype, as fp32 and tf32 do. The candidate's config carries its
 precision and ``cast_weights`` (backend keys), so a checkpoint rebuilds it.
 
 A candidate is named ``<backend>`` at fp32 (a run without ``precision`` is unchanged),
@@ -158,20 +158,26 @@ def convolves_images(model: nn.Module, sample: Mapping[str, torch.Tensor]) -> bo
             and any(t.dim() == 4 and t.is_floating_point() for t in sample.values()))
 
 
-class CastModel(nn.Module):
-    """A copy of ``model`` with its floating weights and buffers in ``dtype`` (channels-last where
-    ``channels_last``). Floating inputs are cast to ``dtype`` on the way in and floating outputs back to
-    the model's own dtype on the way out, inside the call, so a compiler fuses the casts or a graph
-    records them, and a routed model answers in one dtype whichever candidate serves. The user's model
-    is never touched."""
+class ReducedPrecision(nn.Module):
+    """``model`` at a reduced precision ``dtype``, answering in the model's own dtype.
 
-    def __init__(self, model: nn.Module, dtype: torch.dtype, channels_last: bool) -> None:
+    With ``cast_weights``, a copy of the model with its floating weights and buffers in ``dtype``
+    (channels-last where ``channels_last``) and floating inputs cast on the way in; otherwise the model
+    itself under autocast to ``dtype``. Floating outputs go back to the model's dtype. All of it happens
+    inside the call, so a compiler fuses the casts and a device graph records them, and a routed model
+    answers in one dtype whichever candidate serves a batch size. The user's model is never touched."""
+
+    def __init__(self, model: nn.Module, dtype: torch.dtype, device_type: str, cast_weights: bool,
+                 channels_last: bool = False) -> None:
         super().__init__()
         own = next((t.dtype for t in (*model.parameters(), *model.buffers()) if t.is_floating_point()),
                    torch.float32)
-        inner = copy.deepcopy(model).to(dtype)
-        self.inner = inner.to(memory_format=torch.channels_last) if channels_last else inner
-        self.dtype, self.output_dtype, self.channels_last = dtype, own, channels_last
+        if cast_weights:
+            model = copy.deepcopy(model).to(dtype)
+            model = model.to(memory_format=torch.channels_last) if channels_last else model
+        self.inner = model
+        self.dtype, self.output_dtype, self.device_type = dtype, own, device_type
+        self.cast_weights, self.channels_last = cast_weights, channels_last and cast_weights
 
     def _in(self, t: torch.Tensor) -> torch.Tensor:
         if not t.is_floating_point():
@@ -181,5 +187,9 @@ class CastModel(nn.Module):
         return t.to(self.dtype)
 
     def forward(self, **inputs: torch.Tensor) -> Any:
-        out = self.inner(**{name: self._in(t) for name, t in inputs.items()})
+        if self.cast_weights:
+            out = self.inner(**{name: self._in(t) for name, t in inputs.items()})
+        else:
+            with torch.autocast(self.device_type, dtype=self.dtype):
+                out = self.inner(**inputs)
         return tree_map_only(torch.Tensor, lambda t: t.to(self.output_dtype) if t.is_floating_point() else t, out)

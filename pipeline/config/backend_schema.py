@@ -39,7 +39,7 @@ class TorchSettings(BackendSettings):
     autocast_enabled: bool = False
     autocast_dtype: str = "bfloat16"  # or float16
     # At precision bf16/fp16: run a copy of the model with its weights cast to that dtype instead of autocast
-    # (the precision list's <backend>.<precision>-weights candidates: pipeline.backends.precision.CastModel).
+    # (the precision list's <backend>.<precision>-weights candidates: pipeline.backends.precision.ReducedPrecision).
     cast_weights: bool = False
 
 
