@@ -1,4 +1,4 @@
-# Call F: mobilenet_v3_small's precision cells at 47168a0, on the machine of call E (its lane a hit its timeout in
+# Call F: mobilenet_v3_small's precision cells at 47168a0, on the machine of call E (callD.sh with lane a cut at 400 s; it stopped in
 # mobilenet_v3_small, after mlp), alone on GPU 0.
 source bench/device_env.sh || exit 1
 rm -rf OUT_DIR; mkdir -p OUT_DIR/logs
