@@ -139,6 +139,14 @@ def test_cast_model_is_channels_last_for_image_convolutions_only():
     assert out.dtype == torch.float32 and accuracy.score(out, ref, "cosine") > 0.999
 
 
+def test_a_backend_named_like_a_candidate_is_refused():
+    backends = {"eager": {"kind": "eager"}, "eager.bf16": {"kind": "eager"}}
+    for order in (["fp32", "bf16"], ["bf16", "fp32"]):
+        with pytest.raises(ConfigError, match="backend 'eager.bf16' has the name of a .<precision> candidate"):
+            precision.candidates(backends, order)
+    assert list(precision.candidates(backends, ["fp32"])) == ["eager", "eager.bf16"]  # no candidates, no clash
+
+
 def test_cast_weights_are_offered_only_where_pytorch_runs_the_model():
     backends = {"eager": {"kind": "eager"}, "onnxruntime": {"kind": "onnxruntime"}}
     assert list(precision.candidates(backends, ["fp32", "fp16"])) == [

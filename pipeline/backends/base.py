@@ -66,7 +66,7 @@ class Backend:
         """A PyTorch backend at precision bf16/fp16: it runs the model wrapped in
         :class:`~pipeline.backends.precision.ReducedPrecision` (autocast or cast weights inside the call,
         outputs in the model's dtype). A backend's own ``autocast_*`` settings keep the call-wide context."""
-        return self.cfg.get("precision") in precision.AUTOCAST and "cast_weights" in self.cfg
+        return self.cfg.get("precision") in precision.AUTOCAST and precision.can_cast_weights(self.cfg)
 
     @property
     def compute_dtype(self) -> Optional[torch.dtype]:
@@ -108,7 +108,7 @@ class Backend:
         if self.reduces_in_model:  # cast copies are made outside inference mode; the user's model is untouched
             with torch.no_grad():
                 model = precision.ReducedPrecision(model, self.compute_dtype, device.type, self.casts_weights,
-                                                   precision.convolves_images(model, sample))
+                                                   self.casts_weights and precision.convolves_images(model, sample))
         with torch.inference_mode():
             self._build(model, sample, list(batch_sizes))
         self.build_seconds = time.perf_counter() - start

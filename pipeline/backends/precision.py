@@ -25,6 +25,9 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_map_only
 
+from pipeline.config.backend_schema import KINDS, keys
+from pipeline.config.errors import ConfigError
+
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 AUTOCAST = {"bf16": "bfloat16", "fp16": "float16"}  # precision -> autocast dtype name
 SEPARATOR = "."
@@ -40,8 +43,6 @@ def candidate_name(backend: str, precision: str, cast_weights: bool = False) -> 
 def can_cast_weights(cfg: Mapping[str, Any]) -> bool:
     """Whether a backend's kind runs the PyTorch model itself, so a copy with cast weights can compete
     (exported runtimes set their own inference precision)."""
-    from pipeline.config.backend_schema import KINDS, keys
-
     return cfg.get("kind") in KINDS and "cast_weights" in keys(str(cfg["kind"]))
 
 
@@ -71,7 +72,8 @@ def candidates(backends: Mapping[str, Mapping[str, Any]], precisions: Sequence[s
     at bf16 and fp16 the autocast candidates, then those with cast weights.
 
     A backend that sets its own autocast, precision or cast weights keeps them when ``precision`` is
-    ``[fp32]`` (the default); beside a longer list it is an error (:func:`conflict`)."""
+    ``[fp32]`` (the default); beside a longer list it is an error (:func:`conflict`). So is a backend
+    named like another's candidate (``eager.bf16`` beside ``eager``): a ConfigError."""
     out: Dict[str, Dict[str, Any]] = {}
     for precision in precisions:
         for cast in (False, True) if precision in AUTOCAST else (False,):
@@ -83,7 +85,11 @@ def candidates(backends: Mapping[str, Mapping[str, Any]], precisions: Sequence[s
                     body["precision"] = precision
                     if cast:
                         body["cast_weights"] = True
-                out[candidate_name(str(name), precision, cast)] = body
+                candidate = candidate_name(str(name), precision, cast)
+                if candidate in out:
+                    raise ConfigError(f"backend {candidate!r} has the name of a {SEPARATOR}<precision> candidate; "
+                                      f"rename it")
+                out[candidate] = body
     return out
 
 

@@ -50,7 +50,8 @@ def effective_options(cfg: Mapping[str, Any], options: Optional[Mapping[str, Any
     return dict(list_mode_options(cfg["mode"])) if cfg.get("mode") else {}
 
 
-def check_inductor(name: str, cfg: Mapping[str, Any]) -> None:
+def check_inductor(name: str, cfg: Mapping[str, Any]) -> Optional[Dict[str, Any]]:
+    """At most one of mode / options / template, a known mode; returns the resolved options."""
     given = inductor_settings_given(cfg)
     if len(given) > 1:
         raise ConfigError(
@@ -58,13 +59,12 @@ def check_inductor(name: str, cfg: Mapping[str, Any]) -> None:
             f"preset, options for a dict of Inductor options, template for a named option set")
     if cfg.get("mode") is not None and cfg["mode"] not in MODES:
         raise ConfigError(f"backend {name!r}: unknown Inductor mode {cfg['mode']!r}; use one of {list(MODES)}")
-    resolved_options(name, cfg)
+    return resolved_options(name, cfg)
 
 
 def check_graph(name: str, cfg: Mapping[str, Any]) -> None:
     if cfg["compile_with_inductor"]:
-        check_inductor(name, cfg)
-        if effective_options(cfg, resolved_options(name, cfg)).get("triton.cudagraphs"):
+        if effective_options(cfg, check_inductor(name, cfg)).get("triton.cudagraphs"):
             raise ConfigError(f"backend {name!r}: its Inductor setting records CUDA graphs of its own inside ours "
                               f"(mode reduce-overhead or max-autotune, or triton.cudagraphs); use mode=default, "
                               f"max-autotune-no-cudagraphs, or options without triton.cudagraphs")
@@ -110,7 +110,7 @@ def check_onnxruntime(name: str, cfg: Mapping[str, Any]) -> None:
     one_of(name, cfg, "graph_optimization_level", onnxruntime.LEVELS)
 
 
-RULES: Dict[str, Callable[[str, Mapping[str, Any]], None]] = {
+RULES: Dict[str, Callable[[str, Mapping[str, Any]], Any]] = {
     "inductor": check_inductor, "graph": check_graph, "openvino": check_openvino, "onnxruntime": check_onnxruntime}
 
 

@@ -87,10 +87,6 @@ def check_precision(cfg: DictConfig, device: torch.device) -> None:
         raise ConfigError(f"{len(cfg.backends)} backends x {len(precisions)} precisions make {len(names)} candidates "
                           f"(bf16 and fp16 twice: autocast and cast weights), more than {limits.MAX_BACKENDS}; pick "
                           f"fewer backends or precisions")
-    clash = sorted(set(cfg.backends) & {precision.candidate_name(b, p, cast) for b in cfg.backends for p in precisions
-                                        for cast in (False, p in precision.AUTOCAST) if p != "fp32"})
-    if clash:
-        raise ConfigError(f"backend {clash[0]!r} has the name of a {precision.SEPARATOR}<precision> candidate; rename it")
 
 
 def check_sizes(cfg: DictConfig, device: torch.device) -> None:
