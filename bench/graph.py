@@ -1,6 +1,6 @@
 """Graph backends against eager, Inductor and torch.compile(mode="reduce-overhead") on one GPU.
 
-For each model (its pipeline/conf/model file, random weights, fp32) it builds the five backends for
+For each model (its conf/model file, random weights, fp32) it builds the five backends for
 every size up to the largest, so graphs cover the grid 1, 2, 4, 8, ..., 64 only: unlike capture, it
 does not record the off-grid sizes (3, 17) exactly, so those columns show what padding costs. Each
 backend is checked against eager at a padded size (17), then all five are timed interleaved round

@@ -159,7 +159,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="bench/results", help="folder for route-<tag>.json")
     parser.add_argument("--tag", default="h200")
-    parser.add_argument("--profile", default="quick", help="profile preset (pipeline/conf/profile)")
+    parser.add_argument("--profile", default="quick", help="profile preset (conf/profile)")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--backends", default="eager,inductor,graph,graph_inductor")
     parser.add_argument("--batch-sizes", default="1,2,4,8,16,32,64")

@@ -178,7 +178,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--tag", default="h200")
-    parser.add_argument("--model", default="resnet18", help="a model name (pipeline/conf/model)")
+    parser.add_argument("--model", default="resnet18", help="a model name (conf/model)")
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 64])
     parser.add_argument("--backends", nargs="+", default=ORDER, help="a subset of the inductor_all set")
     parser.add_argument("--device", default="cuda", help="cuda (cpu only smoke-tests this script)")

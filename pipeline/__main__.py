@@ -20,6 +20,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.errors import ConfigCompositionException, OverrideParseException
 from omegaconf import DictConfig
 
+from pipeline.config import SHIPPED_CONF
 from pipeline.config.errors import ConfigError, config_dirs_from_argv, explain_unknown_choices, one_line
 from pipeline.runner import resumed_config, run
 from pipeline.config.schema import register_configs
@@ -46,7 +47,7 @@ def raised_in_main(exc: BaseException) -> bool:
     return any(frame.f_code is main.__wrapped__.__code__ for frame, _ in traceback.walk_tb(exc.__traceback__))
 
 
-@hydra.main(version_base="1.3", config_path="conf", config_name="config")
+@hydra.main(version_base="1.3", config_path=str(SHIPPED_CONF), config_name="config")
 def main(cfg: DictConfig) -> None:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     try:

@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 SERVER_HINT = ("many processes writing one SQLite file: run a tracking server instead, e.g.\n"
                "  mlflow server --backend-store-uri sqlite:///outputs/mlflow.db --host 0.0.0.0 --port 5000\n"
-               "  python -m pipeline -m tracking=server tracking.uri=http://HOST:5000 ...   (pipeline/conf/tracking/server.yaml)")
+               "  python -m pipeline -m tracking=server tracking.uri=http://HOST:5000 ...   (conf/tracking/server.yaml)")
 # Tables every MLflow SQLite store has; a database with tables but not these belongs to something else.
 MLFLOW_TABLES = {"alembic_version", "experiments", "runs"}
 # A probe of the server waits this long; MLflow's own client retries a dead server for minutes.
