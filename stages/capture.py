@@ -58,7 +58,7 @@ def capture_one(ctx: RunContext, name: str, cfg: dict,
     """Build and check one backend; never raises for the backend's own failures."""
     backend = backend_registry.create(name, cfg)
     outcome = BackendOutcome(name=name, kind=str(cfg.get("kind")), precision=backend.precision,
-                             weights=backend.precision if backend.casts_weights else "fp32")
+                             weights=backend.weights)
     budget = ctx.cfg.route.accuracy_budget
     reason = backend.unsupported_reason(ctx.device)
     if reason:
