@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
-import json
 import math
 import platform
 import sys
@@ -47,7 +46,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import command_line, joined_lanes, lane_arguments, row_or_error, run_lane, tune_and_load  # noqa: E402
+from bench.common import command_line, joined_lanes, lane_arguments, row_or_error, run_lane, tune_and_load, write_table  # noqa: E402
 from bench.seed_table import MODELS as SEED_MODELS, SIZES as SEED_SIZES  # noqa: E402
 from pipeline import devices  # noqa: E402
 from pipeline.backends import precision as precisions  # noqa: E402
@@ -210,11 +209,7 @@ def markdown(rows: List[Dict[str, Any]], meta: Dict[str, Any]) -> str:
 
 def write(out: Path, tag: str, meta: Dict[str, Any], rows: List[Dict[str, Any]]) -> str:
     """Write ``quant-<tag>.json`` and ``.md`` for ``rows``; returns the Markdown."""
-    result = {**meta, "summary": summary(rows), "rows": rows}
-    (out / f"quant-{tag}.json").write_text(json.dumps(result, indent=2, default=str))
-    md = markdown(rows, meta) + f"\nSummary: {json.dumps(result['summary'])}\n\nCommand: `{meta['command']}`\n"
-    (out / f"quant-{tag}.md").write_text(md)
-    return md
+    return write_table(out, f"quant-{tag}", meta, rows, summary, markdown)
 
 
 def combine(parts: List[Path], out: Path, tag: str) -> None:
