@@ -81,7 +81,7 @@ def sizes_of(model: str, args: argparse.Namespace) -> List[int]:
 
 
 def overrides(model: str, args: argparse.Namespace) -> List[str]:
-    """The full-list run of ``model``: its model config, the backends with graphs at the tuned sizes, the quick profile."""
+    """The full-list run of ``model``: its model config, the backends (graphs at the tuned sizes), the profile."""
     sizes = ",".join(map(str, sizes_of(model, args)))
     if model == BERT:  # the HF suite's BERT-QA, without its per-backend autocast (precision is the routed choice)
         ov = ["model=hf", f"model.hf.model_class={model}", "model.hf.seq_len=128", "model.hf.use_cache=false",
@@ -180,8 +180,8 @@ def markdown(rows: List[Dict[str, Any]], meta: Dict[str, Any]) -> str:
     shown = accuracy.describe(budget["metric"], budget["bound"]) if budget else "?"
     lines = [f"## {meta['device']}, torch {meta['torch']}, torchao {meta['torchao']}, precision={meta['precisions']} "
              f"against {meta['restricted']}, budget {shown}", "",
-             f"Per cell: the routed candidate (`auto`, loaded from its checkpoint), its precision and weights, its error "
-             f"against fp32 eager (the budget's metric), and the same run's route over {meta['restricted']} "
+             f"Per cell: the routed candidate (`auto`, loaded from its checkpoint), its precision and weights, its "
+             f"error against fp32 eager (the budget's metric), and the same run's route over {meta['restricted']} "
              f"(`{PEER}`), both timed in the same interleaved rounds; `*` marks the matmul-bound cells.", "",
              f"| model | batch | backend | precision | weights | error | {PEER} backend | auto ms | {PEER} ms | speed-up |",
              "|---|---:|---|---|---|---:|---|---:|---:|---:|"]
@@ -191,7 +191,8 @@ def markdown(rows: List[Dict[str, Any]], meta: Dict[str, Any]) -> str:
             lines.append(f"| {row['model']} | | {why} | | | | | | | |")
         for c in row.get("cells", []):
             lines.append(f"| {row['model']} | {c['batch_size']}{'*' if c['matmul_bound'] else ''} | {c['backend']} | "
-                         f"{c['precision']} | {c['weights']} | {c['error']:.6f}{'' if c['within_budget'] else ' (OUTSIDE)'}"
+                         f"{c['precision']} | {c['weights']} | "
+                         f"{c['error']:.6f}{'' if c['within_budget'] else ' (OUTSIDE)'}"
                          f" | {c[f'{PEER}_backend']} | {c['auto']['median_ms']:.3f} | {c[PEER]['median_ms']:.3f} | "
                          f"{c[f'speedup_over_{PEER}']:.2f}x |")
     lines += ["", "Quantized candidates: status, error against fp32 eager (worst tuned size), within the budget, "

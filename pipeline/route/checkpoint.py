@@ -11,9 +11,9 @@ backend registry, never by import path), the model's state dict, the input spec 
 batch dimension), each output tensor's batch dimension, the tuned batch sizes, the versions and the
 device it was tuned on. It holds no example data: loading warms the backends up on random fills
 of the input spec. A quantized backend holds only its recipe's name beside the model's own weights,
-and is quantized again on load: no tensor subclass is ever written. It is read with ``torch.load(weights_only=True)`` only after its SHA-256
-matches, and every field is checked (``pipeline.route.payload``) before the caller's model is
-touched or anything is built.
+and is quantized again on load: no tensor subclass is ever written. It is read with
+``torch.load(weights_only=True)`` only after its SHA-256 matches, and every field is checked
+(``pipeline.route.payload``) before the caller's model is touched or anything is built.
 """
 
 from __future__ import annotations
