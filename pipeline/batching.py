@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from pipeline.measure.leaves import tensor_leaves
+from pipeline.seqlen import SeqDims
 
 log = logging.getLogger(__name__)
 
@@ -48,16 +49,19 @@ def layout(sample_shape: Sequence[int], dim: int) -> str:
 class BatchDims:
     """The batch dimension of each input (by name, 0 unless declared) and of each output tensor
     (by its path in the output, as :func:`pipeline.measure.leaves.tensor_leaves` names it; None for
-    one that does not follow the batch, such as a scalar or a tensor the same at every size)."""
+    one that does not follow the batch, such as a scalar or a tensor the same at every size). ``seq`` holds
+    the length dimensions where the run tunes lengths (:mod:`pipeline.seqlen`), empty otherwise."""
 
     inputs: Mapping[str, int] = field(default_factory=dict)
     outputs: Mapping[str, Optional[int]] = field(default_factory=dict)
+    seq: SeqDims = field(default_factory=SeqDims)
 
     @classmethod
-    def of(cls, spec: Mapping[str, Mapping[str, Any]], outputs: Optional[Mapping[str, Optional[int]]] = None
-           ) -> "BatchDims":
+    def of(cls, spec: Mapping[str, Mapping[str, Any]], outputs: Optional[Mapping[str, Optional[int]]] = None,
+           seq: Optional[SeqDims] = None) -> "BatchDims":
         """From a ``model.inputs`` spec and the outputs' dimensions found by :func:`output_batch_dims`."""
-        return cls({name: int(s.get("batch_dim", 0)) for name, s in spec.items()}, dict(outputs or {}))
+        return cls({name: int(s.get("batch_dim", 0)) for name, s in spec.items()}, dict(outputs or {}),
+                   seq or SeqDims())
 
     def input(self, name: str) -> int:
         return self.inputs.get(name, 0)
