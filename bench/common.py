@@ -94,10 +94,11 @@ def run_lane(args: argparse.Namespace, meta: Callable[[], Dict[str, Any]], bench
         torch.cuda.empty_cache()
 
 
-def reduce_overhead(model: torch.nn.Module, device: torch.device, dtype: Optional[torch.dtype]) -> Callable[..., Any]:
-    """The peer: ``torch.compile(model, mode="reduce-overhead")`` as a user would write it, called under
-    autocast of ``dtype`` (None: fp32, no autocast)."""
-    compiled = torch.compile(model, mode="reduce-overhead")
+def reduce_overhead(model: torch.nn.Module, device: torch.device, dtype: Optional[torch.dtype],
+                    dynamic: Optional[bool] = None) -> Callable[..., Any]:
+    """The peer: ``torch.compile(model, mode="reduce-overhead", dynamic=dynamic)`` as a user would write it, called
+    under autocast of ``dtype`` (None: the model's own dtype, no autocast)."""
+    compiled = torch.compile(model, mode="reduce-overhead", dynamic=dynamic)
 
     def call(**inputs: torch.Tensor) -> Any:
         autocast = torch.autocast(device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext()
@@ -115,6 +116,23 @@ def row_or_error(model: str, bench_model: Callable[[str], Dict[str, Any]]) -> Di
     except Exception as exc:  # noqa: BLE001 (reported, not hidden: the row and stderr say what failed)
         traceback.print_exc()
         return {"model": model, "error": "".join(traceback.format_exception_only(type(exc), exc)).strip()[-2000:]}
+
+
+def within_budget(args: argparse.Namespace, bench_model: Callable[[str], Dict[str, Any]]) -> Callable[[str], Dict]:
+    """``bench_model`` (each failure a row, :func:`row_or_error`), unless the slowest model so far would end past
+    ``args.budget_s``: then the row says so (``not_run``), and a second call runs the rest (``--combine``)."""
+    start, slowest = time.perf_counter(), [0.0]
+
+    def one(model: str) -> Dict[str, Any]:
+        began = time.perf_counter()
+        if began - start + slowest[0] > args.budget_s:
+            return {"model": model, "not_run": f"{began - start:.0f} s in, and the slowest model so far took "
+                                               f"{slowest[0]:.0f} s: past --budget-s {args.budget_s:.0f}"}
+        row = row_or_error(model, bench_model)
+        slowest[0] = max(slowest[0], time.perf_counter() - began)
+        return row
+
+    return one
 
 
 def write_table(out: Path, stem: str, meta: Dict[str, Any], rows: List[Dict[str, Any]],

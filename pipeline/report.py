@@ -4,7 +4,9 @@ Rows are model x backend plus the routed ``auto``; columns are batch sizes; cell
 latency in ms, marked ``*`` where the profile flagged the cell noisy (``noisy/<backend>/bs<N>``).
 ``auto`` is a measured ``latency_ms/auto/bs<N>`` where a run logged one, otherwise the latency of
 the backend the route picked at that size; a note under the table names each run whose route rests
-on noisy cells (tag ``route.rests_on_noisy``). The runs come from a sweep (its parent
+on noisy cells (tag ``route.rests_on_noisy``). A run that tuned lengths (``latency_ms/<backend>/bs<N>/len<L>``)
+gives a row per backend and length, and its heatmap follows the table: the backend serving each (batch size,
+length) and its speed-up over eager. The runs come from a sweep (its parent
 run), an experiment (the newest run of each model) or a list of run ids. The table is printed
 and written as Markdown and CSV::
 
@@ -32,7 +34,7 @@ from pipeline.route.policy import Range, backend_for
 from pipeline.record.store import sqlite_path
 from pipeline.record.tracker import PARENT_TAG, SWEEP_TAG
 
-METRIC = re.compile(r"^(?P<figure>latency_ms|noisy)/(?P<backend>[^/]+)/bs(?P<bs>\d+)$")
+METRIC = re.compile(r"^(?P<figure>latency_ms|noisy)/(?P<backend>[^/]+)/bs(?P<bs>\d+)(?:/len(?P<len>\d+))?$")
 AUTO = "auto"
 LEGEND = "`*` noisy: the profile flagged this cell (its samples or passes disagreed; profile.csv says why)"
 
@@ -56,6 +58,7 @@ class Table:
     title: str = "median latency (ms) by batch size"
     notes: List[str] = field(default_factory=list)  # one per run whose route rests on noisy cells
     errors: bool = False  # show each candidate's precision and error beside its latencies
+    heatmaps: List[str] = field(default_factory=list)  # one per run that tuned lengths (Markdown)
 
 
 def error_columns(table: Table, r: Row) -> List[str]:
@@ -66,14 +69,46 @@ def error_columns(table: Table, r: Row) -> List[str]:
     return [r.precision, "" if r.error is None else f"{r.error:.6g}", within]
 
 
-def per_cell(run, figure: str) -> Dict[str, Dict[int, float]]:
-    """backend -> batch size -> value from a run's ``<figure>/<backend>/bs<N>`` metrics (``latency_ms``, ``noisy``)."""
-    out: Dict[str, Dict[int, float]] = {}
+def per_cell(run, figure: str, lengths: bool = False) -> Dict[str, Dict]:
+    """backend -> batch size -> value from a run's ``<figure>/<backend>/bs<N>`` metrics (``latency_ms``, ``noisy``);
+    with ``lengths``, backend -> (batch size, length) -> value from its ``.../bs<N>/len<L>`` metrics."""
+    out: Dict[str, Dict] = {}
     for key, value in run.data.metrics.items():
         m = METRIC.match(key)
-        if m and m["figure"] == figure and not math.isnan(value):
-            out.setdefault(m["backend"], {})[int(m["bs"])] = value
+        if m and m["figure"] == figure and not math.isnan(value) and (m["len"] is not None) == lengths:
+            cell = (int(m["bs"]), int(m["len"])) if lengths else int(m["bs"])
+            out.setdefault(m["backend"], {})[cell] = value
     return out
+
+
+def length_rows(run, label: str, table: Table) -> Set[int]:
+    """A run that tuned lengths: a row per backend and length (``auto`` from its table), and its heatmap; the batch
+    sizes it profiled (none for a run without such metrics)."""
+    from pipeline.record.heatmap import markdown_grid
+    from pipeline.route.table import Tile, backend_at
+
+    lat, noisy = per_cell(run, "latency_ms", True), per_cell(run, "noisy", True)
+    if not lat:
+        return set()
+    text = run.data.tags.get("route_table_json")
+    tiles = [Tile(**t) for t in json.loads(text)] if text else None
+    order = [b for b in run.data.tags.get("backends", "").split(",") if b in lat]
+    order += sorted(b for b in lat if b not in order)
+    lengths = sorted({n for per in lat.values() for _, n in per})
+    for n in lengths:
+        for backend in order:
+            ms = {bs: v for (bs, m), v in lat[backend].items() if m == n}
+            if ms:
+                table.rows.append(Row(label, f"{backend} len={n}", ms,
+                                      {bs for (bs, m), flag in noisy.get(backend, {}).items() if m == n and flag}))
+        if tiles:
+            auto = {bs: lat[b][(bs, n)] for bs in sorted({bs for per in lat.values() for bs, m in per if m == n})
+                    if (b := backend_at(tiles, bs, n)) in lat and (bs, n) in lat[b]}
+            table.rows.append(Row(label, f"{AUTO} len={n}", auto))
+    baseline = "eager" if "eager" in lat else next((b for b in order if b.startswith("eager")), None)
+    table.heatmaps.append(f"{label}: the backend serving each (batch size, length), and its speed-up over "
+                          f"{baseline or 'eager'}\n\n{markdown_grid(lat, tiles, baseline)}")
+    return {bs for per in lat.values() for bs, _ in per}
 
 
 def latencies(run) -> Dict[str, Dict[int, float]]:
@@ -123,6 +158,7 @@ def build(runs: Sequence, errors: bool = False) -> Table:
     for run, label in zip(runs, labels(runs)):
         lat = latencies(run)
         if not lat:
+            sizes.update(length_rows(run, label, table))
             continue
         noisy = {b: {bs for bs, flag in per.items() if flag} for b, per in per_cell(run, "noisy").items()}
         order = [b for b in run.data.tags.get("backends", "").split(",") if b in lat]
@@ -166,7 +202,8 @@ def markdown(table: Table) -> str:
         lines.append("| " + " | ".join([r.model, r.backend, *error_columns(table, r),
                                          *(cell(r, bs) for bs in table.sizes)]) + " |")
     notes = footer(table)
-    return "\n".join(lines + ([""] + [f"{n}  " for n in notes] if notes else [])) + "\n"
+    heatmaps = [f"\n{h}" for h in table.heatmaps]
+    return "\n".join(lines + ([""] + [f"{n}  " for n in notes] if notes else []) + heatmaps) + "\n"
 
 
 def write(table: Table, stem: Path) -> List[Path]:
@@ -205,6 +242,8 @@ def show(table: Table) -> None:
     console.print(out)
     for note in footer(table):
         console.print(escape(note))
+    for heatmap in table.heatmaps:
+        console.print(escape(heatmap))
 
 
 def runs_of_sweep(client, parent_id: str) -> list:
@@ -273,7 +312,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         runs, label = runs_of_sweep(client, sweep), f"sweep-{sweep[:8]}"
     table = build(runs, errors=args.errors)
     if not table.rows:
-        raise SystemExit(f"none of the {len(runs)} run(s) has latency_ms/<backend>/bs<N> metrics; "
+        raise SystemExit(f"none of the {len(runs)} run(s) has latency_ms/<backend>/bs<N>[/len<L>] metrics; "
                          f"did their profile stage run?")
     show(table)
     for path in write(table, (args.out or Path("outputs/reports") / label) / "report"):

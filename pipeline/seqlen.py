@@ -48,6 +48,11 @@ def label(key: Key) -> str:
     return f"bs={key}" if isinstance(key, int) else f"bs={key[0]} len={key[1]}"
 
 
+def words(key: Key) -> str:
+    """``batch size 8``, or ``batch size 8 length 64``, in reasons."""
+    return f"batch size {key}" if isinstance(key, int) else f"batch size {key[0]} length {key[1]}"
+
+
 def metric_suffix(key: Key) -> str:
     """The end of a cell's MLflow metric names: ``bs8``, or ``bs8/len64``."""
     return f"bs{key}" if isinstance(key, int) else f"bs{key[0]}/len{key[1]}"

@@ -39,7 +39,7 @@ from pipeline.measure.compare import combine, judge, tolerance
 from pipeline.context import ALLOW_HINT, BackendOutcome, RunContext
 from pipeline.batching import output_batch_dims
 from pipeline.measure.references import Reference, reference_at
-from pipeline.seqlen import PROBE_BATCH, Key, label, output_seq_dims, padding_probes
+from pipeline.seqlen import PROBE_BATCH, Key, label, output_seq_dims, padding_probes, words
 
 log = logging.getLogger(__name__)
 
@@ -67,10 +67,6 @@ def reference_outputs(ctx: RunContext, compute_dtype: Optional[torch.dtype]) -> 
                     ", ".join(map(label, unproved)), next(iter(unproved.values())))
     return references
 
-
-def check_label(key: Key) -> str:
-    """How a check at a tuned cell is named in reasons: ``batch size 8``, ``batch size 8 length 64``."""
-    return f"batch size {key}" if isinstance(key, int) else f"batch size {key[0]} length {key[1]}"
 
 
 def capture_one(ctx: RunContext, name: str, cfg: dict,
@@ -103,7 +99,7 @@ def capture_one(ctx: RunContext, name: str, cfg: dict,
                 checks = backend.self_check(ctx.model, sample, scale)  # variants the tuned sizes miss, e.g. each graph
                 for key, ref in tuned.items():
                     out = backend(**ref.inputs)
-                    checks[check_label(key)] = judge(out, ref.output, backend.compute_dtype, scale)
+                    checks[words(key)] = judge(out, ref.output, backend.compute_dtype, scale)
                     scores.append(accuracy.score(out, ref.output, budget.metric))
                 if dims.seq:
                     outcome.padding = padding.check(backend, probes, dims.seq,
