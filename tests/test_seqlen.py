@@ -20,6 +20,7 @@ from pipeline.measure.compare import judge
 from pipeline.record.recorder import Recorder
 from pipeline.route import checkpoint
 from pipeline.route.checkpoint import CheckpointError
+from pipeline.route.policy import Range
 from pipeline.route.served import RoutedModule, TuneRecord
 from pipeline.route.table import Tile, backend_at, choose_table
 from pipeline.runner import run
@@ -193,6 +194,26 @@ def test_untuned_lengths_may_go_only_to_a_backend_that_pads_or_runs_any_length(t
         pipeline.load(table_ckpt, Tokens().eval())
 
 
+@pytest.mark.parametrize("kind", ["openvino", "onnxruntime"])
+def test_the_exported_runtimes_run_every_length_with_both_dimensions_dynamic(kind):
+    from pipeline.batching import BatchDims
+    from pipeline.models import make_inputs
+
+    backend = create(kind, {"kind": kind})
+    reason = backend.unsupported_reason(CPU)
+    if reason:
+        pytest.skip(reason)
+    torch.manual_seed(0)
+    model = Tokens().eval()
+    seq = SeqDims.of(SPEC, [8, 16], {"output": 1})
+    backend.build(model, make_inputs(SPEC, 3, CPU), CPU, [1, 2, 3], [1, 3], BatchDims.of(SPEC, {"output": 0}, seq))
+    assert backend.any_length
+    for bs, length in [(1, 8), (3, 16), (2, 11), (5, 3)]:
+        inputs = seq.resized(make_inputs(SPEC, bs, CPU, seed=1), length)
+        with torch.inference_mode():
+            assert judge(backend(**inputs), model(**inputs)).ok, (bs, length)
+
+
 # --- config -----------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("overrides, named", [
@@ -304,3 +325,21 @@ def test_a_model_whose_outputs_change_under_padding_is_served_at_exact_lengths_o
             x = torch.randint(1, 40, (bs, length))
             with torch.inference_mode():
                 assert judge(check(input_ids=x), model(input_ids=x)).ok
+
+
+def test_a_format_5_checkpoint_without_lengths_still_loads(tmp_path):
+    """Files written before lengths (format 5: no seq, backends without per_length or the graph caps) load as before."""
+    torch.manual_seed(0)
+    model = nn.Linear(4, 2).eval()
+    backend = create("eager", {"kind": "eager"})
+    backend.build(model, {}, CPU, [1, 2])
+    record = TuneRecord("linear", model, {"input": {"shape": [4], "dtype": "float32"}}, [1, 2], CPU)
+    path = checkpoint.save(RoutedModule({"eager": backend}, [Range(1, None, "eager")], record), tmp_path / "m.tweak")
+    payload = checkpoint.read(path)
+    assert "seq" not in payload and payload["inputs"] == {"input": {"shape": [4], "dtype": "float32"}}
+    data = checkpoint.write({**payload, "format": 5}, path).read_bytes()
+    path.write_bytes(data.replace(f"TWEAKPIPE-CHECKPOINT {checkpoint.FORMAT}\n".encode(), b"TWEAKPIPE-CHECKPOINT 5\n"))
+    served = pipeline.load(path, model)
+    x = torch.randn(3, 4)
+    with torch.inference_mode():
+        assert torch.equal(served(x), model(x))
