@@ -94,11 +94,10 @@ def run_lane(args: argparse.Namespace, meta: Callable[[], Dict[str, Any]], bench
         torch.cuda.empty_cache()
 
 
-def reduce_overhead(model: torch.nn.Module, device: torch.device, dtype: Optional[torch.dtype],
-                    dynamic: Optional[bool] = None) -> Callable[..., Any]:
-    """The peer: ``torch.compile(model, mode="reduce-overhead", dynamic=dynamic)`` as a user would write it, called
-    under autocast of ``dtype`` (None: the model's own dtype, no autocast)."""
-    compiled = torch.compile(model, mode="reduce-overhead", dynamic=dynamic)
+def reduce_overhead(model: torch.nn.Module, device: torch.device, dtype: Optional[torch.dtype]) -> Callable[..., Any]:
+    """The peer: ``torch.compile(model, mode="reduce-overhead")`` as a user would write it, called under
+    autocast of ``dtype`` (None: fp32, no autocast)."""
+    compiled = torch.compile(model, mode="reduce-overhead")
 
     def call(**inputs: torch.Tensor) -> Any:
         autocast = torch.autocast(device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext()
@@ -133,6 +132,13 @@ def within_budget(args: argparse.Namespace, bench_model: Callable[[str], Dict[st
         return row
 
     return one
+
+
+def unfinished(row: Dict[str, Any]) -> Optional[str]:
+    """What a table says of a model that failed or was not run (:func:`row_or_error`, :func:`within_budget`)."""
+    if "error" in row:
+        return f"failed: {row['error'].splitlines()[-1][:120]}"
+    return f"not run: {row['not_run']}" if "not_run" in row else None
 
 
 def write_table(out: Path, stem: str, meta: Dict[str, Any], rows: List[Dict[str, Any]],

@@ -46,7 +46,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import command_line, joined_lanes, lane_arguments, run_lane, tune_and_load, within_budget, write_table  # noqa: E402
+from bench.common import (command_line, joined_lanes, lane_arguments, run_lane, tune_and_load,  # noqa: E402
+                          unfinished, within_budget, write_table)
 from bench.seed_table import MODELS as SEED_MODELS, SIZES as SEED_SIZES  # noqa: E402
 from pipeline import devices  # noqa: E402
 from pipeline.backends import precision as precisions  # noqa: E402
@@ -189,8 +190,8 @@ def markdown(rows: List[Dict[str, Any]], meta: Dict[str, Any]) -> str:
              f"| model | batch | backend | precision | weights | error | {PEER} backend | auto ms | {PEER} ms | speed-up |",
              "|---|---:|---|---|---|---:|---|---:|---:|---:|"]
     for row in rows:
-        if "error" in row or "not_run" in row:
-            why = f"failed: {row['error'].splitlines()[-1][:120]}" if "error" in row else f"not run: {row['not_run']}"
+        why = unfinished(row)
+        if why:
             lines.append(f"| {row['model']} | | {why} | | | | | | | |")
         for c in row.get("cells", []):
             lines.append(f"| {row['model']} | {c['batch_size']}{'*' if c['matmul_bound'] else ''} | {c['backend']} | "

@@ -7,14 +7,17 @@ dynamic) and ``graph_inductor`` (graphs at every tuned length), every candidate 
 user serves it. At every cell, in the same interleaved rounds (``measure_interleaved``), it is timed against what a
 user would write instead: the bf16 model under ``torch.compile(mode="reduce-overhead", dynamic=True)`` called at the
 exact length (``exact``), the same compiled model on the call padded to 512 and its outputs cut back (``padded``),
-and the bf16 model in eager (``eager``, the floor). Writes ``seq-<tag>.json`` (``summary``: models, cells,
+and the bf16 model in eager (``eager``, the floor); the compile runs on a function of its own (``peers``), so that
+the four models share no Dynamo cache and none of them silently runs eagerly (``summary.peer_fallbacks``). Writes
+``seq-<tag>.json`` (``summary``: models, cells,
 geomean_speedup_over_best_peer (the geometric mean over the cells of the better peer's latency over auto's),
 worst_auto_over_eager (the largest auto / eager latency; at most 1.0 means never slower), not_run, ...) and ``.md``
 with the route's heatmap per model.
 
 What it trades to finish inside 10-minute calls on one H200 (16 CPU cores):
 
-- ``profile=quick``, only the backends that matter on a GPU (no ``graph`` of eager kernels; ``inductor.per_length``,
+- ``profile=quick`` without the screen (eager is never screened out, and the two others are not 1.5x apart
+  everywhere), only the backends that matter on a GPU (no ``graph`` of eager kernels; ``inductor.per_length``,
   one program per length, only with ``--per-length``: its six more compiles per model cost a minute), graphs at the
   tuned batch sizes only (``grid``: other sizes pad to the next tuned one), and validate without its reload (this
   bench loads the checkpoint itself) or extra batch sizes;
@@ -25,9 +28,9 @@ What it trades to finish inside 10-minute calls on one H200 (16 CPU cores):
   is joined with ``--combine``.
 
     source bench/device_env.sh
-    python3 bench/seq.py --out OUT --tag h200                     # about two models per call
-    python3 bench/seq.py --out OUT --tag h200-b --models GPT2Model T5EncoderModel   # the models call 1 left
-    python3 bench/seq.py --combine OUT/seq-h200.json OUT/seq-h200-b.json --out OUT --tag h200
+    python3 bench/seq.py --out OUT --tag h200-a --models BertForQuestionAnswering DistilBertForQuestionAnswering
+    python3 bench/seq.py --out OUT --tag h200-b --models GPT2Model T5EncoderModel     # a second call
+    python3 bench/seq.py --combine OUT/seq-h200-a.json OUT/seq-h200-b.json --out OUT --tag h200
     python bench/seq.py --out OUT --tag cpu --device cpu --smoke  # the CPU check: tiny models, eager, no numbers
 """
 
@@ -40,16 +43,17 @@ import platform
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Sequence, Tuple
 
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import (command_line, joined_lanes, lane_arguments, reduce_overhead, run_lane,  # noqa: E402
-                          tune_and_load, within_budget, write_table)
+from bench.common import (command_line, joined_lanes, lane_arguments, run_lane, tune_and_load,  # noqa: E402
+                          unfinished, within_budget, write_table)
 from pipeline import devices  # noqa: E402
+from pipeline.backends.program import Program  # noqa: E402
 from pipeline.measure import accuracy  # noqa: E402
 from pipeline.measure.interleaved import measure_interleaved  # noqa: E402
 from pipeline.record.heatmap import markdown_grid  # noqa: E402
@@ -81,7 +85,8 @@ def overrides(model: str, args: argparse.Namespace) -> List[str]:
     sizes, lengths = (",".join(map(str, shape[k])) for k in ("sizes", "lengths"))
     ov = ["model=hf", f"model.hf.model_class={model}", "model.hf.use_cache=false", f"model.seq_lens=[{lengths}]",
           f"model.batch_sizes=[{sizes}]", f"device={args.device}", f"backends=[{','.join(args.backends)}]",
-          f"profile={args.profile}", "validate.check_reload=false", "validate.extra_batch_sizes=[]",
+          f"profile={args.profile}", "profile.screen=false", "validate.check_reload=false",
+          "validate.extra_batch_sizes=[]",
           f"route.accuracy_budget.bound={BOUND}", "tracking=sqlite",
           f"tracking.uri=sqlite:///{args.runs.resolve()}/mlflow-{args.tag}.db", "tracking.experiment=seq"]
     ov += [f"+model.hf.config={{{SMOKE_CONFIG[model]}}}"] if args.smoke else []
@@ -94,28 +99,39 @@ def overrides(model: str, args: argparse.Namespace) -> List[str]:
     return ov
 
 
-def peers(model: torch.nn.Module, ctx: Any) -> Dict[str, Any]:
-    """What a user would write: the bf16 model, compiled with ``reduce-overhead`` and a dynamic shape, called at the
-    exact length or padded to the longest (outputs cut back), and the same bf16 model in eager."""
+def peers(model: torch.nn.Module, ctx: Any) -> Tuple[Program, Dict[str, Any]]:
+    """What a user would write: the bf16 model under ``torch.compile(mode="reduce-overhead", dynamic=True)``, called at
+    the exact length or padded to the longest (outputs cut back), and the same bf16 model in eager.
+
+    The compile is a :class:`~pipeline.backends.program.Program` (the same ``torch.compile`` arguments on a function
+    of its own that calls the model): transformers' models share one decorated ``forward`` code object, whose Dynamo
+    recompile limit the four models' compiles in one process would otherwise exhaust, and past it the peer would run
+    eagerly, silently. Its ``fallback_reason`` is recorded."""
     user = copy.deepcopy(model).to(torch.bfloat16)  # the user's own bf16 copy; ours stays fp32 for the checkpoint
-    compiled = reduce_overhead(user, ctx.device, None, dynamic=True)
+    kwargs = {"backend": "inductor", "mode": "reduce-overhead", "dynamic": True}
+    program = Program(user, "reduce_overhead_peer", kwargs, ctx.device, records_cuda_graphs=ctx.device.type == "cuda")
     seq, longest = ctx.dims().seq, ctx.lengths[-1]
 
+    def exact(**inputs: torch.Tensor) -> Any:
+        with torch.inference_mode():
+            torch.compiler.cudagraph_mark_step_begin()  # reduce-overhead: a new step per call
+            return program(**inputs)
+
     def padded(**inputs: torch.Tensor) -> Any:
-        return seq.cut(compiled(**seq.resized(inputs, longest)), seq.length(inputs))
+        return seq.cut(exact(**seq.resized(inputs, longest)), seq.length(inputs))
 
     def eager(**inputs: torch.Tensor) -> Any:
         with torch.inference_mode():
             return user(**inputs)
 
-    return {"exact": compiled, "padded": padded, "eager": eager}
+    return program, {"exact": exact, "padded": padded, "eager": eager}
 
 
 def bench_model(model: str, args: argparse.Namespace) -> Dict[str, Any]:
     run_dir = args.runs / f"{args.tag}-{model}"
     cfg, ctx, auto, tune_s, load_s = tune_and_load(overrides(model, args), run_dir)
     start = time.perf_counter()
-    users = peers(ctx.model, ctx)
+    program, users = peers(ctx.model, ctx)
     _, inputs_at = ctx.input_sources()[0]  # the batches the profile timed
     metric, timing = cfg.route.accuracy_budget.metric, {**cfg.profile, **TIMING}
     cells = []
@@ -135,6 +151,7 @@ def bench_model(model: str, args: argparse.Namespace) -> Dict[str, Any]:
                       "auto_over_eager": ms["auto"] / ms["eager"]})
     return {"model": model, "tune_seconds": tune_s, "checkpoint_load_seconds": load_s,
             "peers_and_timing_seconds": time.perf_counter() - start, "stage_seconds": ctx.stage_seconds,
+            "peer_fallback": program.fallback_reason(),  # None: every peer call ran its compiled program
             "table": ctx.route_info["table"], "validation_ok": ctx.validation.get("ok"),
             "candidates": ctx.route_info["candidates"], "heatmap": markdown_grid(ctx.medians(), auto.route, "eager"),
             "graphs": {n: {"graphs": o.graphs, "pool_mb": o.pool_mb} for n, o in ctx.outcomes.items() if o.graphs},
@@ -155,6 +172,7 @@ def summary(rows: List[Dict[str, Any]]) -> Dict[str, Any]:
             "cells_slower_than_eager": sum(c["auto_over_eager"] > 1.0 for c in cells),
             "worst_auto_score": min((c["scores"]["auto"] for c in cells), default=math.nan),
             "failed_models": [r["model"] for r in rows if "error" in r],
+            "peer_fallbacks": {r["model"]: r["peer_fallback"] for r in done if r.get("peer_fallback")},
             "not_run": [r["model"] for r in rows if "not_run" in r],
             "validation_ok": all(r.get("validation_ok") for r in done)}
 
@@ -165,11 +183,12 @@ def markdown(rows: List[Dict[str, Any]], meta: Dict[str, Any]) -> str:
              "Per cell: the backend `auto` (loaded from its checkpoint) serves, and median ms of auto, the bf16 model "
              "under `torch.compile(mode=\"reduce-overhead\", dynamic=True)` at the exact length (`exact`) and padded "
              "to the longest (`padded`), and the bf16 model in eager, all timed in the same interleaved rounds.", "",
-             "| model | batch | length | backend | auto ms | exact ms | padded ms | eager ms | over best peer | auto / eager |",
+             "| model | batch | length | backend | auto ms | exact ms | padded ms | eager ms | over best peer "
+             "| auto / eager |",
              "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
     for row in rows:
-        if "error" in row or "not_run" in row:
-            why = f"failed: {row['error'].splitlines()[-1][:120]}" if "error" in row else f"not run: {row['not_run']}"
+        why = unfinished(row)
+        if why:
             lines.append(f"| {row['model']} | | | {why} | | | | | | |")
         for c in row.get("cells", []):
             ms = {name: t["median_ms"] for name, t in c["timed"].items()}

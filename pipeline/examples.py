@@ -126,7 +126,8 @@ def seq_spec(examples: Mapping[str, torch.Tensor], batch_dims: Mapping[str, int]
     not given), checked against the examples."""
     unknown = sorted((set(seq_dims) | set(pad_values)) - set(examples))
     if unknown:
-        raise ValueError(f"seq_dims or pad_values name {unknown}, which are not inputs; the inputs are {sorted(examples)}")
+        raise ValueError(f"seq_dims or pad_values name {unknown}, which are not inputs; the inputs are "
+                         f"{sorted(examples)}")
     out = {}
     for name, dim in seq_dims.items():
         t, batch = examples[name], batch_dims.get(name, 0)

@@ -5,7 +5,7 @@ run its tuned lengths (``model.seq_lens``). Every profile cell is then a (batch 
 the route a (batch range x length range) table. A call at an untuned length is padded up to the next
 tuned one (each input with its own pad value: the pad id for token ids, 0 for masks) and its outputs are
 cut back to the real length, along each output's length dimension, found by running eager at two
-lengths as batch dimensions are (:mod:`pipeline.batching`). Padding is proved per backend at capture,
+lengths as batch dimensions are (``pipeline.batching.output_seq_dims``). Padding is proved per backend at capture,
 never assumed: a backend whose padded outputs differ from eager's at the exact length serves tuned
 lengths only, or untuned ones unpadded where it runs any length (eager, Inductor with the length
 dynamic, the exported runtimes).
@@ -16,17 +16,13 @@ them, by ``(batch size, length)``. The helpers here turn either key into words, 
 
 from __future__ import annotations
 
-import logging
 from bisect import bisect_left
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
-from torch import nn
 
-from pipeline.measure.leaves import map_outputs, tensor_leaves
-
-log = logging.getLogger(__name__)
+from pipeline.measure.leaves import map_outputs
 
 # A profile cell: a batch size, or (batch size, length) where the run tunes lengths.
 Key = Union[int, Tuple[int, int]]
@@ -186,35 +182,3 @@ class SeqDims:
             return t if dim is None or t.dim() <= dim or t.shape[dim] <= length else t.narrow(dim, 0, length)
 
         return map_outputs(one, out)
-
-    def describe(self) -> Dict[str, Any]:
-        """As plain data, for the checkpoint and route.json."""
-        return {"lengths": list(self.lengths), "inputs": dict(self.inputs), "pads": dict(self.pads),
-                "outputs": dict(self.outputs)}
-
-
-def following_length(small: torch.Tensor, large: torch.Tensor, lengths: Tuple[int, int]) -> Optional[int]:
-    """The one dimension as long as the call at both probe lengths, or None."""
-    if small.dim() != large.dim():
-        return None
-    dims = [d for d in range(small.dim()) if (small.shape[d], large.shape[d]) == tuple(lengths)]
-    return dims[0] if len(dims) == 1 else None
-
-
-def output_seq_dims(model: nn.Module, inputs_at: Callable[[int], Dict[str, torch.Tensor]],
-                    lengths: Sequence[int]) -> Dict[str, Optional[int]]:
-    """Each output tensor's length dimension, from eager's outputs at the two probe lengths
-    (:func:`probe_lengths`). A tensor that changes with the length along no single dimension (an attention
-    map, L x L) gets None and a warning: a padded call cannot be cut back there, so padding fails its check."""
-    probes = probe_lengths(lengths)
-    if not probes:
-        return {}
-    with torch.inference_mode():
-        small, large = (tensor_leaves(model(**inputs_at(n))) for n in probes)
-    dims = {path: following_length(t, large[path], probes) if path in large else None for path, t in small.items()}
-    odd = [f"{path} {tuple(t.shape)} -> {tuple(large[path].shape)}" for path, t in small.items()
-           if dims[path] is None and path in large and t.shape != large[path].shape]
-    if odd:
-        log.warning("output tensors change with the length (%d -> %d) along no single dimension, so a padded call "
-                    "cannot be cut back to its length there: %s", *probes, "; ".join(odd))
-    return dims

@@ -37,9 +37,9 @@ from pipeline.backends import BackendUnsupported
 from pipeline.measure import accuracy, padding
 from pipeline.measure.compare import combine, judge, tolerance
 from pipeline.context import ALLOW_HINT, BackendOutcome, RunContext
-from pipeline.batching import output_batch_dims
+from pipeline.batching import output_batch_dims, output_seq_dims
 from pipeline.measure.references import Reference, reference_at
-from pipeline.seqlen import PROBE_BATCH, Key, label, output_seq_dims, padding_probes, words
+from pipeline.seqlen import PROBE_BATCH, Key, label, padding_probes, words
 
 log = logging.getLogger(__name__)
 

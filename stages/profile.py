@@ -163,5 +163,6 @@ def noise_table(cells: List[Tuple[str, Key, Measurement]]) -> str:
         lo, hi = m.interval
         reasons = m.noise.split("; ")
         more = f" (+{len(reasons) - 1} more)" if len(reasons) > 1 else ""
-        lines.append(f"  {name:<{width}}  {label(key):>12}  {m.median:>10.4g}  {f'{lo:.4g}-{hi:.4g}':<21}  {reasons[0]}{more}")
+        lines.append(f"  {name:<{width}}  {label(key):>12}  {m.median:>10.4g}  {f'{lo:.4g}-{hi:.4g}':<21}  "
+                     f"{reasons[0]}{more}")
     return "\n".join(lines)

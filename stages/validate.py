@@ -60,8 +60,8 @@ def row_cell(row: Dict[str, object]) -> str:
 
 
 def check(ctx: RunContext, modules: Dict[str, torch.nn.Module], bar: progress.Steps) -> list:
-    """One row per module and cell (batch size, and length where tuned): which backend served it, its error, how many tensors were
-    compared and whether it is within tolerance. Eager's reference runs once per size (on inputs other
+    """One row per module and cell (batch size, and length where tuned): which backend served it, its error, how
+    many tensors were compared and whether it is within tolerance. Eager's reference runs once per size (on inputs other
     than capture's: the user's rows from the second on, random fills at the next seed) and serves every
     module; an uninformative row passes only with validate.allow_unverified. ``bar`` shows each size as
     it is checked (a new size may compile for a while). Every row is also held to route.accuracy_budget

@@ -343,3 +343,23 @@ def test_a_format_5_checkpoint_without_lengths_still_loads(tmp_path):
     x = torch.randn(3, 4)
     with torch.inference_mode():
         assert torch.equal(served(x), model(x))
+
+
+def test_precision_candidates_are_proved_and_routed_per_cell_too(tmp_path):
+    """The table routes over the precision list's candidates (each held to the budget and proved under padding)."""
+    torch.manual_seed(0)
+    model = Tokens().eval()
+    ids, mask = torch.randint(0, 50, (4, 16)), torch.ones(4, 16, dtype=torch.long)
+    tuned = pipeline.tune(model, {"input_ids": ids, "attention_mask": mask}, seq_dims={"input_ids": 1,
+                          "attention_mask": 1}, seq_lens=[8, 16],
+                          overrides=["backends=[eager]", "precision=[fp32,bf16]", "profile=quick", "tracking=off",
+                                     "device=cpu", "model.batch_sizes=[1,4]", "validate.extra_batch_sizes=[2]"],
+                          run_dir=tmp_path / "run")
+    route = json.loads((tmp_path / "run" / "route.json").read_text())
+    assert {c["backend"]: c["padding"] for c in route["candidates"]} == {
+        "eager": "ok", "eager.bf16": "ok", "eager.bf16-weights": "ok"}
+    assert all({"precision", "weights", "len_lo", "len_hi"} <= set(t) for t in route["table"])
+    assert sorted(tuned.record.padded) == sorted({t["backend"] for t in route["table"]})
+    x = {"input_ids": torch.randint(0, 50, (3, 11)), "attention_mask": torch.ones(3, 11, dtype=torch.long)}
+    with torch.inference_mode():
+        assert tuned(**x).shape == (3, 11, 2)

@@ -132,8 +132,8 @@ class GraphBackend(Backend):
                                               self.exact_sizes)
         lengths = self.batch_dims.seq.lengths or (None,)
         if len(recorded) * len(lengths) > self.cfg["max_graphs"]:
-            raise RuntimeError(f"{len(recorded)} batch sizes x {len(lengths)} lengths make {len(recorded) * len(lengths)} "
-                               f"graphs, above max_graphs={self.cfg['max_graphs']}; set a smaller grid "
+            raise RuntimeError(f"{len(recorded)} batch sizes x {len(lengths)} lengths make "
+                               f"{len(recorded) * len(lengths)} graphs, above max_graphs={self.cfg['max_graphs']}; set a smaller grid "
                                f"(grid=[...]), fewer model.seq_lens, or raise max_graphs")
         return recorded, lengths
 
@@ -194,7 +194,8 @@ class GraphBackend(Backend):
             "record_seconds": record_seconds,
             "compiles": compiles,
             "pool_bytes": pool_bytes,
-            "static_input_bytes": sum(b.numel() * b.element_size() for per in self._static.values() for b in per.values()),
+            "static_input_bytes": sum(b.numel() * b.element_size()
+                                      for per in self._static.values() for b in per.values()),
         }
         expected = EXPECTED_COMPILES * (len(lengths) if self._inductor and self._inductor.per_length else 1)
         if self._stats["compiles"] > expected:

@@ -1,7 +1,7 @@
 """OpenVINO on the CPU: the model's exported graph converted by ``openvino.convert_model`` (every
-dimension fixed but the batch, and the length where lengths are tuned) and compiled by the CPU plugin with the backend's threads,
-performance hint and precision. A call runs one infer request on the caller's tensors (shared, not
-copied) and copies the outputs out, since the request's next call overwrites them."""
+dimension fixed but the batch, and the length where lengths are tuned) and compiled by the CPU plugin with the
+backend's threads, performance hint and precision. A call runs one infer request on the caller's tensors (shared,
+not copied) and copies the outputs out, since the request's next call overwrites them."""
 
 from __future__ import annotations
 

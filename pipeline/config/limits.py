@@ -101,7 +101,8 @@ def seq_problem(name: str, spec: Mapping[str, Any], dims: int, batch_dim: int) -
     if seq is not None and (not is_int(seq) or not 0 <= seq <= dims or seq == batch_dim):
         return (f"input {name!r}: seq_dim={seq!r} must be a dimension of the full tensor (0 to {dims}) other than "
                 f"its batch_dim {batch_dim}, e.g. seq_dim=1 for batch-first token ids")
-    if isinstance(pad, bool) or not isinstance(pad, (int, float)) or not math.isfinite(pad) or abs(pad) > MAX_RANDINT_HIGH:
+    if (isinstance(pad, bool) or not isinstance(pad, (int, float)) or not math.isfinite(pad)
+            or abs(pad) > MAX_RANDINT_HIGH):
         return f"input {name!r}: pad={pad!r} must be a finite number (the value a padded call fills in: the pad id, 0)"
     return None
 

@@ -41,7 +41,8 @@ def check(backend: Any, references: Mapping[Any, Reference], seq: SeqDims, budge
         try:
             out = padded_call(backend, ref.inputs, seq)
         except Exception as exc:  # a padded call that fails proves nothing: it is the backend's outcome, not a crash
-            return f"a call at {where} fails: {type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+            first = str(exc).splitlines()[0][:300] if str(exc) else ""
+            return f"a call at {where} fails: {type(exc).__name__}: {first}"
         verdict = accuracy.relaxed(judge(out, ref.output, backend.compute_dtype, tolerance_scale),
                                    backend.judged_by_budget)
         value = accuracy.score(out, ref.output, budget["metric"])

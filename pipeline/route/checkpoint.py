@@ -234,7 +234,8 @@ def owned_by(route: Sequence[Any], name: str, servable: Sequence[int], tuned: Se
     tiles = [t for t in route if t.backend == name]
     ranges = [Range(t.lo, t.hi, t.backend) for t in tiles]
     holds = lambda bs: any(r.holds(bs) for r in ranges)  # noqa: E731
-    lengths = {n for t in tiles for n in seq.lengths if t.len_lo <= n <= t.len_hi} | {seq.target(t.len_hi) for t in tiles}
+    lengths = ({n for t in tiles for n in seq.lengths if t.len_lo <= n <= t.len_hi}
+               | {seq.target(t.len_hi) for t in tiles})
     return [bs for bs in servable if holds(bs)], [bs for bs in tuned if holds(bs)], sorted(lengths)
 
 
@@ -267,7 +268,8 @@ def load(path: PathLike, model: nn.Module, device: Optional[Union[str, torch.dev
     warn_on_drift(payload, dev)
     inputs, tuned = payload["inputs"], [int(b) for b in payload["batch_sizes"]]
     output_dims = payload.get("output_batch_dims", {})  # absent from checkpoints written before batch dims
-    seq = SeqDims.of(inputs, payload["seq"]["lengths"], payload["seq"]["output_dims"]) if "seq" in payload else SeqDims()
+    stored = payload.get("seq")  # format 6, where lengths were tuned
+    seq = SeqDims.of(inputs, stored["lengths"], stored["output_dims"]) if stored else SeqDims()
     route = ([Tile(int(t["len_lo"]), int(t["len_hi"]), int(t["lo"]), None if t["hi"] is None else int(t["hi"]),
                    t["backend"]) for t in payload["route"]] if seq else
              [Range(int(r["lo"]), None if r["hi"] is None else int(r["hi"]), r["backend"]) for r in payload["route"]])
@@ -287,7 +289,7 @@ def load(path: PathLike, model: nn.Module, device: Optional[Union[str, torch.dev
     devices.synchronize(dev)
     routed = RoutedModule(built, route, TuneRecord(payload["name"], model, inputs, tuned, dev, api=True,
                                                    output_batch_dims=output_dims, seq=seq,
-                                                   padded=list(payload["seq"]["padded"]) if seq else []))
+                                                   padded=list(stored["padded"]) if seq else []))
     routed.load_seconds = time.perf_counter() - start
     log.info("loaded %s in %.2f s on %s: %s", path, routed.load_seconds, dev, routed.extra_repr())
     return routed

@@ -177,17 +177,6 @@ def rests_on(table: Sequence[Tile], profile: Profile2, intervals: Intervals2) ->
     return resting_cells(owners, profile, intervals)
 
 
-def served_lengths(table: Sequence[Tile]) -> List[Tuple[int, int]]:
-    """The length ranges the table serves, merged: ``[(1, 64)]``, or ``[(16, 16), (64, 64)]`` for tuned lengths alone."""
-    spans: List[Tuple[int, int]] = []
-    for lo, hi in sorted({(t.len_lo, t.len_hi) for t in table}):
-        if spans and lo <= spans[-1][1] + 1:
-            spans[-1] = (spans[-1][0], max(hi, spans[-1][1]))
-        else:
-            spans.append((lo, hi))
-    return spans
-
-
 def describe(table: Sequence[Tile]) -> str:
     """``len 1..64 bs 1..4: graph; ...`` for logs and tags."""
     return "; ".join(f"len {t.len_lo}..{t.len_hi} bs {t.lo}..{t.hi if t.hi is not None else 'inf'}: {t.backend}"
