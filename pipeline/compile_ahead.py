@@ -51,7 +51,10 @@ def program_key(name: str, cfg: Mapping[str, Any]) -> str:
     from pipeline.backends.inductor import InductorBackend
 
     numerics = {k: cfg.get(k) for k in ("precision", "cast_weights", "autocast_enabled", "autocast_dtype")}
-    return json.dumps({"compile": InductorBackend(name, cfg).compile_kwargs(), **numerics}, sort_keys=True, default=str)
+    inductor = InductorBackend(name, cfg)
+    compile_args = {k: v for k, v in inductor.compile_kwargs().items() if k not in ("mode", "options")}
+    return json.dumps({"compile": compile_args, "options": inductor.effective_options(), **numerics},
+                      sort_keys=True, default=str)  # mode=default and no mode are one program
 
 
 def plan(candidates: Mapping[str, Mapping[str, Any]]) -> Dict[str, str]:

@@ -65,10 +65,11 @@ class Recorded:
 
 
 @contextlib.contextmanager
-def recorded() -> Iterator[Recorded]:
-    """Record the Inductor cache entries the block produces or loads (the mega-cache, cleared first)."""
+def recorded(compiles: bool) -> Iterator[Recorded]:
+    """Record the Inductor cache entries the block produces or loads (the mega-cache, cleared first), where the
+    block ``compiles`` with Inductor (otherwise nothing is recorded, and Inductor is not loaded for it)."""
     holder = Recorded()
-    manager = _artifact_manager()
+    manager = _artifact_manager() if compiles else None
     if manager is None:
         yield holder
         return
@@ -82,10 +83,8 @@ def recorded() -> Iterator[Recorded]:
 
 
 def _artifact_manager() -> Any:
-    """torch's mega-cache recorder, where this torch has one and Inductor is loaded (else nothing can compile)."""
-    import sys
-
-    if "torch._inductor" not in sys.modules or not hasattr(torch.compiler, "save_cache_artifacts"):
+    """torch's mega-cache recorder, where this torch has one."""
+    if not hasattr(torch.compiler, "save_cache_artifacts"):
         return None
     try:
         from torch.compiler._cache import CacheArtifactManager
