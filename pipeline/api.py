@@ -10,7 +10,6 @@ The model is tuned on the rows of ``example_inputs`` (``pipeline.examples``), no
 from __future__ import annotations
 
 from pipeline.config import SHIPPED_CONF
-import copy
 import datetime
 from pathlib import Path
 from typing import Mapping, Optional, Sequence, Union
@@ -20,6 +19,7 @@ from omegaconf import DictConfig
 from torch import nn
 
 from pipeline import runner
+from pipeline.copies import own_copy
 from pipeline.route.checkpoint import load, save
 from pipeline.config.errors import ConfigError
 from pipeline.examples import Examples, input_spec, pooled, spec_of
@@ -41,17 +41,6 @@ def default_run_dir(name: str) -> Path:
     while path.exists():
         path, n = base.with_name(f"{base.name}-{n}"), n + 1
     return path
-
-
-def own_copy(model: nn.Module) -> nn.Module:
-    """A deep copy to tune, so nothing the stages do (eval mode, device moves, buffers advanced by
-    thousands of timed calls) reaches the caller's model."""
-    try:
-        return copy.deepcopy(model)
-    except Exception as exc:
-        raise TypeError(f"tune works on a copy of the model so that yours stays exactly as it was, but "
-                        f"copy.deepcopy({type(model).__name__}) failed: {exc}; make the model deep-copyable "
-                        f"(no open files, locks or generators in its attributes)") from exc
 
 
 def tune(model: nn.Module, example_inputs: Examples, overrides: Sequence[str] = (),

@@ -51,3 +51,31 @@ class CellGRU(nn.Module):
 def sequence_first(batch: int, steps: int = 3) -> torch.Tensor:
     """(time, batch, 5) inputs for :class:`CellGRU` and ``nn.GRU(5, ...)``, the same for the same batch size."""
     return torch.randn(steps, batch, 5, generator=torch.Generator().manual_seed(batch))
+
+
+class BufferedMLP(nn.Module):
+    """A tiny MLP with buffers beside its weights (a BatchNorm's running statistics and its counter), so a
+    test sees buffers kept as well as weights. ``branch=True`` adds a data-dependent Python branch
+    (``.item()`` in an ``if``), which ``torch.export`` refuses: the exported backends cannot be built."""
+
+    def __init__(self, width: int = 16, branch: bool = False) -> None:
+        super().__init__()
+        self.a, self.norm, self.b = nn.Linear(width, width), nn.BatchNorm1d(width), nn.Linear(width, width)
+        self.branch = branch
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.norm(self.a(x))
+        if self.branch and h.sum().item() > 0:
+            h = h.relu()
+        return self.b(h)
+
+
+def buffered_mlp(seed: int, branch: bool = False) -> BufferedMLP:
+    """A :class:`BufferedMLP` in eval mode whose weights and buffers all depend on ``seed``."""
+    torch.manual_seed(seed)
+    model = BufferedMLP(branch=branch).eval()
+    with torch.no_grad():
+        model.norm.running_mean.normal_()
+        model.norm.running_var.uniform_(0.5, 2.0)
+        model.norm.num_batches_tracked.fill_(seed)
+    return model

@@ -40,6 +40,19 @@ def candidate_name(backend: str, precision: str, cast_weights: bool = False) -> 
     return f"{backend}{SEPARATOR}{precision}{CAST_SUFFIX if cast_weights else ''}"
 
 
+def name_problem(name: str, cfg: Mapping[str, Any]) -> Optional[str]:
+    """Why a candidate named ``<backend>.<precision>[-weights]`` does not run what its name says, or None
+    (a name without the separator is a backend's own, whatever numerics it sets)."""
+    backend, separator, _ = name.rpartition(SEPARATOR)
+    if not separator:
+        return None
+    says = candidate_name(backend, precision_of(cfg), bool(cfg.get("cast_weights")))
+    if says != name:
+        return (f"backend {name!r} is named for another precision than it runs (precision={precision_of(cfg)}, "
+                f"cast_weights={bool(cfg.get('cast_weights'))}: it would be {says!r})")
+    return None
+
+
 def can_cast_weights(cfg: Mapping[str, Any]) -> bool:
     """Whether a backend's kind runs the PyTorch model itself, so a copy with cast weights can compete
     (exported runtimes set their own inference precision)."""
