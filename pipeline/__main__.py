@@ -13,7 +13,6 @@ import shutil
 import sys
 import traceback
 from pathlib import Path
-from typing import NoReturn
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -21,7 +20,7 @@ from hydra.errors import ConfigCompositionException, OverrideParseException
 from omegaconf import DictConfig
 
 from pipeline.config import SHIPPED_CONF
-from pipeline.config.errors import ConfigError, config_dirs_from_argv, explain_unknown_choices, one_line
+from pipeline.config.errors import ConfigError, config_dirs_from_argv, explain_unknown_choices, fail, one_line
 from pipeline.runner import resumed_config, run
 from pipeline.config.schema import register_configs
 from stages.route import RouteNotConfident
@@ -34,12 +33,6 @@ def remove_if_unused(run_dir: Path) -> None:
     """Remove a run directory that holds nothing but what Hydra wrote before ``main`` (``.hydra/``, the log)."""
     if run_dir.is_dir() and all(p.name == ".hydra" or p.suffix == ".log" for p in run_dir.iterdir()):
         shutil.rmtree(run_dir)
-
-
-def fail(message: str, code: int = 2) -> NoReturn:
-    """One line on stderr and an exit code: 2 for a user's mistake."""
-    print(f"error: {message}", file=sys.stderr)
-    raise SystemExit(code)
 
 
 def raised_in_main(exc: BaseException) -> bool:

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from pipeline.config import SHIPPED_CONF
 import re
+import sys
 from pathlib import Path
-from typing import Iterable, List, Optional, Sequence
+from typing import Iterable, List, NoReturn, Optional, Sequence
 
 DEFAULT_CONF = SHIPPED_CONF
 _CHOICE = re.compile(r"^[+~]*(?P<group>[\w/]+)=\[?(?P<values>[^\]=]*)\]?$")
@@ -23,6 +24,12 @@ _LOCATING = ("full_key:", "reference_type=", "object_type=", "provider=")
 
 class ConfigError(ValueError):
     """A mistake in the user's config or setup. The message is one line naming the problem and the fix."""
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    """One line on stderr and an exit code: 2 for a user's mistake (the command-line tools' way out)."""
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(code)
 
 
 def one_line(exc: BaseException) -> str:
