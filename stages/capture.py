@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import time
 import traceback
 from typing import Callable, Dict, Optional
@@ -29,8 +30,9 @@ from pipeline.backends import BackendUnsupported
 from pipeline.measure import accuracy
 from pipeline.measure.compare import combine, judge, tolerance
 from pipeline.context import ALLOW_HINT, BackendOutcome, RunContext
-from pipeline.batching import BatchDims, output_batch_dims
-from pipeline.measure.references import Reference, reference_at
+from pipeline.batching import PROBE_SIZES, BatchDims, layout, output_batch_dims
+from pipeline.config.errors import ConfigError, RunFailed
+from pipeline.measure.references import Reference, eager_problem, reference_at
 
 log = logging.getLogger(__name__)
 
@@ -107,9 +109,34 @@ def capture_one(ctx: RunContext, name: str, cfg: dict,
     return outcome
 
 
+class NoBackendSurvived(RunFailed):
+    """Every candidate failed, was skipped, or could not be checked; capture.json says why each."""
+
+
+def budget_problem(ctx: RunContext) -> Optional[str]:
+    """Why no candidate that capture kept can serve under ``route.accuracy_budget``, or None: known now,
+    before the profile times candidates the route could never use."""
+    if "route" not in ctx.cfg.stages or not ctx.backends:
+        return None
+    kept = {n: ctx.outcomes[n] for n in ctx.backends}
+    if any(o.within_budget for o in kept.values()):
+        return None
+    budget = ctx.cfg.route.accuracy_budget
+    higher = accuracy.METRICS[budget.metric]["higher_is_better"]
+    best = (max if higher else min)(kept.values(), key=lambda o: o.accuracy)
+    admits = (math.floor if higher else math.ceil)(best.accuracy * 1e4) / 1e4
+    return (f"no candidate meets route.accuracy_budget ({accuracy.describe(budget.metric, budget.bound)} against fp32 "
+            f"eager): the closest is {best.name} at {budget.metric} {best.accuracy:.6g}; loosen the bound "
+            f"(route.accuracy_budget.bound={admits:g} admits it) or add fp32 to precision")
+
+
 def run(ctx: RunContext) -> None:
     label, inputs_at = ctx.input_sources()[0]
     log.info("capture: batches are made of %s", label)
+    shown = ", ".join(f"{n}: {layout(s['shape'], int(s.get('batch_dim', 0)))} {s['dtype']}" for n, s in ctx.inputs.items())
+    problem = eager_problem(ctx.model, inputs_at(PROBE_SIZES[0]), f"{label} at batch size {PROBE_SIZES[0]}", shown)
+    if problem:
+        raise ConfigError(problem)
     ctx.output_batch_dims = output_batch_dims(ctx.model, inputs_at)
     references = functools.lru_cache(maxsize=None)(functools.partial(reference_outputs, ctx))  # per compute dtype
     candidates = ctx.candidates
@@ -128,7 +155,11 @@ def run(ctx: RunContext) -> None:
                 + (f", {outcome.compile['graphs']} Dynamo graph(s), {outcome.compile['graph_breaks']} graph break(s)"
                    if outcome.compile else ""))
     if not ctx.backends:
-        hint = (f"; unverified: {', '.join(ctx.unverified())}{ALLOW_HINT}, or tune on inputs on which its output "
-                f"varies: " + ("real data in example_inputs" if ctx.api else "model.examples=<a .pt file of them>")
-                if ctx.unverified() else "")
-        raise RuntimeError(f"capture: no backend survived{hint}; see capture.json for each reason")
+        unverified = ctx.unverified()
+        hint = (f"; unverified: {', '.join(unverified)}{ALLOW_HINT}, or tune on inputs on which its output varies: "
+                + ("real data in example_inputs" if ctx.api else "model.examples=<a .pt file of them>")
+                + f" ({unverified[0]} {ctx.outcomes[unverified[0]].reason[:300]})" if unverified else "")
+        raise NoBackendSurvived(f"capture: no backend survived{hint}; see capture.json for each reason")
+    problem = budget_problem(ctx)
+    if problem:
+        raise ConfigError(problem)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Dict, List
 
+from pipeline.config.errors import RunFailed
 from pipeline.context import RunContext
 from pipeline.route.served import RoutedModule, TuneRecord
 from pipeline.backends.precision import precision_of
@@ -19,7 +20,11 @@ log = logging.getLogger(__name__)
 TIMED = ("router", "highest_throughput")  # the strategies whose choice rests on the profile's timings
 
 
-class RouteNotConfident(RuntimeError):
+class NoRoute(RunFailed):
+    """No backend can serve as the route strategy asks (all excluded, or route.backend was)."""
+
+
+class RouteNotConfident(RunFailed):
     """``route.require_confident`` is set and the route rests on cells the profile flagged noisy."""
 
 
@@ -31,8 +36,11 @@ def run(ctx: RunContext) -> None:
     eager = (eager_baseline({n: c for n, c in candidates.items() if precision_of(c) == "fp32"})
              or eager_baseline(candidates))
     order, failures = list(candidates), ctx.failures()
-    route = choose_route(medians, order, rcfg.strategy, rcfg.min_gain, rcfg.backend, failures,
-                         baseline=eager, intervals=intervals)
+    try:
+        route = choose_route(medians, order, rcfg.strategy, rcfg.min_gain, rcfg.backend, failures,
+                             baseline=eager, intervals=intervals)
+    except (ValueError, RuntimeError) as exc:  # nothing to route on, or route.backend cannot serve
+        raise NoRoute(f"route: {exc}; see capture.json and profile.csv") from None
     competed = {b: medians[b] for b in usable(medians, order, failures)}
     cells = rests_on(route, competed, intervals) if rcfg.strategy in TIMED else []
     noisy: List[Dict[str, Any]] = [{"backend": b, "batch_size": bs, "reason": ctx.profile[b][bs].noise}

@@ -79,3 +79,71 @@ def buffered_mlp(seed: int, branch: bool = False) -> BufferedMLP:
         model.norm.running_var.uniform_(0.5, 2.0)
         model.norm.num_batches_tracked.fill_(seed)
     return model
+
+
+class PrintingMLP(nn.Module):
+    """A tiny MLP whose ``forward`` prints: a graph break Dynamo leaves the model's own frame to compile."""
+
+    def __init__(self, width: int = 16) -> None:
+        super().__init__()
+        self.a = nn.Linear(width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        print("forward")
+        return self.a(x)
+
+
+class InterruptedInCallback(nn.Module):
+    """A tiny MLP that sends its own process SIGINT from inside a weakref callback at its ``at``-th call: a
+    Ctrl-C landing where Python swallows exceptions ("Exception ignored in ...")."""
+
+    calls = 0
+
+    def __init__(self, at: int = 30) -> None:
+        super().__init__()
+        self.lin, self.at = nn.Linear(16, 16), at
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        InterruptedInCallback.calls += 1
+        if InterruptedInCallback.calls == self.at:
+            import os
+            import signal
+            import weakref
+
+            class Doomed:
+                pass
+
+            def callback(ref: weakref.ref) -> None:
+                os.kill(os.getpid(), signal.SIGINT)
+                for _ in range(100_000):  # the handler runs here, inside the callback
+                    pass
+
+            doomed = Doomed()
+            ref = weakref.ref(doomed, callback)  # noqa: F841 -- kept alive until the callback has run
+            del doomed
+        return self.lin(x)
+
+
+class WritesIntoItsInput(nn.Module):
+    """A tiny MLP whose ``forward`` adds to its input in place."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x.add_(1.0)
+        return self.lin(x)
+
+
+class CountsItsCalls(nn.Module):
+    """A tiny MLP whose output grows with the number of times it was called (a buffer counts them)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(16, 16)
+        self.register_buffer("calls", torch.zeros(()))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        return self.lin(x) * self.calls

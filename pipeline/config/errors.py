@@ -26,6 +26,12 @@ class ConfigError(ValueError):
     """A mistake in the user's config or setup. The message is one line naming the problem and the fix."""
 
 
+class RunFailed(RuntimeError):
+    """The run ended without the result it was for, for a reason its one-line message states and that is not a
+    bug of tweakpipe's (no backend survived capture, a route resting on noise, a validation that failed);
+    ``python -m pipeline`` prints it and exits 1, the run directory holding the evidence."""
+
+
 def fail(message: str, code: int = 2) -> NoReturn:
     """One line on stderr and an exit code: 2 for a user's mistake (the command-line tools' way out)."""
     print(f"error: {message}", file=sys.stderr)
