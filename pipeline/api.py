@@ -58,6 +58,8 @@ def tune(model: nn.Module, example_inputs: Examples, overrides: Sequence[str] = 
     (default ``outputs/api/<timestamp>_<name>``) holds the same files as a command-line run,
     ``model.tweak`` included (without the examples: loading warms up on random fills of the spec).
     """
+    if isinstance(overrides, str):  # a string is a sequence too, of one-letter overrides
+        raise TypeError(f"overrides={overrides!r} is a string; pass a list of overrides, e.g. overrides=[{overrides!r}]")
     cfg = compose_config(overrides)
     if "route" not in cfg.stages:
         raise ConfigError(f"tune returns the routed model, so stages must include route; got {list(cfg.stages)}")

@@ -28,6 +28,7 @@ from pipeline.config.checks import advice, check_config
 from pipeline.config.errors import ConfigError, one_line
 from pipeline.config.schema import Config
 from pipeline.context import Earlier, RunContext
+from pipeline.measure.references import eager_problem
 from pipeline.record import fingerprint
 from pipeline.record.claim import claimed
 from pipeline.record.recorder import Recorder, earlier_record, earlier_results
@@ -143,6 +144,10 @@ def run(cfg: DictConfig, run_dir: Path, model: Optional[torch.nn.Module] = None,
             for line in advice(cfg):
                 log.warning(line)
             ctx = build_context(cfg, run_dir, model, earlier_results(run_dir) if resume else None, examples)
+            problem = eager_problem(ctx.model, ctx.inputs, ctx.input_sources()[0])
+            ctx.restore_model_state()
+            if problem:
+                raise ConfigError(problem)
             now = fingerprint.fingerprint(ctx)
             if resume:
                 check_resumed(run_dir, now)

@@ -30,9 +30,9 @@ from pipeline.backends import BackendUnsupported
 from pipeline.measure import accuracy
 from pipeline.measure.compare import combine, judge, tolerance
 from pipeline.context import ALLOW_HINT, BackendOutcome, RunContext
-from pipeline.batching import PROBE_SIZES, BatchDims, layout, output_batch_dims
+from pipeline.batching import BatchDims, output_batch_dims
 from pipeline.config.errors import ConfigError, RunFailed
-from pipeline.measure.references import Reference, eager_problem, reference_at
+from pipeline.measure.references import Reference, reference_at
 
 log = logging.getLogger(__name__)
 
@@ -133,10 +133,6 @@ def budget_problem(ctx: RunContext) -> Optional[str]:
 def run(ctx: RunContext) -> None:
     label, inputs_at = ctx.input_sources()[0]
     log.info("capture: batches are made of %s", label)
-    shown = ", ".join(f"{n}: {layout(s['shape'], int(s.get('batch_dim', 0)))} {s['dtype']}" for n, s in ctx.inputs.items())
-    problem = eager_problem(ctx.model, inputs_at(PROBE_SIZES[0]), f"{label} at batch size {PROBE_SIZES[0]}", shown)
-    if problem:
-        raise ConfigError(problem)
     ctx.output_batch_dims = output_batch_dims(ctx.model, inputs_at)
     references = functools.lru_cache(maxsize=None)(functools.partial(reference_outputs, ctx))  # per compute dtype
     candidates = ctx.candidates

@@ -8,7 +8,6 @@ import contextlib
 import fcntl
 import hashlib
 import logging
-import os
 import re
 import shutil
 import sqlite3
@@ -23,7 +22,7 @@ import torch
 from mlflow.tracking import MlflowClient
 
 import pipeline
-from conftest import ROOT
+from conftest import ROOT, read_only
 from mlflow_helpers import clean_env, copy_store, init_store
 from pipeline import report
 from pipeline.config.errors import ConfigError
@@ -241,26 +240,6 @@ def test_a_copied_then_moved_project_logs_its_artifacts_beside_its_own_store(tmp
     assert not (original / "mlartifacts").exists() or not list((original / "mlartifacts").rglob("note.txt"))
     client = MlflowClient(tracking_uri=uri)  # the original store is left exactly as it pointed
     assert client.get_experiment_by_name("copied").artifact_location.startswith((original / "mlartifacts").as_uri())
-
-
-@contextlib.contextmanager
-def read_only(path: Path) -> Iterator[None]:
-    """``path`` made read-only for this process, root included (its mode, and the immutable flag where the
-    mode does not stop root); skips where neither can."""
-    mode = path.stat().st_mode
-    path.chmod(0o444 if path.is_file() else 0o555)
-    flagged = False
-    if os.access(path, os.W_OK):
-        flagged = subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode == 0
-        if not flagged:
-            path.chmod(mode)
-            pytest.skip("cannot make a file read-only for root here (no chattr)")
-    try:
-        yield
-    finally:
-        if flagged:
-            subprocess.run(["chattr", "-i", str(path)], check=True)
-        path.chmod(mode)
 
 
 def test_a_read_only_store_is_refused_before_any_work(tmp_path, template):

@@ -18,7 +18,7 @@ import torch
 from mlflow.tracking import MlflowClient
 
 import pipeline
-from conftest import ROOT, TINY
+from conftest import ROOT, TINY, read_only
 from mlflow_helpers import clean_env, copy_store, init_store
 from models_for_tests import InterruptedInCallback
 from pipeline.config.errors import ConfigError
@@ -173,6 +173,17 @@ def test_a_resume_whose_device_or_backends_changed_is_refused(compose_cfg, tmp_p
     (run_dir / "run.json").write_text(json.dumps(kept))
     run(resumed_config(run_dir), run_dir, resume=True)  # the same: resumed
     assert record(run_dir)["status"] == "FINISHED"
+
+
+def test_a_read_only_run_directory_is_refused_before_a_resume_begins(compose_cfg, tmp_path):
+    killed_capture(compose_cfg, tmp_path)
+    cfg = resumed_config(tmp_path)
+    with read_only(tmp_path):
+        with pytest.raises(ConfigError) as err:
+            run(cfg, tmp_path, resume=True)
+    message = str(err.value)
+    assert "\n" not in message and re.search(r"run directory .*: cannot write in .*; make it writable to resume the run "
+                                             r"there", message), message
 
 
 def test_resuming_a_finished_run_says_so(compose_cfg, tmp_path):

@@ -107,11 +107,12 @@ def check_sizes(cfg: DictConfig, device: torch.device) -> None:
                 raise ConfigError(f"{problem}; e.g. {key}={EXAMPLE_SIZES}")
 
 
-def check_run_dir(run_dir: Path) -> None:
+def check_run_dir(run_dir: Path, resuming: bool = False) -> None:
     problem = writable_problem(run_dir)
     if problem:
-        raise ConfigError(f"run directory {run_dir}: {problem}; pick a writable one "
-                          f"(hydra.run.dir=... on the command line, run_dir=... in pipeline.tune)")
+        raise ConfigError(f"run directory {run_dir}: {problem}; " + (
+            "make it writable to resume the run there" if resuming else
+            "pick a writable one (hydra.run.dir=... on the command line, run_dir=... in pipeline.tune)"))
 
 
 def advice(cfg: DictConfig) -> List[str]:
@@ -160,6 +161,6 @@ def check_config(cfg: DictConfig, run_dir: Optional[Path] = None) -> None:
         check_precision(cfg, device)
         check_sizes(cfg, device)
         if run_dir is not None:
-            check_run_dir(run_dir)
+            check_run_dir(run_dir, bool(cfg.get("resume")))
         if cfg.tracking.enabled:
             store.check_store(cfg.tracking.uri)

@@ -19,7 +19,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import torch
 from torch import nn
 
-from pipeline.batching import tile
+from pipeline.batching import PROBE_SIZES, tile
+from pipeline.batching import layout as layout_of
 from pipeline.measure.compare import UNCHECKABLE, judge, uninformative
 from pipeline.models import make_inputs
 
@@ -71,11 +72,14 @@ def same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.shape == b.shape and a.dtype == b.dtype and torch.equal(*(t.view(torch.uint8) for t in flat))
 
 
-def eager_problem(model: nn.Module, inputs: Dict[str, torch.Tensor], label: str, layout: str) -> str:
-    """Why eager itself cannot be the reference on ``inputs`` ('' if it can): it fails on them, writes into
-    them, or answers the same inputs differently from one call to the next (a call counter, randomness).
-    Every backend is held to eager on the same batch many times over, so each would make every backend
-    fail for a reason that is the model's; said here, before anything is built."""
+def eager_problem(model: nn.Module, spec: Mapping[str, Any], source: InputSource) -> str:
+    """Why eager itself cannot be the reference on the batches of ``source`` ('' if it can): it fails on them,
+    writes into them, or answers the same inputs differently from one call to the next (a call counter,
+    randomness). Every backend is held to eager on the same batch many times over, so each would make
+    every backend fail for a reason that is the model's; asked before anything is built."""
+    size = PROBE_SIZES[0]
+    label, inputs = f"{source[0]} at batch size {size}", source[1](size)
+    layout = ", ".join(f"{n}: {layout_of(s['shape'], int(s.get('batch_dim', 0)))} {s['dtype']}" for n, s in spec.items())
     kept = {name: t.clone() for name, t in inputs.items()}
     try:
         with torch.inference_mode():
