@@ -23,7 +23,7 @@ from mlflow.tracking import MlflowClient
 
 import pipeline
 from conftest import ROOT, read_only
-from mlflow_helpers import clean_env, copy_store, init_store
+from mlflow_helpers import clean_env, copy_store, init_store, run_with_note
 from pipeline import report
 from pipeline.config.errors import ConfigError
 from pipeline.record.store import StoreGuard, check_store
@@ -229,13 +229,7 @@ def test_a_copied_then_moved_project_logs_its_artifacts_beside_its_own_store(tmp
     shutil.copytree(tmp_path / "original", tmp_path / "copy")
     shutil.move(str(tmp_path / "copy"), str(tmp_path / "moved"))
     moved = tmp_path / "moved" / "outputs"
-    moved_uri = f"sqlite:///{moved / 'mlflow.db'}"
-    tracker = MlflowTracker({"uri": moved_uri, "experiment": "copied"})
-    tracker.start("run", {}, {})
-    note = tmp_path / "note.txt"
-    note.write_text("mine")
-    tracker.log_artifact(note)
-    tracker.finish("FINISHED")
+    run_with_note(f"sqlite:///{moved / 'mlflow.db'}", "copied", tmp_path, "mine")
     assert list((moved / "mlartifacts").rglob("note.txt"))
     assert not (original / "mlartifacts").exists() or not list((original / "mlartifacts").rglob("note.txt"))
     client = MlflowClient(tracking_uri=uri)  # the original store is left exactly as it pointed
