@@ -22,12 +22,13 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from pipeline import devices, stops
+from pipeline import compile_cache, cost, devices, stops
 from pipeline import inputs as model_inputs
 from pipeline.config.checks import advice, check_config
 from pipeline.config.errors import ConfigError, one_line
 from pipeline.config.schema import Config
 from pipeline.context import Earlier, RunContext
+from pipeline.cost import Stopwatch
 from pipeline.measure.references import eager_problem
 from pipeline.record import fingerprint
 from pipeline.record.claim import claimed
@@ -137,8 +138,10 @@ def run(cfg: DictConfig, run_dir: Path, model: Optional[torch.nn.Module] = None,
         examples = model_inputs.complete(cfg)
     check_config(cfg, run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    with claimed(run_dir), run_log(run_dir), stops.stoppable() as stop, devices.cpu_threads(cfg.threads) as threads:
+    with claimed(run_dir), run_log(run_dir), stops.stoppable() as stop, devices.cpu_threads(cfg.threads) as threads, \
+            compile_cache.active(OmegaConf.to_container(cfg.compile_cache, resolve=True)):
         cfg.threads = threads  # the count in force, so that config.yaml and MLflow's params record it
+        tuning = Stopwatch()
         status, stage, recorder = "FAILED", "setup", None
         try:
             for line in advice(cfg):
@@ -169,6 +172,9 @@ def run(cfg: DictConfig, run_dir: Path, model: Optional[torch.nn.Module] = None,
                     ctx.restore_model_state()
                     recorder.stage_ended(stage, ctx)
             status = "FINISHED"
+            recorder.tuned(tuning.seconds)
+            log.info("tune cost (seconds):\n%s", cost.table({n: o.cost for n, o in ctx.outcomes.items()},
+                                                               ctx.stage_seconds, tuning.seconds))
         except BaseException as exc:
             stop.caught(exc)
             if stops.is_stop(exc):
