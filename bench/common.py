@@ -117,6 +117,18 @@ def row_or_error(model: str, bench_model: Callable[[str], Dict[str, Any]]) -> Di
         return {"model": model, "error": "".join(traceback.format_exception_only(type(exc), exc)).strip()[-2000:]}
 
 
+def write_table(out: Path, stem: str, meta: Dict[str, Any], rows: List[Dict[str, Any]],
+                summary: Callable[[List[Dict]], Dict[str, Any]],
+                markdown: Callable[[List[Dict], Dict[str, Any]], str]) -> str:
+    """Write ``<stem>.json`` (``meta``, ``summary(rows)``, the rows) and ``<stem>.md`` (``markdown(rows, meta)``, the
+    summary and the command); returns the Markdown."""
+    result = {**meta, "summary": summary(rows), "rows": rows}
+    (out / f"{stem}.json").write_text(json.dumps(result, indent=2, default=str))
+    md = markdown(rows, meta) + f"\nSummary: {json.dumps(result['summary'])}\n\nCommand: `{meta['command']}`\n"
+    (out / f"{stem}.md").write_text(md)
+    return md
+
+
 def joined_lanes(parts: List[Path], models: Sequence[str], keys: Sequence[str]) -> Tuple[Dict[str, Any], List[Dict]]:
     """Lanes' JSON (``--combine``) as one table: the meta ``keys`` of the first lane with every lane's command,
     and all rows, ``models``' order first."""

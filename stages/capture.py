@@ -63,7 +63,7 @@ def capture_one(ctx: RunContext, name: str, cfg: dict,
     """Build and check one backend; never raises for the backend's own failures."""
     backend = backend_registry.create(name, cfg)
     outcome = BackendOutcome(name=name, kind=str(cfg.get("kind")), precision=backend.precision,
-                             weights=backend.precision if backend.casts_weights else "fp32")
+                             weights=backend.weights)
     budget = ctx.cfg.route.accuracy_budget
     reason = backend.unsupported_reason(ctx.device)
     if reason:
@@ -146,11 +146,11 @@ def capture_order(candidates: Mapping[str, Mapping[str, Any]]) -> List[str]:
 def budget_skip(ctx: RunContext, name: str, cfg: Mapping[str, Any]) -> Optional[str]:
     """Why ``name`` is not worth building: eager at its precision and weights is outside the accuracy budget, and
     ``name`` could not score differently (a graph of eager's kernels), or is far outside; None otherwise."""
-    if cfg.get("kind") == "eager" or precision_of(cfg) == "fp32":
+    candidate = backend_registry.create(name, cfg)
+    if candidate.kind == "eager" or candidate.precision == "fp32":
         return None
-    weights = precision_of(cfg) if cfg.get("cast_weights") else "fp32"
     eager = next((o for o in ctx.outcomes.values() if o.kind == "eager" and o.status == "ok"
-                  and o.precision == precision_of(cfg) and o.weights == weights), None)
+                  and o.precision == candidate.precision and o.weights == candidate.weights), None)
     if eager is None or eager.within_budget:
         return None
     budget = ctx.cfg.route.accuracy_budget

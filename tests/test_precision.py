@@ -195,7 +195,7 @@ def test_a_format_2_checkpoint_still_loads_as_fp32(compose_cfg, tmp_path):
     (["precision=[fp32,bf16]", "backends.eager.autocast_enabled=true"], "sets autocast_enabled=True itself"),
     (["precision=[fp32,bf16]", "backends.eager.precision=fp16"], "sets precision=fp16 itself"),
     (["backends.eager.cast_weights=true"], "cast_weights=true at precision=fp32"),
-    (["backends.eager.precision=fp8"], "precision='fp8' is unknown"),
+    (["backends.eager.precision=int4"], "precision=.int4. is unknown"),
     (["route.accuracy_budget.metric=psnr"], "accuracy_budget.metric='psnr' is unknown"),
     (["route.accuracy_budget.bound=1.5"], "outside cosine's range"),
     (["route.accuracy_budget.metric=max_rel_error", "route.accuracy_budget.bound=-1"], "outside max_rel_error's"),
