@@ -135,7 +135,8 @@ class MlflowTracker(NullTracker):
             log.warning("mlflow: %s stayed locked by other writers for more than %.0f s; the run goes on without "
                         "MLflow and its run directory is the record%s (a tracking server avoids this: "
                         "tracking=server)", self.uri, self.guard.max_wait_s,
-                        f"; MLflow run {self.run_id} is marked once the store answers" if self.run_id else "")
+                        f"; MLflow run {self.run_id} gets its status if the store answers by the end, else a later "
+                        f"run marks it KILLED" if self.run_id else "")
             return None
 
     def start(self, name: str, params: Mapping[str, Any], tags: Mapping[str, str],
