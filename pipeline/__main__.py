@@ -19,6 +19,7 @@ from pathlib import Path
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import ConfigCompositionException, OverrideParseException
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from pipeline.config import SHIPPED_CONF
@@ -56,6 +57,8 @@ def main(cfg: DictConfig) -> None:
         remove_if_unused(run_dir)
         fail(str(exc))  # SystemExit passes through Hydra, which would log and print an Exception
     except RunFailed as exc:
+        if HydraConfig.get().mode == RunMode.MULTIRUN:
+            raise  # Hydra records the job FAILED and the sweep goes on
         fail(f"{exc} (run directory: {run_dir})", code=1)
     except (KeyboardInterrupt, stops.Terminated) as exc:  # the run logged where its files are and how to resume
         raise SystemExit(STOPPED[type(exc)]) from None
