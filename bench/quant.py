@@ -90,6 +90,9 @@ def overrides(model: str, args: argparse.Namespace) -> List[str]:
         ov = [f"model={model}"]
     ov += [f"model.batch_sizes=[{sizes}]", f"device={args.device}", f"backends=[{','.join(args.backends)}]",
            f"precision=[{','.join(args.precisions)}]", f"profile={args.profile}", "validate.check_reload=false",
+           # no screen: a restricted candidate the screen dropped for a faster quantized one would be missing
+           # from the restricted route, which would then read slower than a run of its own list
+           "profile.screen=false",
            "tracking=sqlite", f"tracking.uri=sqlite:///{args.runs.resolve()}/mlflow-{args.tag}.db",
            "tracking.experiment=quant"]
     return ov + [f"backends.{b}.grid=[{sizes}]" for b in args.backends if b.startswith("graph")]

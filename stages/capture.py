@@ -36,6 +36,7 @@ from pipeline.context import ALLOW_HINT, BackendOutcome, RunContext
 from pipeline.batching import BatchDims, output_batch_dims
 from pipeline.config.errors import ConfigError, RunFailed
 from pipeline.measure.references import Reference, reference_at
+from pipeline.route import compiled
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +79,7 @@ def capture_one(ctx: RunContext, name: str, cfg: dict,
         largest = max(ctx.batch_sizes)
         # Every size up to the largest tuned one may be served, tuned or not.
         sample = refs[largest].inputs
-        with compiles_into(cost):
+        with compiles_into(cost), compiled.recorded(compile_ahead.compiles(cfg)) as artifacts:
             backend.build(ctx.model, sample, ctx.device, list(range(1, largest + 1)), ctx.batch_sizes,
                           BatchDims.of(ctx.inputs, ctx.output_batch_dims))
             cost.build_s, checking = time.perf_counter() - start, Stopwatch()
@@ -99,6 +100,7 @@ def capture_one(ctx: RunContext, name: str, cfg: dict,
         outcome.status, outcome.reason = "failed", f"{type(exc).__name__}: {exc}".strip()[:2000]
         return outcome
     cost.record_s = float(backend.stats().get("record_seconds", 0.0))
+    backend.artifacts = artifacts.data  # its programs, for the checkpoint's compiled artifacts
     outcome.build_seconds = time.perf_counter() - start
     outcome.peak_memory_bytes = devices.peak_memory_bytes(ctx.device)
     outcome.compile = backend.compile_evidence()

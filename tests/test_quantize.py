@@ -55,7 +55,9 @@ def int8_run(tmp_path_factory):
     uri = f"sqlite:///{folder / 'mlflow.db'}"
     model = MLP(width=16, depth=2).eval()
     before = state_of(model)
-    cfg = composed([*INT8, "backends=[eager,inductor]", "tracking=sqlite", f"tracking.uri={uri}"])
+    # profile.screen=false: every candidate goes through the full profile, whatever the screen would drop
+    cfg = composed([*INT8, "backends=[eager,inductor]", "tracking=sqlite", f"tracking.uri={uri}",
+                    "profile.screen=false"])
     return run(cfg, folder / "run", model=model), folder / "run", uri, before
 
 
@@ -113,7 +115,7 @@ def test_a_quantized_candidate_outside_the_budget_is_timed_but_never_serves(comp
     assert dynamic["status"] == "ok" and dynamic["weights"] == "int8"
     assert dynamic["error"] > 1e-6 and not dynamic["within_budget"]
     assert "outside the accuracy budget" in route["excluded"]["eager.int8_dynamic"]
-    assert route["profile_medians_ms"]["eager.int8_dynamic"]
+    assert route["screened_out"]["eager.int8_dynamic"]["screen_ms"]  # timed in the screen, which it cannot pass
     assert {r["backend"] for r in route["ranges"]} == {"eager"} and ctx.validation["ok"]
 
 
