@@ -39,6 +39,7 @@ from typing import Any, Dict, Iterator, Mapping, Optional, Tuple
 import torch
 
 from pipeline import trust
+from pipeline.route.payload import CheckpointError
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,7 @@ MAX_HEADER = 1 << 20  # bytes of JSON header a file may hold
 HEX = set("0123456789abcdef")
 
 
-class ArtifactsRefused(ValueError):
+class ArtifactsRefused(CheckpointError):
     """The caller demanded compiled artifacts (``trust_compiled=True``) and they cannot be used."""
 
 
@@ -102,7 +103,7 @@ def version_of(package: str) -> str:
 
 def built_for(device: torch.device) -> Dict[str, Any]:
     """What compiled code depends on: torch, Triton and CUDA versions, and the device (capability or CPU)."""
-    info: Dict[str, Any] = {"torch": torch.__version__, "triton": version_of("triton"),
+    info: Dict[str, Any] = {"torch": str(torch.__version__), "triton": version_of("triton"),
                             "cuda": str(torch.version.cuda), "device_type": device.type}
     if device.type == "cuda":
         major, minor = torch.cuda.get_device_capability(device)
