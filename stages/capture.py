@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import time
 import traceback
 from typing import Any, Callable, Dict, List, Mapping, Optional
@@ -38,7 +39,9 @@ from pipeline.measure import accuracy, padding
 from pipeline.measure.compare import combine, judge, tolerance
 from pipeline.context import ALLOW_HINT, BackendOutcome, RunContext
 from pipeline.batching import output_batch_dims, output_seq_dims
+from pipeline.config.errors import ConfigError, RunFailed
 from pipeline.measure.references import Reference, reference_at
+from pipeline.route import compiled
 from pipeline.seqlen import PROBE_BATCH, Key, label, padding_probes, words
 
 log = logging.getLogger(__name__)
@@ -91,7 +94,7 @@ def capture_one(ctx: RunContext, name: str, cfg: dict,
         largest = max(ctx.batch_sizes)
         # Every size up to the largest tuned one may be served, tuned or not; the sample is the largest cell.
         sample = refs[max(ctx.cells)].inputs
-        with compiles_into(cost):
+        with compiles_into(cost), compiled.recorded(compile_ahead.compiles(cfg)) as artifacts:
             backend.build(ctx.model, sample, ctx.device, list(range(1, largest + 1)), ctx.batch_sizes, dims)
             cost.build_s, checking = time.perf_counter() - start, Stopwatch()
             scores = []  # the accuracy budget's metric against fp32 eager, at each tuned cell
@@ -117,6 +120,7 @@ def capture_one(ctx: RunContext, name: str, cfg: dict,
     cost.record_s = float(stats.get("record_seconds", 0.0))
     outcome.graphs, outcome.pool_mb = int(stats.get("graphs", 0)), float(stats.get("pool_bytes", 0)) / 2**20
     outcome.any_length = backend.any_length
+    backend.artifacts = artifacts.data  # its programs, for the checkpoint's compiled artifacts
     outcome.build_seconds = time.perf_counter() - start
     outcome.peak_memory_bytes = devices.peak_memory_bytes(ctx.device)
     outcome.compile = backend.compile_evidence()
@@ -132,6 +136,27 @@ def capture_one(ctx: RunContext, name: str, cfg: dict,
     if outcome.status == "ok" or ctx.cfg.validate.allow_unverified:
         ctx.backends[name] = backend
     return outcome
+
+
+class NoBackendSurvived(RunFailed):
+    """Every candidate failed, was skipped, or could not be checked; capture.json says why each."""
+
+
+def budget_problem(ctx: RunContext) -> Optional[str]:
+    """Why no candidate that capture kept can serve under ``route.accuracy_budget``, or None: known now,
+    before the profile times candidates the route could never use."""
+    if "route" not in ctx.cfg.stages or not ctx.backends:
+        return None
+    kept = {n: ctx.outcomes[n] for n in ctx.backends}
+    if any(o.within_budget for o in kept.values()):
+        return None
+    budget = ctx.cfg.route.accuracy_budget
+    higher = accuracy.METRICS[budget.metric]["higher_is_better"]
+    best = (max if higher else min)(kept.values(), key=lambda o: o.accuracy)
+    admits = (math.floor if higher else math.ceil)(best.accuracy * 1e4) / 1e4
+    return (f"no candidate meets route.accuracy_budget ({accuracy.describe(budget.metric, budget.bound)} against fp32 "
+            f"eager): the closest is {best.name} at {budget.metric} {best.accuracy:.6g}; loosen the bound "
+            f"(route.accuracy_budget.bound={admits:g} admits it) or add fp32 to precision")
 
 
 def capture_order(candidates: Mapping[str, Mapping[str, Any]]) -> List[str]:
@@ -199,10 +224,14 @@ def run(ctx: RunContext) -> None:
     ctx.outcomes = {n: ctx.outcomes[n] for n in candidates}  # capture.json, the profile and the route in config order
     ctx.backends = {n: ctx.backends[n] for n in candidates if n in ctx.backends}
     if not ctx.backends:
-        hint = (f"; unverified: {', '.join(ctx.unverified())}{ALLOW_HINT}, or tune on inputs on which its output "
-                f"varies: " + ("real data in example_inputs" if ctx.api else "model.examples=<a .pt file of them>")
-                if ctx.unverified() else "")
-        raise RuntimeError(f"capture: no backend survived{hint}; see capture.json for each reason")
+        unverified = ctx.unverified()
+        hint = (f"; unverified: {', '.join(unverified)}{ALLOW_HINT}, or tune on inputs on which its output varies: "
+                + ("real data in example_inputs" if ctx.api else "model.examples=<a .pt file of them>")
+                + f" ({unverified[0]} {ctx.outcomes[unverified[0]].reason[:300]})" if unverified else "")
+        raise NoBackendSurvived(f"capture: no backend survived{hint}; see capture.json for each reason")
+    problem = budget_problem(ctx)
+    if problem:
+        raise ConfigError(problem)
 
 
 def log_outcome(ctx: RunContext, outcome: BackendOutcome) -> None:

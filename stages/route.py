@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Dict, List
 
+from pipeline.config.errors import RunFailed
 from pipeline.context import RunContext
 from pipeline.route.served import RoutedModule, TuneRecord
 from pipeline.measure.accuracy import budget_of
@@ -20,7 +21,11 @@ from pipeline.seqlen import Key, label
 log = logging.getLogger(__name__)
 
 
-class RouteNotConfident(RuntimeError):
+class NoRoute(RunFailed):
+    """No backend can serve as the route strategy asks (all excluded, or route.backend was)."""
+
+
+class RouteNotConfident(RunFailed):
     """``route.require_confident`` is set and the route rests on cells the profile flagged noisy."""
 
 
@@ -63,7 +68,10 @@ def warn_if_noise_could_change(ctx: RunContext, at: Dict[int, List[str]]) -> Non
 
 def run(ctx: RunContext) -> None:
     rcfg = ctx.cfg.route
-    decision = decide(ctx)
+    try:
+        decision = decide(ctx)
+    except (ValueError, RuntimeError) as exc:  # nothing to route on, or route.backend cannot serve
+        raise NoRoute(f"route: {exc}; see capture.json and profile.csv") from None
     route, failures, cells = decision.route, decision.failures, decision.rests_on
     medians, intervals = ctx.medians(), ctx.intervals()
     noisy: List[Dict[str, Any]] = [{"backend": b, **cell_entry(key), "reason": ctx.profile[b][key].noise}

@@ -9,6 +9,7 @@ from typing import Dict, List
 import torch
 
 from pipeline.backends.program import strict_compiles
+from pipeline.config.errors import RunFailed
 from pipeline.measure import accuracy
 from pipeline.measure.compare import judge, tolerance
 from pipeline.context import RunContext
@@ -21,7 +22,7 @@ from pipeline.seqlen import Key, between, cells, label
 log = logging.getLogger(__name__)
 
 
-class ValidationFailed(RuntimeError):
+class ValidationFailed(RunFailed):
     """The routed model disagrees with eager somewhere, or could not be checked; validation.json says where."""
 
 
@@ -113,6 +114,8 @@ def run(ctx: RunContext) -> None:
     fallbacks = {f"{check_name}:{name}": reason for check_name, module in modules.items()
                  for name, backend in module.backends.items() if (reason := backend.fallback_reason())}
     ctx.validation = {"ok": all(r["ok"] for r in rows) and not fallbacks, "rows": rows, "fallbacks": fallbacks}
+    if "reloaded" in modules:  # how long the reload took, and where: the load report (compiled artifacts used?)
+        ctx.validation["reload"] = modules["reloaded"].load_report.to_dict()
     for r in rows:
         log.log(logging.INFO if r["ok"] else logging.ERROR,
                 "validate %-8s %-12s %-24s err %.2e (tol %.1e) %d tensors %s", r["check"], row_cell(r),

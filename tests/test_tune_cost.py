@@ -222,3 +222,19 @@ def test_noise_is_a_warning_only_where_it_could_change_the_route(tmp_path, caplo
     with caplog.at_level(logging.INFO, logger="stages.route"):
         route_stage.warn_if_noise_could_change(ctx, contested(decide(ctx).rests_on))
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]  # every cell is noisy, none could matter
+
+
+def test_inductor_and_graph_inductor_at_one_precision_share_one_compile_job():
+    from pipeline import compile_ahead
+    from pipeline.backends import precision
+
+    candidates = precision.of_config(compose_config(["backends=gpu", "precision=[fp32,bf16]",
+                                                     "+backends.inductor_nofuse={kind: inductor, "
+                                                     "options: {epilogue_fusion: false}}"]))
+    jobs = compile_ahead.plan(candidates)
+    assert jobs["inductor"] == jobs["graph_inductor"] == "graph_inductor"  # the graph one records every size
+    assert jobs["inductor.bf16-weights"] == "graph_inductor.bf16-weights" != jobs["inductor.bf16"]
+    assert jobs["inductor_nofuse"] == "inductor_nofuse"  # other options: another program
+    assert "eager" not in jobs and "graph" not in jobs  # they compile nothing
+    assert compile_ahead.worker_count(None, 4, cores=16) == 4 and compile_ahead.worker_count(None, 4, cores=2) == 0
+    assert compile_ahead.worker_count(2, 1, cores=2) == 1  # never more workers than jobs

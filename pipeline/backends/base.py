@@ -38,6 +38,9 @@ class Backend:
         self.batch_dims = BatchDims()  # set by build
         self.build_seconds = 0.0
         self.program: Optional[Program] = None  # set by build where the backend compiles the model
+        # Inductor's cache entries of its programs, as its build and checks made or loaded them (compiled
+        # artifacts a checkpoint may carry beside it: pipeline.route.compiled); empty where nothing compiled.
+        self.artifacts = b""
         self._fn: Any = None
 
     def unsupported_reason(self, device: torch.device) -> Optional[str]:

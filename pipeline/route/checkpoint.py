@@ -15,7 +15,9 @@ and is quantized again on load: no tensor subclass is ever written. Where length
 holds them, each output's length dimension and the backends whose padding capture proved, and the route
 is a table of (batch range x length range) tiles (``pipeline.route.table``). It is read with
 ``torch.load(weights_only=True)`` only after its SHA-256 matches, and every field is checked
-(``pipeline.route.payload``) before the caller's model is touched or anything is built.
+(``pipeline.route.payload``) before anything is built; the backends are built on a copy of the
+caller's model holding the file's tensors, and the caller's model gets the weights only once all of
+it succeeded.
 """
 
 from __future__ import annotations
@@ -37,9 +39,12 @@ from omegaconf import OmegaConf
 from torch import nn
 
 from pipeline import backends as backend_registry
-from pipeline import devices
+from pipeline import compile_ahead, devices
+from pipeline.cost import compiles_into
 from pipeline.batching import BatchDims
 from pipeline.config import limits
+from pipeline.copies import holding
+from pipeline.route import compiled
 from pipeline.route import payload as payload_check
 from pipeline.models import make_inputs
 from pipeline.route.payload import CheckpointError, StateDictMismatch, UntrustedOptions  # noqa: F401 (callers catch them here)
@@ -53,10 +58,11 @@ log = logging.getLogger(__name__)
 MAGIC = b"TWEAKPIPE-CHECKPOINT"
 # 2: each backend's config holds the keys of its kind's schema only; 3: and its precision; 4: and cast_weights;
 # 5: a precision may name a quantization recipe (pipeline.backends.quantize: the fp32 weights are stored, and
-# load quantizes them again), and versions then records torchao's; 6: seq (tuned lengths, pipeline.seqlen) with a
-# route of tiles, inputs' seq_dim and pad, backends' per_length and graph caps
-FORMAT = 6
-READS = (2, 3, 4, 5, 6)  # older files are format-6 files without seq, their backends' newer keys at their defaults
+# load quantizes them again), and versions then records torchao's; 6: compiled, the record of the compiled
+# artifacts beside the file (pipeline.route.compiled); 7: seq (tuned lengths, pipeline.seqlen) with a route of tiles,
+# inputs' seq_dim and pad, backends' per_length and graph caps
+FORMAT = 7
+READS = (2, 3, 4, 5, 6, 7)  # older files are format-7 files without seq, their backends' newer keys at their defaults
 KEYS = ("name", "route", "backends", "state_dict", "inputs", "batch_sizes", "max_batch_size", "versions", "device")
 # The seed of the sample inputs used to build and warm the backends on load.
 SAMPLE_SEED = 0
@@ -152,8 +158,13 @@ def write(payload: Mapping[str, Any], path: PathLike) -> Path:
 
 
 def save(routed: RoutedModule, path: PathLike) -> Path:
-    """Write the checkpoint of a routed model to ``path``."""
-    return write(payload_of(routed), path)
+    """Write the checkpoint of a routed model to ``path``, and beside it (``path.compiled``, signed with this user's
+    key) the routed backends' compiled artifacts, whose SHA-256 and build setup the checkpoint records."""
+    payload, path = payload_of(routed), Path(path)
+    used = dict.fromkeys(r.backend for r in routed.route)
+    record = compiled.write(path, {n: routed.backends[n].artifacts for n in used}, routed.record.device,
+                            payload["state_dict"])
+    return write({**payload, **({"compiled": record} if record else {})}, path)
 
 
 def read(path: PathLike) -> Dict[str, Any]:
@@ -190,7 +201,18 @@ def read(path: PathLike) -> Dict[str, Any]:
     return payload
 
 
-def target_device(payload: Mapping[str, Any], device: Optional[Union[str, torch.device]], path: Path) -> torch.device:
+def requested_device(device: Optional[Union[str, torch.device]]) -> Optional[torch.device]:
+    """``load``'s ``device`` argument as a torch device (None: the type the checkpoint was tuned for)."""
+    if device is None or isinstance(device, torch.device):
+        return device
+    try:
+        return torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"device={device!r} is not a device; pass 'cpu', 'cuda', 'cuda:1', 'xpu' or None "
+                         f"(the device type the checkpoint was tuned for)") from None
+
+
+def target_device(payload: Mapping[str, Any], device: Optional[torch.device], path: Path) -> torch.device:
     """The device to load on: the requested one, which must be of the type the checkpoint was tuned for."""
     kind, name = payload["device"]["type"], payload["device"]["name"]
     if device is None:
@@ -200,13 +222,12 @@ def target_device(payload: Mapping[str, Any], device: Optional[Union[str, torch.
                 f"device. Load it where {kind} is available, or tune for this machine: "
                 f"pipeline.tune(model, example_inputs, overrides=['device=cpu'])")
         return torch.device(kind)
-    dev = torch.device(device)
-    if dev.type != kind:
+    if device.type != kind:
         raise DeviceMismatch(
-            f"{path} was tuned on {kind} ({name}), not {dev.type}: its route and backends were chosen for {kind}. "
-            f"Pass device='{kind}' (or device=None) on a machine with a {kind} device, or tune for {dev.type}: "
-            f"pipeline.tune(model, example_inputs, overrides=['device={dev.type}'])")
-    return devices.resolve(str(dev))
+            f"{path} was tuned on {kind} ({name}), not {device.type}: its route and backends were chosen for {kind}. "
+            f"Pass device='{kind}' (or device=None) on a machine with a {kind} device, or tune for {device.type}: "
+            f"pipeline.tune(model, example_inputs, overrides=['device={device.type}'])")
+    return devices.resolve(str(device))
 
 
 def warn_on_drift(payload: Mapping[str, Any], device: torch.device) -> None:
@@ -240,36 +261,88 @@ def owned_by(route: Sequence[Any], name: str, servable: Sequence[int], tuned: Se
 
 
 def load(path: PathLike, model: nn.Module, device: Optional[Union[str, torch.device]] = None,
-         trust_options: bool = False) -> RoutedModule:
-    """Load a checkpoint's weights into ``model`` and rebuild only the routed backends.
+         trust_options: bool = False, trust_compiled: Optional[bool] = None) -> RoutedModule:
+    """Rebuild only the routed backends of a checkpoint, and load its weights into ``model``.
 
-    Every field is checked first (``pipeline.route.payload``): a refused file leaves ``model`` unchanged.
+    Everything is checked and built before ``model`` is touched: every field of the file
+    (``pipeline.route.payload``), that each routed backend can run on the device (its precision, its
+    packages), then the backends themselves, built on a copy of ``model`` that holds the file's own
+    tensors. Only when all of that succeeded are the weights copied into ``model`` (its device and mode
+    stay as they were), so a refused file, whatever refused it, leaves ``model`` exactly as it was. The
+    returned module serves that copy, never ``model``: changing ``model`` later changes nothing served.
     Inductor options that can name a program or a path (``cpp.cxx``, ``*_dir``, any option whose
     declared type admits free text) are refused unless ``trust_options=True``: pass it only for a file
     whose every option you would put in your own config.
 
     Each backend is built for the batch sizes it owns up to the largest tuned size (a graph
     backend records only the sizes in its ranges, and its tuned sizes exactly, as capture did),
-    then called once at each tuned size it owns
-    so that compiles happen here and not in the first served call. ``load_seconds`` on the result
-    says how long this took.
+    then called once at each tuned size it owns so that compiles happen here and not in the first
+    served call. ``load_seconds`` on the result says how long this took, ``load_report`` where the time went.
+
+    Compiled artifacts beside the file (``path.compiled``, ``pipeline.route.compiled``) run code when loaded, so
+    they are used only when trusted: ``trust_compiled=None`` (the default) uses them where they are signed with
+    this user's key, ``True`` also where they are not (and raises where they cannot be used), ``False`` never.
+    Their checksum, versions, device and weights are checked first; a check that fails rebuilds the backends.
     """
     start = time.perf_counter()
-    path = Path(path)
+    path, requested = Path(path), requested_device(device)
     payload = read(path)
     payload_check.check(payload, model, path, trust_options)
-    dev = target_device(payload, device, path)
+    dev = target_device(payload, requested, path)
+    problem = payload_check.device_problem(payload, dev)
+    if problem:
+        raise CheckpointError(f"{path}: {problem}; nothing was loaded. Load it on a device that runs it, or re-tune "
+                              f"here")
     too_big = limits.memory_problem(payload["inputs"], payload["max_batch_size"], dev)
     if too_big:
         raise CheckpointError(f"{path}: {too_big}; nothing was loaded. Load it where more memory is free, "
                               f"or re-tune with smaller model.batch_sizes")
-    model.load_state_dict(payload["state_dict"])
-    model.eval().to(dev)
     warn_on_drift(payload, dev)
+    report = compiled.LoadReport(read_s=time.perf_counter() - start)
+    installing = time.perf_counter()
+    use_artifacts(payload, path, dev, trust_compiled, report)
+    report.artifacts_s = time.perf_counter() - installing
+    routed = rebuilt(payload, holding(model, payload["state_dict"]).eval().to(dev), dev, path, report)
+    with torch.no_grad():  # the last step, once everything else succeeded
+        model.load_state_dict(payload["state_dict"])
+    routed.load_seconds = report.total_s = time.perf_counter() - start
+    routed.load_report = report
+    log.info("loaded %s in %.2f s on %s: %s (%s)", path, routed.load_seconds, dev, routed.extra_repr(),
+             report.summary())
+    return routed
+
+
+def use_artifacts(payload: Mapping[str, Any], path: Path, dev: torch.device, trust_compiled: Optional[bool],
+                  report: compiled.LoadReport) -> None:
+    """Install the checkpoint's compiled artifacts into the local Inductor cache where they may be used; else say
+    why in one line (or raise :class:`~pipeline.route.compiled.ArtifactsRefused` where the caller demanded them)."""
+    record = payload.get("compiled")
+    if record is None:
+        if trust_compiled:
+            raise compiled.ArtifactsRefused(f"{path} records no compiled artifacts (its route compiles nothing, or it "
+                                            f"was saved without them); nothing was loaded. Load it with "
+                                            f"trust_compiled=None to rebuild its backends")
+        return
+    blobs, why = compiled.usable(record, path, dev, payload["state_dict"], trust_compiled)
+    if blobs is None:
+        if trust_compiled:
+            raise compiled.ArtifactsRefused(f"{path}: its compiled artifacts cannot be used: {why}; nothing was "
+                                            f"loaded. Load it with trust_compiled=None to rebuild its backends")
+        report.artifacts = f"ignored: {why}"
+        log.info("%s: compiled artifacts ignored, the backends are rebuilt: %s", path, why)
+        return
+    compiled.install(blobs)
+    report.artifacts = "used"
+
+
+def rebuilt(payload: Mapping[str, Any], own: nn.Module, dev: torch.device, path: Path,
+            report: compiled.LoadReport) -> RoutedModule:
+    """The routed module of a checked payload, its backends built and warmed on ``own`` (the model's copy); what
+    each cost goes into ``report``."""
     inputs, tuned = payload["inputs"], [int(b) for b in payload["batch_sizes"]]
     output_dims = payload.get("output_batch_dims", {})  # absent from checkpoints written before batch dims
-    stored = payload.get("seq")  # format 6, where lengths were tuned
-    seq = SeqDims.of(inputs, stored["lengths"], stored["output_dims"]) if stored else SeqDims()
+    seq_record = payload.get("seq")  # format 7, where lengths were tuned
+    seq = SeqDims.of(inputs, seq_record["lengths"], seq_record["output_dims"]) if seq_record else SeqDims()
     route = ([Tile(int(t["len_lo"]), int(t["len_hi"]), int(t["lo"]), None if t["hi"] is None else int(t["hi"]),
                    t["backend"]) for t in payload["route"]] if seq else
              [Range(int(r["lo"]), None if r["hi"] is None else int(r["hi"]), r["backend"]) for r in payload["route"]])
@@ -280,16 +353,28 @@ def load(path: PathLike, model: nn.Module, device: Optional[Union[str, torch.dev
         backend = backend_registry.create(name, cfg)
         owned, owned_tuned, lengths = owned_by(route, name, servable, tuned, seq)
         dims = BatchDims.of(inputs, output_dims, seq.with_lengths(lengths) if seq else None)
-        backend.build(model, make_inputs(inputs, max(owned), dev, SAMPLE_SEED), dev, owned, owned_tuned, dims)
-        for bs in owned_tuned:  # so that compiles happen here, not in the first served call
-            warm = make_inputs(inputs, bs, dev, SAMPLE_SEED)
-            for one in [dims.seq.resized(warm, n) for n in lengths] if lengths else [warm]:
-                backend(**one)
+        stored = name in (payload.get("compiled") or {}).get("backends", [])
+        entry = report.backends[name] = compiled.BackendLoad(artifacts=report.artifacts if stored else "none")
+        try:
+            with compiles_into(entry), compiled.recorded(compile_ahead.compiles(cfg)) as artifacts:
+                start = time.perf_counter()
+                backend.build(own, make_inputs(inputs, max(owned), dev, SAMPLE_SEED), dev, owned, owned_tuned, dims)
+                entry.build_s, start = time.perf_counter() - start, time.perf_counter()
+                for bs in owned_tuned:  # so that compiles happen here, not in the first served call
+                    warm = make_inputs(inputs, bs, dev, SAMPLE_SEED)
+                    for one in [dims.seq.resized(warm, n) for n in lengths] if lengths else [warm]:
+                        backend(**one)
+                devices.synchronize(dev)
+                entry.warmup_s = time.perf_counter() - start
+        except Exception as exc:  # noqa: BLE001 -- whatever failed, the caller's model was not touched
+            first = (str(exc).strip().splitlines() or [""])[0][:500]
+            raise CheckpointError(f"{path}: backend {name!r} could not be rebuilt on {dev} ({type(exc).__name__}: "
+                                  f"{first}); nothing was loaded, your model is as it was. Re-tune on this machine"
+                                  ) from exc
+        entry.record_s = float(backend.stats().get("record_seconds", 0.0))
+        backend.artifacts = artifacts.data  # so that a loaded module saves its artifacts again
         built[name] = backend
     devices.synchronize(dev)
-    routed = RoutedModule(built, route, TuneRecord(payload["name"], model, inputs, tuned, dev, api=True,
-                                                   output_batch_dims=output_dims, seq=seq,
-                                                   padded=list(stored["padded"]) if seq else []))
-    routed.load_seconds = time.perf_counter() - start
-    log.info("loaded %s in %.2f s on %s: %s", path, routed.load_seconds, dev, routed.extra_repr())
-    return routed
+    return RoutedModule(built, route, TuneRecord(payload["name"], own, inputs, tuned, dev, api=True,
+                                                 output_batch_dims=output_dims, seq=seq,
+                                                 padded=list(seq_record["padded"]) if seq else []))

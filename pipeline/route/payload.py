@@ -20,14 +20,14 @@ from typing import Any, Dict, List, Mapping, Optional
 import torch
 from torch import nn
 
-from pipeline import devices
-from pipeline.backends import rules
+from pipeline import backends, devices
+from pipeline.backends import precision, rules
 from pipeline.config import inductor_options, limits
 
 # Every field a payload may hold, and its type (``created`` and ``format`` are informative).
 FIELDS: Dict[str, type] = {"format": int, "name": str, "created": str, "route": list, "backends": dict,
                            "inputs": dict, "output_batch_dims": dict, "batch_sizes": list, "max_batch_size": int,
-                           "versions": dict, "device": dict, "state_dict": dict, "seq": dict}
+                           "versions": dict, "device": dict, "state_dict": dict, "compiled": dict, "seq": dict}
 ROUTE_KEYS = {"lo", "hi", "backend"}
 SEQ_KEYS = {"lengths", "output_dims", "padded"}  # format 6, where lengths were tuned (pipeline.seqlen)
 TILE_KEYS = {"len_lo", "len_hi", *ROUTE_KEYS}
@@ -189,9 +189,20 @@ def backend_problem(name: str, cfg: Any) -> Optional[str]:
     if body.get("template"):
         return f"backend {name!r} names template {body['template']!r}; a checkpoint holds a template's resolved options"
     try:
-        rules.check(name, body)
+        settings = rules.check(name, body)
     except ValueError as exc:
         return str(exc)
+    return precision.name_problem(name, settings)
+
+
+def device_problem(payload: Mapping[str, Any], device: torch.device) -> Optional[str]:
+    """Why a routed backend cannot run on ``device`` (a precision it lacks, a missing package), or None:
+    asked of each backend before anything is built."""
+    for name in dict.fromkeys(r["backend"] for r in payload["route"]):
+        backend = backends.create(name, {k: v for k, v in payload["backends"][name].items() if k != "name"})
+        reason = backend.unsupported_reason(device) or precision.device_problem(backend.precision, device)
+        if reason:
+            return f"backend {name!r} cannot run on {device.type}: {reason}"
     return None
 
 
@@ -219,6 +230,21 @@ def check_state_dict(saved: Mapping[str, Any], model: nn.Module, name: str, path
             + "; ".join(p for p in parts if p) + ". Pass a model built like the one that was tuned")
 
 
+def compiled_problem(payload: Mapping[str, Any]) -> Optional[str]:
+    """The record of compiled artifacts beside the file (``pipeline.route.compiled``): its form, and backends the
+    route serves."""
+    from pipeline.route import compiled  # which imports this module's CheckpointError
+
+    if "compiled" not in payload:
+        return None
+    problem = compiled.record_problem(payload["compiled"])
+    if problem:
+        return problem
+    routed = {r["backend"] for r in payload["route"]}
+    strays = sorted(set(payload["compiled"]["backends"]) - routed)
+    return f"compiled names backends the route does not serve: {strays}" if strays else None
+
+
 def check(payload: Mapping[str, Any], model: nn.Module, path: Path, trust_options: bool = False) -> None:
     """Raise unless every field of ``payload`` is within the format and its weights fit ``model``."""
     problem = (foreign_object(payload)
@@ -232,7 +258,8 @@ def check(payload: Mapping[str, Any], model: nn.Module, path: Path, trust_option
                or (seq_problem(payload["seq"], payload["inputs"], payload["backends"])
                    or table_problem(payload["route"], payload["backends"], payload["seq"], len(payload["batch_sizes"]))
                    if "seq" in payload else
-                   route_problem(payload["route"], payload["backends"], len(payload["batch_sizes"]))))
+                   route_problem(payload["route"], payload["backends"], len(payload["batch_sizes"])))
+               or compiled_problem(payload))
     if problem:
         raise CheckpointError(f"{path} is not a checkpoint this tweakpipe can load: {problem}. Nothing was loaded; "
                               f"re-save it with pipeline.save or re-tune")
