@@ -29,7 +29,7 @@ FIELDS: Dict[str, type] = {"format": int, "name": str, "created": str, "route": 
                            "inputs": dict, "output_batch_dims": dict, "batch_sizes": list, "max_batch_size": int,
                            "versions": dict, "device": dict, "state_dict": dict, "compiled": dict, "seq": dict}
 ROUTE_KEYS = {"lo", "hi", "backend"}
-SEQ_KEYS = {"lengths", "output_dims", "padded"}  # format 6, where lengths were tuned (pipeline.seqlen)
+SEQ_KEYS = {"lengths", "output_dims", "padded"}  # format 7, where lengths were tuned (pipeline.seqlen)
 TILE_KEYS = {"len_lo", "len_hi", *ROUTE_KEYS}
 PLAIN = (str, int, float, bool, type(None))  # besides dicts, lists and plain tensors: all a payload holds
 
