@@ -120,7 +120,7 @@ def capture_one(ctx: RunContext, name: str, cfg: dict,
     cost.record_s = float(stats.get("record_seconds", 0.0))
     outcome.graphs, outcome.pool_mb = int(stats.get("graphs", 0)), float(stats.get("pool_bytes", 0)) / 2**20
     outcome.any_length = backend.any_length
-    backend.artifacts = artifacts.data  # its programs, for the checkpoint's compiled artifacts
+    backend.artifacts = artifacts  # its programs, for the checkpoint's compiled artifacts
     outcome.build_seconds = time.perf_counter() - start
     outcome.peak_memory_bytes = devices.peak_memory_bytes(ctx.device)
     outcome.compile = backend.compile_evidence()

@@ -372,7 +372,7 @@ def rebuilt(payload: Mapping[str, Any], own: nn.Module, dev: torch.device, path:
                                   f"{first}); nothing was loaded, your model is as it was. Re-tune on this machine"
                                   ) from exc
         entry.record_s = float(backend.stats().get("record_seconds", 0.0))
-        backend.artifacts = artifacts.data  # so that a loaded module saves its artifacts again
+        backend.artifacts = artifacts  # so that a loaded module saves its artifacts again
         built[name] = backend
     devices.synchronize(dev)
     return RoutedModule(built, route, TuneRecord(payload["name"], own, inputs, tuned, dev, api=True,
