@@ -9,10 +9,9 @@ user would write instead: the bf16 model under ``torch.compile(mode="reduce-over
 exact length (``exact``), the same compiled model on the call padded to 512 and its outputs cut back (``padded``),
 and the bf16 model in eager (``eager``, the floor); the compile runs on a function of its own (``peers``), so that
 the four models share no Dynamo cache and none of them silently runs eagerly (``summary.peer_fallbacks``). Writes
-``seq-<tag>.json`` (``summary``: models, cells,
-geomean_speedup_over_best_peer (the geometric mean over the cells of the better peer's latency over auto's),
-worst_auto_over_eager (the largest auto / eager latency; at most 1.0 means never slower), not_run, ...) and ``.md``
-with the route's heatmap per model.
+``seq-<tag>.json`` (``summary``: models, cells, geomean_speedup_over_best_peer (the geometric mean over the cells of
+the better peer's latency over auto's), worst_auto_over_eager (the largest auto / eager latency; at most 1.0 means
+never slower), not_run, ...) and ``.md`` with the route's heatmap per model.
 
 What it trades to finish inside 10-minute calls on one H200 (16 CPU cores):
 
@@ -23,7 +22,7 @@ What it trades to finish inside 10-minute calls on one H200 (16 CPU cores):
   bench loads the checkpoint itself) or extra batch sizes;
 - the accuracy budget at cosine >= 0.99 against fp32 eager (the peers compute in the same bf16; each cell's cosine is
   in the JSON);
-- no model starts once ``--budget-s`` (default 480) would be passed by the slowest model so far: the tables are
+- no model starts once ``--budget-s`` (default 540) would be passed by the slowest model so far: the tables are
   rewritten after each model, ``summary.not_run`` names the models left, and a second call with ``--models ...``
   is joined with ``--combine``.
 
@@ -221,7 +220,7 @@ def main() -> None:
     lane_arguments(parser, MODELS, profile="quick")
     parser.add_argument("--backends", nargs="+", default=None, help=f"default: {' '.join(BACKENDS)} (--smoke: eager)")
     parser.add_argument("--per-length", action="store_true", help="inductor also competes compiled per length")
-    parser.add_argument("--budget-s", type=float, default=480.0, help="start no model that would end past this")
+    parser.add_argument("--budget-s", type=float, default=540.0, help="start no model that would end past this")
     parser.add_argument("--smoke", action="store_true", help=f"a CPU check: the models made tiny, batch sizes "
                                                             f"{SMOKE_SIZES} x lengths {SMOKE_LENGTHS}, eager")
     args = parser.parse_args()
