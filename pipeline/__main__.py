@@ -21,7 +21,8 @@ from hydra.errors import ConfigCompositionException, OverrideParseException
 from omegaconf import DictConfig
 
 from pipeline.config import SHIPPED_CONF
-from pipeline.config.errors import ConfigError, config_dirs_from_argv, explain_unknown_choices, one_line
+from pipeline.config.errors import (ConfigError, config_dirs_from_argv, explain_unknown_choices, explain_unknown_key,
+                                    one_line)
 from pipeline.runner import resumed_config, run
 from pipeline.config.schema import register_configs
 from stages.route import RouteNotConfident
@@ -74,7 +75,7 @@ def entry() -> None:
         if full_error:
             raise
         argv = sys.argv[1:]
-        fail(f"{explain_unknown_choices(argv, config_dirs_from_argv(argv)) or one_line(exc)} "
+        fail(f"{explain_unknown_choices(argv, config_dirs_from_argv(argv)) or explain_unknown_key(exc) or one_line(exc)} "
              f"(python -m pipeline --help lists every group and option)")
     except BrokenPipeError:  # the reader went away (python -m pipeline --help | head): nothing to report
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # as Python's docs advise for SIGPIPE
