@@ -12,6 +12,7 @@ from __future__ import annotations
 from pipeline.config import SHIPPED_CONF
 import copy
 import datetime
+import logging
 from pathlib import Path
 from typing import Mapping, Optional, Sequence, Union
 
@@ -25,6 +26,8 @@ from pipeline.config.errors import ConfigError
 from pipeline.examples import Examples, input_spec, pooled, spec_of
 from pipeline.route.served import RoutedModule
 from pipeline.config.schema import InputSpec, register_configs
+
+log = logging.getLogger(__name__)
 
 
 def compose_config(overrides: Sequence[str] = ()) -> DictConfig:
@@ -68,6 +71,8 @@ def tune(model: nn.Module, example_inputs: Examples, overrides: Sequence[str] = 
     weights and buffers): tuning works on a copy, which the returned module serves. The run directory
     (default ``outputs/api/<timestamp>_<name>``) holds the same files as a command-line run,
     ``model.tweak`` included (without the examples: loading warms up on random fills of the spec).
+    Its progress, the route and the run directory are logged at INFO (on stderr, unless the program
+    set up logging itself).
     """
     cfg = compose_config(overrides)
     if "route" not in cfg.stages:
@@ -77,8 +82,11 @@ def tune(model: nn.Module, example_inputs: Examples, overrides: Sequence[str] = 
     if not any(o.lstrip("+").startswith("model.name=") for o in overrides):
         cfg.model.name = type(model).__name__
     cfg.model.build = {"_target_": f"{type(model).__module__}.{type(model).__qualname__}"}
-    ctx = runner.run(cfg, Path(run_dir) if run_dir is not None else default_run_dir(cfg.model.name),
-                     model=own_copy(model), examples=examples)
+    with runner.console_log():
+        ctx = runner.run(cfg, Path(run_dir) if run_dir is not None else default_run_dir(cfg.model.name),
+                         model=own_copy(model), examples=examples)
+        log.info("tune: route %s", ctx.routed.extra_repr())
+        log.info("tune: run directory %s", ctx.run_dir)
     return ctx.routed
 
 
