@@ -128,15 +128,16 @@ class Recorder:
         path = write_atomic(self.run_dir / "capture.json",
                             json.dumps({n: o.to_dict() for n, o in ctx.outcomes.items()}, indent=2))
         metrics: Dict[str, float] = {}
+        budget = self.cfg.route.accuracy_budget
         for name, o in ctx.outcomes.items():
             if o.status in ("ok", "unverified"):
-                # error/<candidate>: the accuracy budget's metric against fp32 eager (worst tuned size)
+                # accuracy/<metric>/<candidate>: the budget's metric against fp32 eager (worst tuned size)
                 metrics.update({f"compile_s/{name}": o.build_seconds, f"max_rel_error/{name}": o.max_rel_error,
-                                f"peak_memory_mb/{name}": o.peak_memory_bytes / 2**20, f"error/{name}": o.accuracy,
+                                f"peak_memory_mb/{name}": o.peak_memory_bytes / 2**20,
+                                f"accuracy/{budget.metric}/{name}": o.accuracy,
                                 f"within_budget/{name}": float(o.within_budget)})
                 metrics.update({f"dynamo_{k}/{name}": v for k, v in o.compile.items()})
         self.tracker.log_metrics(metrics)
-        budget = self.cfg.route.accuracy_budget
         self.tracker.set_tags({**{f"backend_status.{n}": f"{o.status}: {o.reason}" for n, o in ctx.outcomes.items()},
                                **{f"precision.{n}": o.precision for n, o in ctx.outcomes.items()},
                                "accuracy_budget": describe(budget.metric, budget.bound)})
