@@ -4,7 +4,8 @@ Rows are model x backend plus the routed ``auto``; columns are batch sizes; cell
 latency in ms, marked ``*`` where the profile flagged the cell noisy (``noisy/<backend>/bs<N>``).
 ``auto`` is a measured ``latency_ms/auto/bs<N>`` where a run logged one, otherwise the latency of
 the backend the route picked at that size; a note under the table names each run whose route rests
-on noisy cells (tag ``route.rests_on_noisy``). The runs come from a sweep (its parent
+on noisy cells (tag ``route.rests_on_noisy``), and each whose routed median is above eager's
+(within both cells' intervals, where the router keeps the owner). The runs come from a sweep (its parent
 run), an experiment (the newest run of each model) or a list of run ids. The table is printed
 and written as Markdown and CSV::
 
@@ -36,6 +37,10 @@ METRIC = re.compile(r"^(?P<figure>latency_ms|noisy)/(?P<backend>[^/]+)/bs(?P<bs>
 SCORE = re.compile(r"^accuracy/(?P<metric>[^/]+)/(?P<backend>[^/]+)$")  # the budget's metric (recorder.capture)
 AUTO = "auto"
 LEGEND = "`*` noisy: the profile flagged this cell (its samples or passes disagreed; profile.csv says why)"
+EAGER = "eager"
+# The router's rule against eager (pipeline.route.policy.owners_with), said where a table seems to break it.
+WITHIN_NOISE = ("the router takes a size from its owner for not beating eager only where eager is faster beyond "
+                "both cells' intervals; here they overlap, so a re-run may as well put auto below eager")
 
 
 @dataclass
@@ -147,6 +152,9 @@ def build(runs: Sequence, accuracy: bool = False) -> Table:
         if auto:
             served = {bs: backend_for(route, bs) for bs in auto} if route and AUTO not in lat else {}
             table.rows.append(Row(label, AUTO, auto, {bs for bs, b in served.items() if bs in noisy.get(b, ())}))
+        above = [bs for bs in sorted(auto) if auto[bs] > lat.get(EAGER, {}).get(bs, math.inf)]
+        if above and AUTO not in lat and run.data.params.get("route.strategy") == "router":
+            table.notes.append(f"{label}: auto is above {EAGER} at bs {', '.join(map(str, above))}: {WITHIN_NOISE}")
         if run.data.tags.get("route.rests_on_noisy") == "true":
             table.notes.append(f"{label}: the route rests on noisy cells ({run.data.tags.get('route.noisy_cells', '')})")
         sizes.update(bs for per in lat.values() for bs in per)

@@ -126,6 +126,22 @@ def test_report_marks_noisy_cells_and_routes_that_rest_on_them(tmp_path: Path, t
     assert list(csv.reader(csv_path.open()))[1] == ["mlp", "eager", "1.0", "4.0", "1"]
 
 
+def test_report_says_why_auto_may_be_above_eager(tmp_path: Path, template: Path) -> None:
+    """The router keeps a size's owner unless eager is faster beyond both intervals: a footnote says so."""
+    uri = copy_store(template, tmp_path)
+    tracker = MlflowTracker({"uri": uri, "experiment": "tweakpipe"})
+    tracker.start("resnet18", {"route": {"strategy": "router"}}, {
+        "model": "resnet18", "backends": "eager,inductor",
+        "route_json": '[{"lo": 1, "hi": null, "backend": "inductor"}]'})
+    for name, bs, samples in [("eager", 1, [2.30, 2.42, 2.70]), ("inductor", 1, [2.35, 2.60, 2.80]),
+                              ("eager", 8, [9.0, 9.5, 10.0]), ("inductor", 8, [5.0, 5.1, 5.2])]:
+        tracker.log_metrics(Recorder.cell_metrics(name, bs, Measurement(samples_ms=samples * 4)))
+    tracker.finish("FINISHED")
+    md = report.markdown(report.build([MlflowClient(tracking_uri=uri).get_run(tracker.run_id)]))
+    assert "| resnet18 | auto | 2.60 | 5.10 |" in md and "| resnet18 | eager | 2.42 | 9.50 |" in md
+    assert f"resnet18: auto is above eager at bs 1: {report.WITHIN_NOISE}" in md
+
+
 def test_progress_count_never_passes_its_total() -> None:
     from rich.console import Console
     from rich.progress import Progress
