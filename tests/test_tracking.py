@@ -126,6 +126,17 @@ def test_report_marks_noisy_cells_and_routes_that_rest_on_them(tmp_path: Path, t
     assert list(csv.reader(csv_path.open()))[1] == ["mlp", "eager", "1.0", "4.0", "1"]
 
 
+def test_experiments_are_marked_as_model_runs_unless_they_have_a_kind(tmp_path: Path, template: Path) -> None:
+    uri = copy_store(template, tmp_path)
+    client = MlflowClient(tracking_uri=uri)
+    client.create_experiment("older")  # as an earlier tweakpipe made it
+    client.create_experiment("chosen", tags={"mlflow.experimentKind": "genai_development"})
+    kinds = {name: client.get_experiment(open_experiment(uri, name, StoreGuard(uri))).tags["mlflow.experimentKind"]
+             for name in ("tweakpipe", "older", "chosen")}
+    assert kinds == {"tweakpipe": "custom_model_development", "older": "custom_model_development",
+                     "chosen": "genai_development"}  # a kind the user set is theirs
+
+
 def test_report_says_why_auto_may_be_above_eager(tmp_path: Path, template: Path) -> None:
     """The router keeps a size's owner unless eager is faster beyond both intervals: a footnote says so."""
     uri = copy_store(template, tmp_path)
