@@ -21,6 +21,7 @@ from hydra.errors import ConfigCompositionException, OverrideParseException
 from omegaconf import DictConfig
 
 from pipeline.config import SHIPPED_CONF
+from pipeline.config.jobs import SweepRefused
 from pipeline.config.errors import (ConfigError, config_dirs_from_argv, explain_unknown_choices, explain_unknown_key,
                                     one_line)
 from pipeline.runner import resumed_config, run
@@ -77,6 +78,8 @@ def entry() -> None:
         argv = sys.argv[1:]
         fail(f"{explain_unknown_choices(argv, config_dirs_from_argv(argv)) or explain_unknown_key(exc) or one_line(exc)} "
              f"(python -m pipeline --help lists every group and option)")
+    except SweepRefused as exc:  # a sweep job's config, checked before the sweep starts
+        fail(str(exc))
     except BrokenPipeError:  # the reader went away (python -m pipeline --help | head): nothing to report
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # as Python's docs advise for SIGPIPE
         raise SystemExit(0) from None

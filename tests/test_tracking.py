@@ -231,6 +231,19 @@ def test_sweep_into_sqlite_is_one_parent_with_children(tmp_path: Path, template:
 
 
 @pytest.mark.slow
+def test_a_sweep_with_a_mistake_in_one_job_makes_nothing(tmp_path: Path) -> None:
+    """Every job's config is checked before the sweep directory, the MLflow store or its parent run exist."""
+    proc = subprocess.run([sys.executable, "-m", "pipeline", "-m", *SWEEP, "route.min_gain=0.1,-0.5",
+                           f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
+                          cwd=ROOT, env=clean_env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr[-3000:]
+    assert proc.stderr.startswith("error: sweep job 1 (model=tiny_mlp profile=quick backends=[eager] seed=0 "
+                                  "route.min_gain=-0.5 ")  # job numbers as Hydra counts them
+    assert "route.min_gain=-0.5 must be >= 0" in proc.stderr
+    assert "Launching" not in proc.stdout + proc.stderr and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
 def test_single_run_has_no_parent(tmp_path: Path, template: Path) -> None:
     uri = copy_store(template, tmp_path)
     run_pipeline(["model=tiny_mlp", "profile=quick", "backends=[eager]", f"tracking.uri={uri}",
