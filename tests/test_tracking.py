@@ -21,7 +21,7 @@ from mlflow_helpers import ROOT, SWEEP, artifact_names, clean_env, copy_store, i
     run_pipeline, sweep_runs
 from pipeline import report
 from pipeline.measure.measurement import Measurement
-from pipeline.record.plots import latency_figure, latency_plot
+from pipeline.record.plots import latency_figure, latency_plot, spread
 from pipeline.record.progress import Steps
 from pipeline.record.recorder import Recorder
 from pipeline.record.tracker import MlflowTracker
@@ -96,15 +96,25 @@ def test_plot_is_a_png(tmp_path: Path) -> None:
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
 
 
-def test_plot_draws_each_backends_p10_p90_band() -> None:
+def test_plot_reads_at_a_glance_whiskers_noisy_cells_plain_ms_and_who_serves() -> None:
     medians = {"eager": {1: 1.1, 3: 1.7, 8: 3.4}, "inductor": {1: 0.8, 3: 1.3, 8: 2.7}}
     bands = {"eager": {1: (1.0, 1.5), 3: (1.6, 2.0), 8: (3.3, 3.6)}}  # inductor has none
-    ax = latency_figure(medians, None, "m", bands).axes[0]
-    (band,) = [c for c in ax.collections if c.get_label().endswith("p10-p90")]
-    assert band.get_label() == "eager p10-p90"
-    ys = band.get_paths()[0].vertices[:, 1]
-    assert min(ys) == pytest.approx(1.0) and max(ys) == pytest.approx(3.6)
-    assert "eager p10-p90" in [t.get_text() for t in ax.get_legend().get_texts()]
+    route = [Range(1, 1, "inductor"), Range(2, 3, "eager"), Range(4, None, "inductor")]
+    fig = latency_figure(medians, route, "m", bands, noisy={"eager": {3}})
+    fig.canvas.draw()
+    latency, speedup = fig.axes
+    (whiskers,) = latency.containers  # eager's p10-p90, one whisker per cell
+    spans = sorted((seg[:, 1].min(), seg[:, 1].max()) for seg in whiskers.lines[2][0].get_segments())
+    assert spans == [pytest.approx((1.0, 1.5)), pytest.approx((1.6, 2.0)), pytest.approx((3.3, 3.6))]
+    hollow = [line for line in latency.lines if line.get_marker() == "o" and line.get_markerfacecolor() == "white"]
+    assert [(line.get_xdata()[0] / spread("eager", list(medians)), line.get_ydata()[0]) for line in hollow
+            if len(line.get_xdata())] == [pytest.approx((3, 1.7))]  # the one noisy cell
+    labels = {t.get_text() for t in latency.get_yticklabels() if t.get_text()}
+    assert {"1", "2"} <= labels and not any("10^" in lab or "$" in lab for lab in labels)
+    assert [t.get_text() for t in speedup.texts] == ["inductor", "eager", "inductor"]  # each range names its server
+    (auto,) = [line for line in speedup.lines if line.get_label() == "auto (routed)"]
+    assert list(auto.get_ydata()) == pytest.approx([1.1 / 0.8, 1.0, 3.4 / 2.7])
+    assert {t.get_text() for t in speedup.get_yticklabels() if t.get_text()} >= {"1x"}
 
 
 def test_report_marks_noisy_cells_and_routes_that_rest_on_them(tmp_path: Path, template: Path) -> None:

@@ -194,15 +194,17 @@ class Recorder:
         self.tracker.log_artifact(path)
 
     def plot(self, ctx: RunContext) -> None:
-        """``latency.png``: medians, p10-p90 bands, and the routed ranges shaded once there is a route."""
+        """``latency.png``: medians with p10-p90 whiskers and noisy cells marked, speed-up over eager, and
+        the routed ranges named once there is a route."""
         medians = ctx.medians()
         if not any(medians.values()):
             return
         from pipeline.record.plots import latency_plot
 
         bands = ctx.cell_figures(lambda m: (m.quantile(0.10), m.quantile(0.90)))
+        noisy = {b: {bs for bs, flag in per.items() if flag} for b, per in ctx.cell_figures(lambda m: m.noisy).items()}
         self.tracker.log_artifact(latency_plot(medians, ctx.route or None, self.run_dir / "latency.png", self.title,
-                                               bands))
+                                               bands, noisy))
 
     def finish(self, status: str) -> None:
         """The log as an artifact, then the run's final status."""
