@@ -11,6 +11,7 @@ from omegaconf import DictConfig
 from torch import nn
 
 from pipeline.backends import Backend, precision
+from pipeline.cost import CandidateCost
 from pipeline.measure import accuracy
 from pipeline.route.policy import Range
 from pipeline.measure.measurement import Measurement
@@ -45,13 +46,15 @@ class BackendOutcome:
     # the tuned sizes, and whether that is within its bound. A candidate outside it is timed, never routed.
     accuracy: float = float("nan")
     within_budget: bool = True
+    cost: CandidateCost = field(default_factory=CandidateCost)  # what it cost the tune (pipeline.cost)
 
     def to_dict(self) -> Dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "cost": self.cost.to_dict()}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "BackendOutcome":
-        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
+        values = {f.name: data[f.name] for f in fields(cls) if f.name in data}
+        return cls(**{**values, "cost": CandidateCost.from_dict(values.get("cost") or {})})
 
 
 @dataclass
@@ -62,6 +65,7 @@ class Earlier:
 
     outcomes: Dict[str, BackendOutcome] = field(default_factory=dict)
     cells: Dict[str, Dict[int, Measurement]] = field(default_factory=dict)
+    screen: Dict[str, Dict[int, Measurement]] = field(default_factory=dict)
 
 
 @dataclass
@@ -82,12 +86,15 @@ class RunContext:
     # The user's example inputs (input name -> rows on the device): every tuned batch is made of them.
     examples: Dict[str, torch.Tensor] = field(default_factory=dict)
     earlier: Earlier = field(default_factory=Earlier)
-    on_cell: Callable[[str, int, Measurement], None] = lambda name, bs, m: None
+    # Hears of every cell as it is measured: (backend, batch size, cell, "screen" or "profile").
+    on_cell: Callable[[str, int, Measurement, str], None] = lambda name, bs, m, phase: None
     # capture
     output_batch_dims: Dict[str, Optional[int]] = field(default_factory=dict)  # pipeline.batching
     backends: Dict[str, Backend] = field(default_factory=dict)
     outcomes: Dict[str, BackendOutcome] = field(default_factory=dict)
-    # profile
+    # profile: the screen's cells, the candidates it screened out (and why), then the profile's cells
+    screen: Dict[str, Dict[int, Measurement]] = field(default_factory=dict)
+    screened_out: Dict[str, str] = field(default_factory=dict)
     profile: Dict[str, Dict[int, Measurement]] = field(default_factory=dict)
     # route
     route: List[Range] = field(default_factory=list)

@@ -23,12 +23,13 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from pipeline import devices
+from pipeline import compile_cache, cost, devices
 from pipeline import inputs as model_inputs
 from pipeline.config.checks import check_config
 from pipeline.config.errors import ConfigError
 from pipeline.config.schema import Config
 from pipeline.context import Earlier, RunContext
+from pipeline.cost import Stopwatch
 from pipeline.record.recorder import Recorder, earlier_results
 from pipeline.record.tracker import make_tracker
 
@@ -151,8 +152,10 @@ def run(cfg: DictConfig, run_dir: Path, model: Optional[torch.nn.Module] = None,
         examples = model_inputs.complete(cfg)
     check_config(cfg, run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    with run_log(run_dir), sigterm_stops(), devices.cpu_threads(cfg.threads) as threads:
+    with run_log(run_dir), sigterm_stops(), devices.cpu_threads(cfg.threads) as threads, \
+            compile_cache.active(OmegaConf.to_container(cfg.compile_cache, resolve=True)):
         cfg.threads = threads  # the count in force, so that config.yaml and MLflow's params record it
+        tuning = Stopwatch()
         ctx = build_context(cfg, run_dir, model, earlier_results(run_dir) if resume else None, examples)
         recorder = Recorder(cfg, run_dir, make_tracker(cfg.tracking))
         ctx.on_cell = recorder.cell
@@ -171,6 +174,9 @@ def run(cfg: DictConfig, run_dir: Path, model: Optional[torch.nn.Module] = None,
                     ctx.restore_model_state()
                     recorder.stage_ended(stage, ctx)
             status = "FINISHED"
+            recorder.tuned(tuning.seconds)
+            log.info("tune cost (seconds):\n%s", cost.table({n: o.cost for n, o in ctx.outcomes.items()},
+                                                               ctx.stage_seconds, tuning.seconds))
         except (KeyboardInterrupt, Terminated):
             status = "KILLED"
             raise

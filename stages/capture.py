@@ -18,12 +18,15 @@ import functools
 import logging
 import time
 import traceback
-from typing import Callable, Dict, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional
 
 import torch
+from omegaconf import OmegaConf
 
 from pipeline import backends as backend_registry
-from pipeline import devices
+from pipeline import compile_ahead, devices
+from pipeline.backends.precision import precision_of
+from pipeline.cost import Stopwatch, compiles_into
 from pipeline.record import progress
 from pipeline.backends import BackendUnsupported
 from pipeline.measure import accuracy
@@ -68,21 +71,24 @@ def capture_one(ctx: RunContext, name: str, cfg: dict,
     outcome.tolerance = tolerance(backend.compute_dtype, scale)
     refs = references(backend.compute_dtype)
     devices.reset_peak_memory(ctx.device)
-    start = time.perf_counter()
+    cost, start = outcome.cost, time.perf_counter()
     try:
         largest = max(ctx.batch_sizes)
         # Every size up to the largest tuned one may be served, tuned or not.
         sample = refs[largest].inputs
-        backend.build(ctx.model, sample, ctx.device, list(range(1, largest + 1)), ctx.batch_sizes,
-                      BatchDims.of(ctx.inputs, ctx.output_batch_dims))
-        scores = []  # the accuracy budget's metric against fp32 eager, at each tuned size
-        with backend.watched():  # every compile is this backend's; a recompile limit hit fails it
-            checks = backend.self_check(ctx.model, sample, scale)  # variants the tuned sizes miss, e.g. each graph
-            for bs, ref in refs.items():
-                out = backend(**ref.inputs)
-                checks[f"batch size {bs}"] = judge(out, ref.output, backend.compute_dtype, scale)
-                scores.append(accuracy.score(out, ref.output, budget.metric))
-            devices.synchronize(ctx.device)
+        with compiles_into(cost):
+            backend.build(ctx.model, sample, ctx.device, list(range(1, largest + 1)), ctx.batch_sizes,
+                          BatchDims.of(ctx.inputs, ctx.output_batch_dims))
+            cost.build_s, checking = time.perf_counter() - start, Stopwatch()
+            scores = []  # the accuracy budget's metric against fp32 eager, at each tuned size
+            with backend.watched():  # every compile is this backend's; a recompile limit hit fails it
+                checks = backend.self_check(ctx.model, sample, scale)  # variants the tuned sizes miss, e.g. each graph
+                for bs, ref in refs.items():
+                    out = backend(**ref.inputs)
+                    checks[f"batch size {bs}"] = judge(out, ref.output, backend.compute_dtype, scale)
+                    scores.append(accuracy.score(out, ref.output, budget.metric))
+                devices.synchronize(ctx.device)
+            cost.check_s = checking.seconds
     except BackendUnsupported as exc:
         outcome.status, outcome.reason = "skipped", str(exc)
         return outcome
@@ -90,6 +96,7 @@ def capture_one(ctx: RunContext, name: str, cfg: dict,
         log.debug("backend %s failed:\n%s", name, traceback.format_exc())
         outcome.status, outcome.reason = "failed", f"{type(exc).__name__}: {exc}".strip()[:2000]
         return outcome
+    cost.record_s = float(backend.stats().get("record_seconds", 0.0))
     outcome.build_seconds = time.perf_counter() - start
     outcome.peak_memory_bytes = devices.peak_memory_bytes(ctx.device)
     outcome.compile = backend.compile_evidence()
@@ -107,28 +114,81 @@ def capture_one(ctx: RunContext, name: str, cfg: dict,
     return outcome
 
 
+def capture_order(candidates: Mapping[str, Mapping[str, Any]]) -> List[str]:
+    """The order capture builds candidates in: those that do not compile first (eager at each precision among
+    them, so :func:`budget_skip` knows its score), then the compiling ones, while compile workers run ahead."""
+    return sorted(candidates, key=lambda n: compile_ahead.compiles(candidates[n]))
+
+
+def budget_skip(ctx: RunContext, name: str, cfg: Mapping[str, Any]) -> Optional[str]:
+    """Why ``name`` is not worth building: eager at its precision and weights is outside the accuracy budget, and
+    ``name`` could not score differently (a graph of eager's kernels), or is far outside; None otherwise."""
+    if cfg.get("kind") == "eager" or precision_of(cfg) == "fp32":
+        return None
+    weights = precision_of(cfg) if cfg.get("cast_weights") else "fp32"
+    eager = next((o for o in ctx.outcomes.values() if o.kind == "eager" and o.status == "ok"
+                  and o.precision == precision_of(cfg) and o.weights == weights), None)
+    if eager is None or eager.within_budget:
+        return None
+    budget = ctx.cfg.route.accuracy_budget
+    why = (f"not built: {eager.name} is outside the accuracy budget ({budget.metric} {eager.accuracy:.6g}, the "
+           f"budget is {accuracy.describe(budget.metric, budget.bound)})")
+    if not compile_ahead.compiles(cfg):
+        return f"{why}, and {name} replays eager's kernels at the same precision, so its outputs are eager's"
+    if accuracy.far_outside(eager.accuracy, budget.metric, budget.bound):
+        return f"{why} by more than {accuracy.FAR:g}x the budget's margin, which a compiler's fusions do not recover"
+    log.info("capture %s: built although %s is outside the accuracy budget: Inductor fuses and keeps fp32 "
+             "intermediates, so its score may differ", name, eager.name)
+    return None
+
+
 def run(ctx: RunContext) -> None:
     label, inputs_at = ctx.input_sources()[0]
     log.info("capture: batches are made of %s", label)
     ctx.output_batch_dims = output_batch_dims(ctx.model, inputs_at)
     references = functools.lru_cache(maxsize=None)(functools.partial(reference_outputs, ctx))  # per compute dtype
     candidates = ctx.candidates
-    for name, cfg in progress.track(candidates.items(), "capture", len(candidates), label=lambda kv: kv[0]):
-        earlier = ctx.earlier.outcomes.get(name)
-        if earlier is not None and earlier.status in ("failed", "skipped"):
-            outcome = earlier  # the interrupted run's verdict; building it again would fail again
-        else:
-            outcome = capture_one(ctx, name, cfg, references)
-        ctx.outcomes[name] = outcome
-        level = logging.INFO if outcome.status == "ok" else logging.WARNING
-        log.log(level, "capture %-28s %-10s %s", name, outcome.status,
-                outcome.reason or f"built in {outcome.build_seconds:.2f}s, max rel err {outcome.max_rel_error:.2e} "
-                                  f"over {outcome.tensors} tensors, {ctx.cfg.route.accuracy_budget.metric} "
-                                  f"{outcome.accuracy:.6g}{'' if outcome.within_budget else ' (OUTSIDE the budget)'}"
-                + (f", {outcome.compile['graphs']} Dynamo graph(s), {outcome.compile['graph_breaks']} graph break(s)"
-                   if outcome.compile else ""))
+    order = capture_order(candidates)
+    pending = [n for n in order if not (ctx.earlier.outcomes.get(n) and ctx.earlier.outcomes[n].status
+                                          in ("failed", "skipped"))]
+    supported = [n for n in pending if not backend_registry.create(n, candidates[n]).unsupported_reason(ctx.device)]
+    largest, cache = max(ctx.batch_sizes), ctx.cfg.compile_cache
+    with compile_ahead.started(candidates, supported, ctx.model, {bs: r.inputs for bs, r in references(None).items()},
+                               ctx.device, list(range(1, largest + 1)), ctx.batch_sizes,
+                               BatchDims.of(ctx.inputs, ctx.output_batch_dims), ctx.cfg.threads,
+                               OmegaConf.to_container(cache, resolve=True), cache.workers) as ahead:
+        for name in progress.track(order, "capture", len(order)):
+            earlier = ctx.earlier.outcomes.get(name)
+            skip = budget_skip(ctx, name, candidates[name])
+            if earlier is not None and earlier.status in ("failed", "skipped"):
+                outcome = earlier  # the interrupted run's verdict; building it again would fail again
+            elif skip:
+                ahead.drop(name)
+                outcome = BackendOutcome(name=name, kind=str(candidates[name].get("kind")), status="skipped",
+                                         reason=skip, precision=precision_of(candidates[name]), within_budget=False)
+            else:
+                head_start = ahead.wait(name)
+                outcome = capture_one(ctx, name, candidates[name], references)
+                outcome.cost.ahead_s = float(head_start["seconds"]) if head_start else 0.0
+            ctx.outcomes[name] = outcome
+            log_outcome(ctx, outcome)
+    ctx.outcomes = {n: ctx.outcomes[n] for n in candidates}  # capture.json, the profile and the route in config order
+    ctx.backends = {n: ctx.backends[n] for n in candidates if n in ctx.backends}
     if not ctx.backends:
         hint = (f"; unverified: {', '.join(ctx.unverified())}{ALLOW_HINT}, or tune on inputs on which its output "
                 f"varies: " + ("real data in example_inputs" if ctx.api else "model.examples=<a .pt file of them>")
                 if ctx.unverified() else "")
         raise RuntimeError(f"capture: no backend survived{hint}; see capture.json for each reason")
+
+
+def log_outcome(ctx: RunContext, outcome: BackendOutcome) -> None:
+    """One line per candidate: its status and reason, or its build figures and score."""
+    level = logging.INFO if outcome.status == "ok" else logging.WARNING
+    cost = outcome.cost
+    log.log(level, "capture %-28s %-10s %s", outcome.name, outcome.status,
+            outcome.reason or f"built in {outcome.build_seconds:.2f}s, max rel err {outcome.max_rel_error:.2e} "
+                              f"over {outcome.tensors} tensors, {ctx.cfg.route.accuracy_budget.metric} "
+                              f"{outcome.accuracy:.6g}{'' if outcome.within_budget else ' (OUTSIDE the budget)'}"
+            + (f", {outcome.compile['graphs']} Dynamo graph(s), {outcome.compile['graph_breaks']} graph break(s), "
+               f"compile cache {cost.cache_hits} hit(s) {cost.cache_misses} miss(es)"
+               if outcome.compile else ""))

@@ -1,8 +1,15 @@
 """Profile: latency of every surviving backend at every tuned batch size, interleaved round by round.
 
-Exactly the tuned sizes (``model.batch_sizes``) are profiled, in ``profile.passes`` passes. Graph
-backends record each tuned size exactly, so no backend pads there, and a size the router sends by a
-tuned size T costs at most what T measured (it pads to a recorded size no larger than T). Compile
+First a screen (``pipeline.measure.screening``): one short window of every candidate at three tuned
+sizes; candidates clearly slower than the best everywhere, and those outside the accuracy budget
+(which never serve), are screened out with their numbers. Then exactly the tuned sizes
+(``model.batch_sizes``) are profiled for the rest, in ``profile.passes`` passes. Last, a cell flagged
+noisy gets another window (up to ``profile.max_repeats``) only where the route rests on it: the
+owner's cell and those of challengers within its interval, as the route would be decided now
+(``pipeline.route.decision``); a flag elsewhere cannot change the route and is recorded as it is.
+
+Graph backends record each tuned size exactly, so no backend pads there, and a size the router sends
+by a tuned size T costs at most what T measured (it pads to a recorded size no larger than T). Compile
 time and peak memory are capture's; this stage records each size's first call apart
 (``first_call_ms``) and reports the median, its interval, p10/p90, sample count and a ``noisy`` flag
 with its reason for every cell.
@@ -11,43 +18,124 @@ with its reason for every cell.
 from __future__ import annotations
 
 import logging
-from typing import List, Tuple
+from typing import Any, Callable, Dict, List, Sequence, Tuple
 
-from pipeline.record import progress
 from pipeline.context import RunContext
-from pipeline.measure.interleaved import profile_sizes
-from pipeline.measure.measurement import Measurement
+from pipeline.measure.interleaved import measure_interleaved, profile_sizes
+from pipeline.measure.measurement import Measurement, Settings
+from pipeline.measure.screening import screen_settings, screen_sizes, screened_out
+from pipeline.record import progress
+from pipeline.route.decision import baseline, decide
 
 log = logging.getLogger(__name__)
+OUTSIDE_BUDGET = "screened out: outside the accuracy budget, so it never serves (timed in the screen only)"
+
+Calls = Callable[[int, Sequence[str]], Dict[str, Callable[[], Any]]]
+
+
+def calls_for(ctx: RunContext) -> Calls:
+    """``calls(bs, names)``: each named backend's call on the batch of ``bs`` rows capture checked."""
+    _, inputs_at = ctx.input_sources()[0]
+
+    def calls(bs: int, names: Sequence[str]) -> Dict[str, Callable[[], Any]]:
+        inputs = inputs_at(bs)
+        return {name: (lambda b=ctx.backends[name]: b(**inputs)) for name in names}
+
+    return calls
+
+
+def kept_by_rule(ctx: RunContext) -> List[str]:
+    """Candidates the screen never drops: the eager baseline, and the one a non-timed strategy deploys."""
+    rcfg, servable = ctx.cfg.route, [n for n in ctx.backends if n not in ctx.failures()]
+    keep = [baseline(ctx)]
+    if rcfg.strategy == "one_backend":
+        keep.append(rcfg.backend)
+    if rcfg.strategy == "first_wins":
+        keep.append(next((n for n in ctx.candidates if n in servable), None))
+    return [n for n in keep if n is not None]
+
+
+def screen(ctx: RunContext, calls: Calls) -> List[str]:
+    """Screen every candidate; the ones left for the full profile, in order."""
+    pcfg, names = ctx.cfg.profile, list(ctx.backends)
+    failures, keep = ctx.failures(), kept_by_rule(ctx)
+    if not pcfg.screen or all(n in keep for n in names):
+        return names
+    sizes = screen_sizes(ctx.batch_sizes)
+    known = {n: per for n, per in ctx.earlier.screen.items() if n in ctx.backends}
+
+    def on_cell(name: str, bs: int, m: Measurement) -> None:
+        ctx.screen.setdefault(name, {})[bs] = m
+        ctx.on_cell(name, bs, m, "screen")
+
+    with progress.steps("screen", len(sizes)) as bar:
+        ctx.screen.update(profile_sizes(lambda bs: calls(bs, names), sizes, ctx.device, screen_settings(pcfg),
+                                        known=known, on_cell=on_cell,
+                                        on_step=lambda p, bs: bar.next(f"bs={bs} ({len(names)} candidates)")))
+    servable = [n for n in names if n not in failures]
+    ctx.screened_out = {**screened_out(ctx.screen, servable, keep, pcfg.screen_margin),
+                        **{n: OUTSIDE_BUDGET for n in names if n in failures and n not in keep}}
+    for name, why in ctx.screened_out.items():
+        ctx.backends.pop(name)  # its graphs and compiled code go now, before the profile times the others
+        log.info("screen  %-28s %s", name, why)
+    log.info("screen  %d of %d candidates go on to the full profile: %s", len(names) - len(ctx.screened_out),
+             len(names), ", ".join(n for n in names if n not in ctx.screened_out))
+    return [n for n in names if n not in ctx.screened_out]
+
+
+def remeasure_contested(ctx: RunContext, calls: Calls, on_cell: Callable[[str, int, Measurement], None]) -> int:
+    """Another window, up to ``max_repeats`` rounds, for the noisy cells the route rests on; the windows taken."""
+    pcfg = ctx.cfg.profile
+    s, taken = Settings.of(pcfg), 0
+    for _ in range(s.max_repeats):
+        try:
+            contested = decide(ctx).rests_on
+        except (ValueError, RuntimeError):
+            return taken  # no route to rest on: the route stage says why
+        todo: Dict[int, List[str]] = {}
+        for name, bs in contested:
+            if ctx.profile[name][bs].noisy and name not in todo.get(bs, []):
+                todo.setdefault(bs, []).append(name)
+        if not todo:
+            break
+        for bs, names in sorted(todo.items()):
+            measured = measure_interleaved(calls(bs, names), ctx.device, {**pcfg, "max_repeats": 0},
+                                           pass_index=s.passes - 1)
+            for name, m in measured.items():
+                ctx.profile[name][bs].absorb(m, s)
+                on_cell(name, bs, ctx.profile[name][bs])
+                taken += 1
+    return taken
 
 
 def run(ctx: RunContext) -> None:
     pcfg = ctx.cfg.profile
     sizes: List[int] = ctx.batch_sizes
+    calls = calls_for(ctx)
+    timed = screen(ctx, calls)
     # A call that replays a device graph cannot be captured again, and needs no cross-check.
-    checked = ([n for n, b in ctx.backends.items() if not b.records_cuda_graphs]
+    checked = ([n for n in timed if not ctx.backends[n].records_cuda_graphs]
                if pcfg.device_check and ctx.device.type == "cuda" else [])
-
-    _, inputs_at = ctx.input_sources()[0]  # the batches capture checked
-
-    def fns_at(bs: int) -> dict:
-        inputs = inputs_at(bs)
-        return {name: (lambda b=backend: b(**inputs)) for name, backend in ctx.backends.items()}
 
     def on_cell(name: str, bs: int, m: Measurement) -> None:
         ctx.profile.setdefault(name, {})[bs] = m
-        ctx.on_cell(name, bs, m)
+        ctx.on_cell(name, bs, m, "profile")
 
-    known = {n: per for n, per in ctx.earlier.cells.items() if n in ctx.backends}
+    known = {n: per for n, per in ctx.earlier.cells.items() if n in timed}
     with progress.steps("profile", pcfg.passes * len(sizes)) as bar:
         ctx.profile.update(profile_sizes(
-            fns_at, sizes, ctx.device, pcfg, device_check=checked, known=known, on_cell=on_cell,
-            on_step=lambda p, bs: bar.next(f"pass {p + 1}/{pcfg.passes} bs={bs} ({', '.join(ctx.backends)})")))
+            lambda bs: calls(bs, timed), sizes, ctx.device, {**pcfg, "max_repeats": 0}, device_check=checked,
+            known=known, on_cell=on_cell,
+            on_step=lambda p, bs: bar.next(f"pass {p + 1}/{pcfg.passes} bs={bs} ({', '.join(timed)})")))
+    repeats = remeasure_contested(ctx, calls, on_cell)
     for name, backend in list(ctx.backends.items()):
         fallback = backend.fallback_reason()
         if fallback:  # its timings are eager's, not its own: drop them rather than route on them
             log.warning("profile: %s excluded: %s", name, fallback)
             ctx.exclude(name, f"not timed: {fallback}")
+    for name, outcome in ctx.outcomes.items():
+        outcome.cost.screen_s = sum(m.spent_ms for m in ctx.screen.get(name, {}).values()) / 1e3
+        outcome.cost.profile_s = sum(m.spent_ms for m in ctx.profile.get(name, {}).values()) / 1e3
     for name, per in ctx.profile.items():
         for bs, m in sorted(per.items()):
             s = m.summary()
@@ -58,9 +146,8 @@ def run(ctx: RunContext) -> None:
     noisy = [(name, bs, m) for name, per in ctx.profile.items() for bs, m in sorted(per.items()) if m.noisy]
     if noisy:
         total = sum(len(per) for per in ctx.profile.values())
-        log.warning("profile: %d of %d cells stayed noisy (%d pass(es), up to %d repeat(s) each); route.json says "
-                    "whether the route rests on them:\n%s", len(noisy), total, pcfg.passes, pcfg.max_repeats,
-                    noise_table(noisy))
+        log.debug("profile: %d of %d cells stayed noisy (%d window(s) re-measured where the route rests on them):\n%s",
+                  len(noisy), total, repeats, noise_table(noisy))
 
 
 def noise_table(cells: List[Tuple[str, int, Measurement]]) -> str:

@@ -11,30 +11,27 @@ from typing import Any, Dict, List
 
 from pipeline.context import RunContext
 from pipeline.route.served import RoutedModule, TuneRecord
-from pipeline.backends.precision import precision_of
 from pipeline.measure.accuracy import budget_of
-from pipeline.route.policy import choose_route, eager_baseline, rests_on, usable
+from pipeline.route.decision import decide
 
 log = logging.getLogger(__name__)
-TIMED = ("router", "highest_throughput")  # the strategies whose choice rests on the profile's timings
 
 
 class RouteNotConfident(RuntimeError):
     """``route.require_confident`` is set and the route rests on cells the profile flagged noisy."""
 
 
+def screen_cells(ctx: RunContext, name: str) -> Dict[str, Dict[str, Any]]:
+    """A candidate's screen numbers by batch size: median and interval in ms."""
+    return {str(bs): {"median": m.median, "interval": list(m.interval), "noisy": m.noisy}
+            for bs, m in sorted(ctx.screen.get(name, {}).items())}
+
+
 def run(ctx: RunContext) -> None:
     rcfg = ctx.cfg.route
+    decision = decide(ctx)
+    route, failures, cells = decision.route, decision.failures, decision.rests_on
     medians, intervals = ctx.medians(), ctx.intervals()
-    candidates = ctx.candidates  # each backend once per precision
-    # No size served slower than plain eager: fp32 eager where it competes.
-    eager = (eager_baseline({n: c for n, c in candidates.items() if precision_of(c) == "fp32"})
-             or eager_baseline(candidates))
-    order, failures = list(candidates), ctx.failures()
-    route = choose_route(medians, order, rcfg.strategy, rcfg.min_gain, rcfg.backend, failures,
-                         baseline=eager, intervals=intervals)
-    competed = {b: medians[b] for b in usable(medians, order, failures)}
-    cells = rests_on(route, competed, intervals) if rcfg.strategy in TIMED else []
     noisy: List[Dict[str, Any]] = [{"backend": b, "batch_size": bs, "reason": ctx.profile[b][bs].noise}
                                    for b, bs in cells if ctx.profile[b][bs].noisy]
     routed_names = {r.backend for r in route}
@@ -42,7 +39,7 @@ def run(ctx: RunContext) -> None:
     ctx.route_info = {
         "strategy": rcfg.strategy,
         "min_gain": rcfg.min_gain,
-        "never_slower_than": eager if rcfg.strategy == "router" else None,  # only the router applies it
+        "never_slower_than": decision.baseline if rcfg.strategy == "router" else None,  # only the router applies it
         "ranges": [{**r.to_dict(), "precision": ctx.outcomes[r.backend].precision,
                     "weights": ctx.outcomes[r.backend].weights} for r in route],
         "accuracy_budget": budget_of(rcfg.accuracy_budget),
@@ -57,6 +54,9 @@ def run(ctx: RunContext) -> None:
         "rests_on_noisy": bool(noisy),
         "excluded": failures,
         "unverified": unverified,
+        "screened_out": {n: {"reason": why, "screen_ms": screen_cells(ctx, n)} for n, why in ctx.screened_out.items()},
+        "cost": {"candidates": {n: o.cost.to_dict() for n, o in ctx.outcomes.items()},
+                 "stage_s": dict(ctx.stage_seconds)},
     }
     for r in route:
         log.info("route   batch %s..%s -> %s (%s)", r.lo, r.hi if r.hi is not None else "inf", r.backend,

@@ -51,3 +51,4 @@ class CellGRU(nn.Module):
 def sequence_first(batch: int, steps: int = 3) -> torch.Tensor:
     """(time, batch, 5) inputs for :class:`CellGRU` and ``nn.GRU(5, ...)``, the same for the same batch size."""
     return torch.randn(steps, batch, 5, generator=torch.Generator().manual_seed(batch))
+

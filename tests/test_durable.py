@@ -74,14 +74,15 @@ def test_sigkill_keeps_the_measured_cells_the_next_run_marks_it_killed_and_resum
     after = statuses(uri)
     assert after[killed_id] == "KILLED" and "RUNNING" not in after.values()
 
-    first_cell = next(json.loads(line) for line in (run_dir / "cells.jsonl").read_text().splitlines())
+    profiled = [c for c in map(json.loads, (run_dir / "cells.jsonl").read_text().splitlines()) if c["phase"] == "profile"]
+    first_cell = profiled[0]
     resumed = cli(f"resume={run_dir}", cwd=tmp_path)
     out = resumed.communicate(timeout=300)[0]
     assert resumed.returncode == 0, out[-3000:]
     final = {(r["backend"], int(r["batch_size"])): r for r in rows(run_dir / "profile.csv")}
     assert set(final) == {(b, bs) for b in ("eager", "inductor") for bs in (1, 2, 4, 8)}
     lines = (run_dir / "cells.jsonl").read_text().splitlines()
-    cells = {(c["backend"], c["batch_size"]): c["cell"] for c in map(json.loads, lines)}
+    cells = {(c["backend"], c["batch_size"]): c["cell"] for c in map(json.loads, lines) if c["phase"] == "profile"}
     kept = cells[(first_cell["backend"], first_cell["batch_size"])]
     assert first_cell["cell"]["passes"] == [0] and kept["passes"] == [0, 1]  # the resumed run added the second pass
     assert kept["windows"][0] == first_cell["cell"]["windows"][0]  # to the first, measured before the kill

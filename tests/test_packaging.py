@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -28,7 +29,12 @@ def test_every_package_in_the_tree_is_listed() -> None:
 
 @pytest.mark.slow
 def test_a_plain_install_ships_the_config_tree_and_runs_from_any_folder(tmp_path: Path) -> None:
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", str(ROOT),
+    source = tmp_path / "source"  # a copy, so setuptools' build/ folder lands there, not in the checkout
+    for name in ("pipeline", "stages", "hydra_plugins", "conf"):
+        shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", str(source),
                     "-w", str(tmp_path / "dist")], check=True, capture_output=True)
     wheel = next((tmp_path / "dist").glob("tweakpipe-*.whl"))
     names = set(zipfile.ZipFile(wheel).namelist())

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from conftest import CONF, TINY
+from pipeline.measure.screening import screen_sizes
 from hydra import compose, initialize_config_dir
 from pipeline.backends import precision
 from pipeline.config.checks import check_config
@@ -43,7 +44,8 @@ def test_route_json_lists_every_candidate_its_precision_and_score(compose_cfg, t
         assert 0.999 <= by_name[name]["score"] < 1.0 and by_name[name]["within_budget"]
     assert all(r["precision"] == by_name[r["backend"]]["precision"] and r["weights"] == by_name[r["backend"]]["weights"]
                for r in route["ranges"])
-    assert set(route["profile_medians_ms"]) == set(by_name)
+    # every candidate is timed: in the full profile, or in the screen where the screen dropped it
+    assert set(route["profile_medians_ms"]) | set(route["screened_out"]) == set(by_name)
     assert ctx.validation["ok"] and all("budget_value" in r for r in ctx.validation["rows"])
 
 
@@ -56,7 +58,10 @@ def test_a_candidate_outside_the_budget_is_timed_and_recorded_but_never_serves(c
     assert bf16["metric"] == "max_rel_error" and not bf16["within_budget"] and bf16["score"] > 1e-6
     assert bf16["status"] == "ok"
     assert "outside the accuracy budget" in route["excluded"]["eager.bf16"]
-    assert route["profile_medians_ms"]["eager.bf16"]  # its speed is recorded
+    screened = route["screened_out"]["eager.bf16"]  # it never serves, so the screen's numbers are all it costs
+    assert "outside the accuracy budget" in screened["reason"] and "eager.bf16" not in route["profile_medians_ms"]
+    assert {int(bs) for bs in screened["screen_ms"]} == set(screen_sizes(ctx.batch_sizes)) and all(  # its speed
+        0 < c["interval"][0] <= c["median"] <= c["interval"][1] for c in screened["screen_ms"].values())
     assert {r["backend"] for r in route["ranges"]} == {"eager"}
     assert "outside the accuracy budget" in route["excluded"]["eager.bf16-weights"]
     capture = json.loads((tmp_path / "capture.json").read_text())

@@ -286,7 +286,7 @@ def test_profile_stage_hands_on_every_tuned_size_as_it_is_measured(compose_cfg, 
     inputs = OmegaConf.to_container(config.model.inputs, resolve=True)
     seen = []
     ctx = RunContext(cfg=config, run_dir=tmp_path, device=CPU, model=model, inputs=inputs,
-                     on_cell=lambda name, bs, m: seen.append((name, bs, m.count)))
+                     on_cell=lambda name, bs, m, phase: seen.append((name, bs, m.count)))
     eager = backends.create("eager", {"kind": "eager"})
     eager.build(model, {}, CPU, [1, 8])
     ctx.backends = {"eager": eager}

@@ -76,6 +76,10 @@ class InductorBackend(Backend):
         self._graphs = self.records_cuda_graphs and self.device.type == "cuda"
         self._clone = self._graphs and self.cfg["clone_outputs"]
         self.program = self._fn = Program(model, self.name, self.compile_kwargs(), self.device, self._graphs)
+        if self.cfg["dynamic"] is None:  # one program for every batch size but 1 (Dynamo specialises 1)
+            sample = {name: t.detach() for name, t in sample.items()}  # the mark stays on this backend's tensors
+            for name, t in sample.items():
+                torch._dynamo.maybe_mark_dynamic(t, self.batch_dims.input(name))
         with self.program.watched():
             self(**sample)  # compile now, so build_seconds holds the compile time
 

@@ -56,7 +56,9 @@ class InductorSettings(TorchSettings):
 
     kind: str = "inductor"
     fullgraph: bool = False
-    # null: only the batch dimension is dynamic (graph backends) or torch decides; true: every dimension.
+    # null: the batch dimension is dynamic from the first compile (one program serves every size but 1, and
+    # inductor and graph_inductor compile the same one), other dimensions as torch decides; true: every
+    # dimension; false: a static program per batch size.
     dynamic: Optional[bool] = None
     mode: Optional[str] = None
     options: Dict[str, Any] = field(default_factory=dict)  # empty = not set

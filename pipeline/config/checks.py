@@ -18,7 +18,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from pipeline import backends as backend_registry
-from pipeline import devices
+from pipeline import compile_cache, devices
 from pipeline.backends import precision
 from pipeline.config import limits
 from pipeline.measure import accuracy
@@ -160,5 +160,8 @@ def check_config(cfg: DictConfig, run_dir: Optional[Path] = None) -> None:
         check_sizes(cfg, device)
         if run_dir is not None:
             check_run_dir(run_dir)
+        problem = compile_cache.settings_problem(OmegaConf.to_container(cfg.compile_cache, resolve=True))
+        if problem:
+            raise ConfigError(problem)
         if cfg.tracking.enabled:
             store.check_store(cfg.tracking.uri)

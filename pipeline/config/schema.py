@@ -93,9 +93,9 @@ class ProfileConfig:
     # for `backoff` consecutive measured sizes. backoff <= 0 disables the rule.
     saturation_cutoff: float = 0.05
     saturation_backoff: int = 0
-    # A backend whose samples disagree (median not within rel_precision, p10-p90 spread above
-    # noise_threshold of the median, or drift above half of it) gets another window, up to
-    # max_repeats; if it still disagrees it is reported noisy.
+    # A cell whose samples disagree (median not within rel_precision, p10-p90 spread above
+    # noise_threshold of the median, or drift above half of it) is flagged noisy; where the route rests
+    # on it (the owner's cell and its challengers') it gets another window, up to max_repeats.
     noise_threshold: float = 0.20
     max_repeats: int = 2
     # On CUDA, cross-check each backend that can be captured against a graph-captured device time.
@@ -103,6 +103,13 @@ class ProfileConfig:
     # Every cell is measured in this many passes over all batch sizes, seconds apart: a cell whose
     # passes disagree is flagged noisy, and each cell's interval spans its passes.
     passes: int = 2
+    # Screening (pipeline/measure/screening.py): before the full profile, one short window of every candidate
+    # at the smallest, a middle and the largest tuned size; a candidate slower than the fastest one that may
+    # serve by screen_margin at every screened size, beyond both cells' intervals, is screened out (recorded
+    # with its numbers, never profiled further). Each screen window stops at screen_budget_ms.
+    screen: bool = True
+    screen_margin: float = 1.5
+    screen_budget_ms: float = 200.0
 
 
 @dataclass
@@ -142,6 +149,19 @@ class ValidateConfig:
 
 
 @dataclass
+class CompileCacheConfig:
+    """Inductor's on-disk caches (pipeline/compile_cache.py): one directory for every candidate, run and sweep
+    job on a machine, so a program is compiled once; a Redis server shares them between machines."""
+
+    enabled: bool = True
+    dir: str = "outputs/compile_cache"  # relative to where the run starts, like outputs/
+    remote: Optional[str] = None  # redis://HOST:PORT: Inductor's remote caches (pip install -e ".[redis]")
+    # Worker processes that compile candidates' programs ahead of capture (pipeline/compile_ahead.py);
+    # null: one per 4 CPU cores, none below 8 cores; 0: compile in the run's own process only.
+    workers: Optional[int] = None
+
+
+@dataclass
 class TrackingConfig:
     """Where runs are logged. ``enabled: false`` runs without MLflow."""
 
@@ -168,6 +188,7 @@ class Config:
     route: RouteConfig = field(default_factory=RouteConfig)
     validate: ValidateConfig = field(default_factory=ValidateConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    compile_cache: CompileCacheConfig = field(default_factory=CompileCacheConfig)
     device: str = "auto"
     # Each backend competes once per precision (fp32, tf32, bf16, fp16; bf16 and fp16 twice, as autocast and
     # with cast weights): pipeline.backends.precision.

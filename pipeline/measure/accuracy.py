@@ -49,6 +49,24 @@ def within(value: float, metric: str, bound: float) -> bool:
     return value >= bound if METRICS[metric]["higher_is_better"] else value <= bound
 
 
+# A score "far outside" the budget misses it by more than this many times the budget's own margin.
+FAR = 10.0
+
+
+def shortfall(value: float, metric: str) -> float:
+    """How far ``value`` is from a perfect match (0): 1 - value for cosine and top-1 agreement, the error itself
+    for max_rel_error; infinite for NaN."""
+    if math.isnan(value):
+        return math.inf
+    return 1.0 - value if METRICS[metric]["higher_is_better"] else value
+
+
+def far_outside(value: float, metric: str, bound: float) -> bool:
+    """Whether ``value`` misses the budget by more than FAR times its margin (a bound of cosine 0.999 allows
+    0.001; a cosine below 0.99 is far outside): no other compilation of the same numerics would bring it in."""
+    return shortfall(value, metric) > FAR * shortfall(bound, metric)
+
+
 def budget_problem(metric: Any, bound: Any) -> str:
     """Why ``{metric, bound}`` is not a budget ('' if it is)."""
     if metric not in METRICS:

@@ -73,6 +73,7 @@ def _warm_up(fn: Callable[[], Any], device: torch.device, m: Measurement, s: Set
         spent += time_call(fn, device, clock)
         calls += 1
     m.warmup_calls = calls
+    m.spent_ms += m.first_call_ms + spent
 
 
 def _window_done(sorted_ms: List[float], spent_ms: float, s: Settings) -> bool:
@@ -151,6 +152,7 @@ def measure_interleaved(fns: Mapping[str, Callable[[], Any]], device: torch.devi
             break
         for name, window in _run_window({n: fns[n] for n in pending}, device, s, clock).items():
             results[name].windows.append(window)
+            results[name].spent_ms += sum(window)
             results[name].passes.append(pass_index)
             results[name].settle(s)
         pending = [n for n in pending if results[n].noisy]

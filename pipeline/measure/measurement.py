@@ -112,6 +112,7 @@ class Measurement:
     passes: List[int] = field(default_factory=list)  # per window: the pass of the profile that measured it
     device_ms: float = float("nan")  # graph-captured device time of one call (CUDA), when checked
     noise: str = ""  # why the measurement stayed noisy; "" when it settled
+    spent_ms: float = 0.0  # every timed call of it: first calls, warm-ups and samples (the cost account)
 
     @property
     def count(self) -> int:
@@ -191,6 +192,7 @@ class Measurement:
         self.windows += later.windows
         self.passes += later.passes
         self.warmup_calls += later.warmup_calls
+        self.spent_ms += later.spent_ms
         self.settle(s)
 
     def to_dict(self) -> Dict[str, Any]:

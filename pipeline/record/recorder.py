@@ -68,7 +68,8 @@ def earlier_results(run_dir: Path) -> Earlier:
                 row = json.loads(line)
             except json.JSONDecodeError:
                 continue  # the last line of a run killed mid-write
-            earlier.cells.setdefault(row["backend"], {})[int(row["batch_size"])] = Measurement.from_dict(row["cell"])
+            cells = earlier.screen if row.get("phase") == "screen" else earlier.cells
+            cells.setdefault(row["backend"], {})[int(row["batch_size"])] = Measurement.from_dict(row["cell"])
     return earlier
 
 
@@ -96,8 +97,14 @@ class Recorder:
             write_atomic(earlier, json.dumps({"run_id": self.tracker.run_id, "tracking_uri": cfg.tracking.uri}))
         self.tracker.log_artifact(self.run_dir / "config.yaml")
 
-    def cell(self, name: str, bs: int, m: Measurement) -> None:
-        """A profile cell as soon as it is measured: appended to ``profile.csv`` and ``cells.jsonl``."""
+    def cell(self, name: str, bs: int, m: Measurement, phase: str = "profile") -> None:
+        """A cell as soon as it is measured: appended to ``cells.jsonl``, and a profile cell to ``profile.csv``;
+        a screen cell goes to MLflow as ``screen_ms/<candidate>/bs<N>``."""
+        with (self.run_dir / "cells.jsonl").open("a") as f:
+            f.write(json.dumps({"backend": name, "batch_size": bs, "phase": phase, "cell": m.to_dict()}) + "\n")
+        if phase == "screen":
+            self.tracker.log_metrics({f"screen_ms/{name}/bs{bs}": m.median})
+            return
         csv_path = self.run_dir / "profile.csv"
         fresh = not csv_path.exists()
         with csv_path.open("a", newline="") as f:
@@ -105,8 +112,6 @@ class Recorder:
             if fresh:
                 writer.writeheader()
             writer.writerow(profile_row(name, bs, m))
-        with (self.run_dir / "cells.jsonl").open("a") as f:
-            f.write(json.dumps({"backend": name, "batch_size": bs, "cell": m.to_dict()}) + "\n")
         self.tracker.log_metrics(self.cell_metrics(name, bs, m))
 
     @staticmethod
@@ -131,8 +136,9 @@ class Recorder:
         budget = self.cfg.route.accuracy_budget
         for name, o in ctx.outcomes.items():
             if o.status in ("ok", "unverified"):
+                metrics.update(self.cost_metrics(name, o))
                 # accuracy/<metric>/<candidate>: the budget's metric against fp32 eager (worst tuned size)
-                metrics.update({f"compile_s/{name}": o.build_seconds, f"max_rel_error/{name}": o.max_rel_error,
+                metrics.update({f"max_rel_error/{name}": o.max_rel_error,
                                 f"peak_memory_mb/{name}": o.peak_memory_bytes / 2**20,
                                 f"accuracy/{budget.metric}/{name}": o.accuracy,
                                 f"within_budget/{name}": float(o.within_budget)})
@@ -142,6 +148,15 @@ class Recorder:
                                **{f"precision.{n}": o.precision for n, o in ctx.outcomes.items()},
                                "accuracy_budget": describe(budget.metric, budget.bound)})
         self.tracker.log_artifact(path)
+
+    @staticmethod
+    def cost_metrics(name: str, o: BackendOutcome) -> Dict[str, float]:
+        """A candidate's cost account: ``build_s``, ``compile_s`` (Dynamo and Inductor), cache hits and misses,
+        ``check_s``, ``screen_s``, ``profile_s`` and its total."""
+        cost = o.cost.to_dict()
+        return {"build_s/" + name: cost["build_s"], "compile_s/" + name: cost["trace_s"] + cost["compile_s"],
+                **{f"{key}/{name}": cost[key] for key in ("cache_hits", "cache_misses", "check_s", "screen_s",
+                                                          "profile_s", "total_s")}}
 
     def profile(self, ctx: RunContext) -> None:
         """The profile as it ended: every cell's final figures (a re-measured size pooled its windows)."""
@@ -156,8 +171,8 @@ class Recorder:
         for name, bs, m in cells_of(ctx.profile):
             metrics.update(self.cell_metrics(name, bs, m))
         self.tracker.log_metrics(metrics)
-        if any(o.status == "failed" and o.reason.startswith("not timed") for o in ctx.outcomes.values()):
-            self.capture(ctx)  # a backend the profile caught serving eager code is failed now
+        self.capture(ctx)  # each candidate's screen and profile seconds; a backend caught serving eager is failed now
+        self.tracker.set_tags({f"screened_out.{n}": why for n, why in ctx.screened_out.items()})
         self.tracker.log_artifact(path)
         self.plot(ctx)
 
@@ -205,6 +220,10 @@ class Recorder:
         noisy = {b: {bs for bs, flag in per.items() if flag} for b, per in ctx.cell_figures(lambda m: m.noisy).items()}
         self.tracker.log_artifact(latency_plot(medians, ctx.route or None, self.run_dir / "latency.png", self.title,
                                                bands, noisy))
+
+    def tuned(self, tune_s: float) -> None:
+        """The run's own cost, ``tune_s``: from the first build to the end of its last stage."""
+        self.tracker.log_metrics({"tune_s": tune_s})
 
     def finish(self, status: str) -> None:
         """The log as an artifact, then the run's final status."""

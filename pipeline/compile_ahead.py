@@ -1,0 +1,200 @@
+"""Compile ahead: the candidates' Inductor programs compiled in worker processes, into the shared cache.
+
+Inductor's compile is CPU-bound and mostly single-threaded Python, and capture builds candidates one
+after another: on a 16-core host, 16 candidates' compiles ran back to back. Here, worker processes
+(spawned fresh: their own CUDA context, Dynamo state and memory) build each compiling candidate exactly
+as capture will (the same model, sample inputs, batch sizes and numerics), so its programs land in the
+on-disk, content-addressed cache (``pipeline.compile_cache``); capture waits for a candidate's job,
+then builds and checks it itself, loading its programs instead of compiling them. Nothing a worker
+compiled is timed or served: only the cache is shared, and every backend still traces its own program
+(the isolation rule). Candidates that compile one program (``inductor.X`` and ``graph_inductor.X`` at
+one precision and weights) share one job. Workers stop when capture ends, so no compile runs while
+the profile times a window.
+
+Where the model cannot be sent to a worker (it does not pickle) or a worker fails, capture compiles in
+its own process as before; the log says why, and nothing else changes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import tempfile
+from concurrent.futures import Future, ProcessPoolExecutor
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence
+
+log = logging.getLogger(__name__)
+
+# Seconds capture waits for one job before compiling the candidate itself.
+JOB_TIMEOUT_S = 1800.0
+CORES_PER_WORKER = 4
+MIN_CORES = 8  # below this, workers would only take cores from the run's own compiles
+
+
+def compiles(cfg: Mapping[str, Any]) -> bool:
+    """Whether a candidate's build runs Inductor (an inductor backend, or a graph backend of Inductor's kernels)."""
+    return cfg.get("kind") == "inductor" or (cfg.get("kind") == "graph" and bool(cfg.get("compile_with_inductor")))
+
+
+def worker_count(requested: Optional[int], jobs: int, cores: Optional[int] = None) -> int:
+    """``compile_cache.workers`` (null: one per CORES_PER_WORKER cores, none below MIN_CORES), at most one per job."""
+    cores = cores or os.cpu_count() or 1
+    wanted = requested if requested is not None else (cores // CORES_PER_WORKER if cores >= MIN_CORES else 0)
+    return max(0, min(int(wanted), jobs))
+
+
+def program_key(name: str, cfg: Mapping[str, Any]) -> str:
+    """What decides the program a candidate compiles: its Inductor arguments and its numerics."""
+    from pipeline.backends.inductor import InductorBackend
+
+    numerics = {k: cfg.get(k) for k in ("precision", "cast_weights", "autocast_enabled", "autocast_dtype")}
+    return json.dumps({"compile": InductorBackend(name, cfg).compile_kwargs(), **numerics}, sort_keys=True, default=str)
+
+
+def plan(candidates: Mapping[str, Mapping[str, Any]]) -> Dict[str, str]:
+    """Compiling candidate -> the candidate whose job compiles its program. A graph candidate runs the job of
+    its group where there is one: it compiles at every recorded size, a superset of an inductor backend's."""
+    groups: Dict[str, List[str]] = {}
+    for name, cfg in candidates.items():
+        if compiles(cfg):
+            groups.setdefault(program_key(name, cfg), []).append(name)
+    runner = {key: next((n for n in names if candidates[n].get("kind") == "graph"), names[0])
+              for key, names in groups.items()}
+    return {name: runner[key] for key, names in groups.items() for name in names}
+
+
+# --- in the worker process -------------------------------------------------------------------------------
+
+_WORKER: Dict[str, Any] = {}
+
+
+def _start_worker(setup_path: str, cache_cfg: Dict[str, Any], compile_threads: int) -> None:
+    """Once per worker: Inductor's thread share and the run's caches, then the model and inputs."""
+    os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = str(compile_threads)  # before torch reads its config
+    import torch
+
+    from pipeline import compile_cache
+
+    compile_cache.apply(cache_cfg)  # for the worker's life
+    setup = torch.load(setup_path, map_location="cpu", weights_only=False)  # written by this run a moment ago
+    device = torch.device(setup["device"])
+    if setup["threads"]:
+        torch.set_num_threads(setup["threads"])
+    _WORKER.update(setup, device=device, model=setup["model"].eval().to(device))
+
+
+def _compile(name: str, cfg: Dict[str, Any]) -> Dict[str, Any]:
+    """Build ``name`` as capture will and call it at every tuned size: its programs enter the cache."""
+    import torch
+
+    from pipeline import backends, compile_cache, devices
+    from pipeline.cost import Stopwatch
+
+    w, watch, before = _WORKER, Stopwatch(), compile_cache.counts()
+    device, inputs = w["device"], w["inputs"]
+    sample = {n: t.to(device) for n, t in inputs[max(inputs)].items()}
+    backend = backends.create(name, cfg)
+    backend.build(w["model"], sample, device, w["servable"], w["tuned"], w["dims"])
+    with backend.watched(), torch.inference_mode():
+        for bs in w["tuned"]:
+            backend(**{n: t.to(device) for n, t in inputs[bs].items()})
+    devices.synchronize(device)
+    after = compile_cache.counts()
+    return {"seconds": watch.seconds, "cache_hits": after["cache_hits"] - before["cache_hits"],
+            "cache_misses": after["cache_misses"] - before["cache_misses"]}
+
+
+# --- in the run's process --------------------------------------------------------------------------------
+
+class CompileAhead:
+    """Jobs for the compiling candidates, run by worker processes while capture builds the others."""
+
+    def __init__(self, jobs: Dict[str, str], futures: Dict[str, Future], pool: Optional[ProcessPoolExecutor]) -> None:
+        self.jobs, self.futures, self.pool = jobs, futures, pool
+        self.seen: Dict[str, Dict[str, Any]] = {}
+
+    def wait(self, name: str) -> Optional[Dict[str, Any]]:
+        """Block until the job that compiles ``name``'s program is done; its figures, or None (no job, or it
+        failed: capture then compiles the candidate itself)."""
+        runner = self.jobs.get(name)
+        if runner is None or runner not in self.futures:
+            return None
+        if runner in self.seen:
+            return {**self.seen[runner], "shared_with": runner} if runner != name else self.seen[runner]
+        try:
+            result = self.futures[runner].result(timeout=JOB_TIMEOUT_S)
+        except Exception as exc:  # noqa: BLE001 -- a worker's failure only costs the head start
+            log.info("compile ahead: %s's job failed (%s: %s); capture compiles it itself", runner,
+                     type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
+            self.futures.pop(runner)
+            return None
+        self.seen[runner] = result
+        return result if runner == name else {**result, "shared_with": runner}
+
+    def drop(self, name: str) -> None:
+        """``name`` will not be built (skipped): its job is cancelled unless another candidate shares it."""
+        runner = self.jobs.pop(name, None)
+        if runner is not None and runner not in self.jobs.values() and runner in self.futures:
+            self.futures.pop(runner).cancel()
+
+    def close(self) -> None:
+        """Stop every worker now, running jobs too: the profile must not time beside a compile."""
+        if self.pool is None:
+            return
+        processes = list(getattr(self.pool, "_processes", {}).values())
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            process.join(timeout=10)
+        self.pool = None
+
+
+def model_file(model: Any, inputs: Mapping[int, Mapping[str, Any]], directory: Path, **setup: Any) -> Optional[str]:
+    """The worker's setup file (the model, its inputs at every tuned size), or None with the reason logged."""
+    import torch
+
+    path = directory / "setup.pt"
+    try:
+        torch.save({"model": model, "inputs": {bs: {n: t.detach().cpu() for n, t in per.items()}
+                                               for bs, per in inputs.items()}, **setup}, path)
+    except Exception as exc:  # noqa: BLE001 -- an unpicklable model only means no head start
+        log.info("compile ahead: off, the model cannot be sent to a worker process (%s: %s); capture compiles "
+                 "every candidate itself", type(exc).__name__, exc)
+        return None
+    return str(path)
+
+
+@contextlib.contextmanager
+def started(candidates: Mapping[str, Mapping[str, Any]], order: Sequence[str], model: Any,
+            inputs: Mapping[int, Mapping[str, Any]], device: Any, servable: List[int], tuned: List[int], dims: Any,
+            threads: Optional[int], cache_cfg: Mapping[str, Any], workers: Optional[int]) -> Iterator[CompileAhead]:
+    """Workers compiling ``candidates``' programs, jobs submitted in capture's ``order``; stopped on exit."""
+    jobs = plan({n: candidates[n] for n in order if n in candidates})
+    runners = list(dict.fromkeys(jobs[n] for n in order if n in jobs))
+    count = worker_count(workers, len(runners)) if cache_cfg.get("enabled", True) else 0
+    if not count:
+        yield CompileAhead({}, {}, None)
+        return
+    import multiprocessing
+
+    with tempfile.TemporaryDirectory(prefix="tweakpipe-ahead-") as tmp:
+        setup = model_file(model, inputs, Path(tmp), device=str(device), servable=servable, tuned=tuned, dims=dims,
+                           threads=threads)
+        if setup is None:
+            yield CompileAhead({}, {}, None)
+            return
+        threads_each = max(1, (os.cpu_count() or 1) // count)
+        pool = ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("spawn"), initializer=_start_worker,
+                                   initargs=(setup, dict(cache_cfg), threads_each))
+        futures = {name: pool.submit(_compile, name, dict(candidates[name])) for name in runners}
+        log.info("compile ahead: %d worker process(es) compile %d program(s) for %d candidate(s): %s", count,
+                 len(runners), len(jobs), ", ".join(runners))
+        ahead = CompileAhead(jobs, futures, pool)
+        try:
+            yield ahead
+        finally:
+            ahead.close()

@@ -1,0 +1,89 @@
+"""The tool's own cost, per candidate and per stage: a product figure, reported with every run.
+
+A candidate's account holds the wall seconds of building it (compiles, exports, graph recording) and
+of checking it against eager, how much of that Dynamo's tracing and Inductor's compiling took (torch's
+own timers) with the FX-graph cache's hits and misses, the seconds a compile worker spent on it ahead
+of capture, and the seconds its calls took in the screen and the profile. ``tune_s`` is the run's
+wall time from the first build to the end of its last stage.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Dict, Iterator, Mapping
+
+from pipeline import compile_cache
+
+
+@dataclass
+class CandidateCost:
+    """Seconds (and cache counts) one candidate cost the tune."""
+
+    build_s: float = 0.0  # wall: building it (compiles, exports, graph warm-up and recording)
+    check_s: float = 0.0  # wall: its outputs against eager at every tuned size (and its own variants)
+    trace_s: float = 0.0  # of build and check: Dynamo tracing
+    compile_s: float = 0.0  # of build and check: AOTAutograd and Inductor, cache loads included
+    cache_hits: int = 0  # FX-graph cache: programs loaded instead of compiled
+    cache_misses: int = 0  # programs compiled
+    record_s: float = 0.0  # of build: device-graph recording
+    ahead_s: float = 0.0  # a compile worker's seconds on its program, before capture built it (overlapped)
+    screen_s: float = 0.0  # its calls in the screen
+    profile_s: float = 0.0  # its calls in the profile
+
+    @property
+    def total_s(self) -> float:
+        """What it cost the run's own process: build, checks, screen and profile (workers run beside it)."""
+        return self.build_s + self.check_s + self.screen_s + self.profile_s
+
+    def to_dict(self) -> Dict[str, float]:
+        return {**asdict(self), "total_s": self.total_s}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "CandidateCost":
+        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
+
+
+@contextlib.contextmanager
+def compiles_into(cost: CandidateCost) -> Iterator[None]:
+    """Add the Dynamo and Inductor seconds and the cache hits and misses of the block to ``cost``."""
+    before = compile_cache.counts()
+    try:
+        yield
+    finally:
+        after = compile_cache.counts()
+        cost.trace_s += after["trace_s"] - before["trace_s"]
+        cost.compile_s += after["compile_s"] - before["compile_s"]
+        cost.cache_hits += int(after["cache_hits"] - before["cache_hits"])
+        cost.cache_misses += int(after["cache_misses"] - before["cache_misses"])
+
+
+class Stopwatch:
+    """Wall seconds since it was made (``time.perf_counter``)."""
+
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+
+    @property
+    def seconds(self) -> float:
+        return time.perf_counter() - self.start
+
+
+COLUMNS = ("build_s", "check_s", "trace_s", "compile_s", "cache_hits", "cache_misses", "record_s", "ahead_s",
+           "screen_s", "profile_s", "total_s")
+
+
+def table(costs: Mapping[str, CandidateCost], stage_seconds: Mapping[str, float], tune_s: float) -> str:
+    """The cost account as a short text table: a row per candidate, then the stages and ``tune_s``."""
+    width = max([len("candidate"), *(len(n) for n in costs)])
+    heads = ("build", "check", "trace", "compile", "hits", "misses", "record", "ahead", "screen", "profile", "total")
+    lines = [f"  {'candidate':<{width}}  " + "  ".join(f"{h:>7}" for h in heads)]
+    for name, cost in costs.items():
+        row = cost.to_dict()
+        cells = [f"{row[c]:>7d}" if c.startswith("cache") else f"{row[c]:>7.1f}" for c in COLUMNS]
+        lines.append(f"  {name:<{width}}  " + "  ".join(cells))
+    stages = ", ".join(f"{stage} {seconds:.1f} s" for stage, seconds in stage_seconds.items())
+    lines.append(f"  stages: {stages}; tune_s {tune_s:.1f} (seconds; hits and misses: FX-graph cache; "
+                 f"ahead: compile workers, overlapped)")
+    return "\n".join(lines)

@@ -1,0 +1,69 @@
+"""Screening: a short look at every candidate before the full profile, so time goes where the route is decided.
+
+Every precision and template multiplies the candidates, and most of them are clearly slower than the
+best somewhere on the grid of batch sizes, or everywhere. One short interleaved window per candidate at
+the smallest, a middle and the largest tuned size (``profile.screen_budget_ms``) shows which ones: a
+candidate is screened out when, at every screened size, even its interval's low end is ``screen_margin``
+times (1.5x) above the high end of the fastest candidate that may serve there. Such a candidate would
+need to be faster than the best by that margin somewhere between the screened sizes, where it was
+slower at both neighbours, to change the route. Screened-out candidates keep their screen numbers and
+the reason (``route.json``'s ``screened_out``, MLflow); nothing is dropped silently.
+
+Plain eager is never screened out: it is the baseline the route must not lose to. A candidate outside
+the accuracy budget cannot serve, so the screen's numbers are all it is timed for.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Collection, Dict, List, Mapping, Sequence
+
+from pipeline.config.schema import ProfileConfig
+from pipeline.measure.measurement import Measurement
+
+
+def screen_sizes(sizes: Sequence[int]) -> List[int]:
+    """The smallest, the largest, and the tuned size nearest their geometric middle."""
+    ordered = sorted(set(int(b) for b in sizes))
+    middle = math.sqrt(ordered[0] * ordered[-1])
+    between = min(ordered[1:-1], key=lambda b: (abs(math.log(b / middle)), b), default=None)
+    return sorted({ordered[0], ordered[-1], *([between] if between is not None else [])})
+
+
+def screen_settings(cfg: Mapping[str, Any]) -> Dict[str, Any]:
+    """The profile's stop rules for one short window: ``screen_budget_ms``, one pass, no repeats."""
+    defaults = ProfileConfig()
+    budget = float(cfg.get("screen_budget_ms", defaults.screen_budget_ms))
+    warmup = min(float(cfg.get("warmup_ms", defaults.warmup_ms)), budget / 2)
+    return {**dict(cfg), "budget_ms": budget, "warmup_ms": warmup, "passes": 1, "max_repeats": 0,
+            "min_window_ms": min(float(cfg.get("min_window_ms", defaults.min_window_ms)), budget)}
+
+
+def screened_out(cells: Mapping[str, Mapping[int, Measurement]], servable: Collection[str], keep: Collection[str],
+                 margin: float) -> Dict[str, str]:
+    """Candidate -> why it is screened out: slower than the fastest servable candidate by ``margin`` at every
+    screened size, beyond both intervals. ``keep`` are never screened out; a candidate without a cell at
+    some screened size is kept (nothing shows it slow there)."""
+    sizes = sorted({bs for per in cells.values() for bs in per})
+    best: Dict[int, str] = {}
+    for bs in sizes:
+        timed = [n for n in servable if bs in cells.get(n, {}) and cells[n][bs].count]
+        if timed:
+            best[bs] = min(timed, key=lambda n: cells[n][bs].median)
+    out: Dict[str, str] = {}
+    for name, per in cells.items():
+        if name in keep or not sizes or any(bs not in per or not per[bs].count or bs not in best for bs in sizes):
+            continue
+        ratios = {}
+        for bs in sizes:
+            if best[bs] == name:
+                break
+            low, high = per[bs].interval[0], cells[best[bs]][bs].interval[1]
+            if not low >= margin * high:
+                break
+            ratios[bs] = (per[bs].median / cells[best[bs]][bs].median, best[bs])
+        else:
+            out[name] = "screened out: " + ", ".join(
+                f"{ratio:.2f}x slower than {by} at batch size {bs}" for bs, (ratio, by) in ratios.items()) + (
+                f" (beyond both intervals; screen margin {margin:g}x)")
+    return out

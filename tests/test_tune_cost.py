@@ -1,0 +1,204 @@
+"""The tool's own cost: compile once through the shared caches, compile ahead in workers, screen before timing,
+re-measure only where the route rests, and account for every second."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Iterator, List
+
+import pytest
+import torch
+from mlflow.tracking import MlflowClient
+
+from conftest import TINY
+from pipeline.api import compose_config
+from pipeline.config.checks import check_config
+from pipeline.config.errors import ConfigError
+from pipeline.context import BackendOutcome, RunContext
+from pipeline.cost import CandidateCost
+from pipeline.measure.measurement import Measurement, Settings
+from pipeline.measure.screening import screen_sizes, screened_out
+from pipeline.runner import run
+from stages import profile as profile_stage
+
+CAPTURE_INDUCTOR = [*TINY, "backends=[eager,inductor]", "stages=[capture]", "compile_cache.workers=0"]
+
+
+def inductor_cost(tmp_path: Path, name: str, *overrides: str) -> CandidateCost:
+    ctx = run(compose_config([*CAPTURE_INDUCTOR, *overrides]), tmp_path / name)
+    assert ctx.outcomes["inductor"].status == "ok", ctx.outcomes["inductor"].reason
+    saved = json.loads((tmp_path / name / "capture.json").read_text())["inductor"]["cost"]
+    assert saved == ctx.outcomes["inductor"].cost.to_dict()  # capture.json holds the account
+    return ctx.outcomes["inductor"].cost
+
+
+def test_a_second_run_loads_its_programs_from_the_cache_and_a_changed_option_compiles_again(tmp_path):
+    cache = f"compile_cache.dir={tmp_path / 'cache'}"
+    first = inductor_cost(tmp_path, "first", cache)
+    assert first.cache_misses >= 1 and first.cache_hits == 0 and first.compile_s > 0 and first.trace_s > 0
+    assert any((tmp_path / "cache").iterdir())  # the configured directory, not torch's default
+    second = inductor_cost(tmp_path, "second", cache)
+    assert (second.cache_hits, second.cache_misses) == (first.cache_misses, 0)
+    changed = inductor_cost(tmp_path, "changed", cache, "backends.inductor.mode=null",
+                            "+backends.inductor.options={max_fusion_size: 32}")
+    assert changed.cache_misses >= 1 and changed.cache_hits == 0
+    off = inductor_cost(tmp_path, "off", cache, "compile_cache.enabled=false")
+    assert off.cache_hits == 0  # enabled=false: every compile cold, though the cache holds the program
+
+
+def test_compile_workers_fill_the_cache_before_capture_builds_the_candidate(tmp_path):
+    cost = inductor_cost(tmp_path, "ahead", f"compile_cache.dir={tmp_path / 'cache'}", "compile_cache.workers=1")
+    assert cost.ahead_s > 0  # a worker process compiled it first
+    assert cost.cache_hits >= 1 and cost.cache_misses == 0  # so capture loaded every program it needed
+
+
+@contextlib.contextmanager
+def redis_server() -> Iterator[int]:
+    """A real redis-server on a free loopback port, with nothing saved to disk."""
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed (Debian: apt-get install redis-server; .ci/run installs it)")
+    pytest.importorskip("redis", reason='the redis package is missing: pip install -e ".[redis]"')
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                             "--appendonly", "no"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        import redis
+
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                redis.Redis(port=port).ping()
+                break
+            except redis.ConnectionError:
+                assert time.monotonic() < deadline, "redis-server did not start"
+                time.sleep(0.1)
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_a_job_on_another_machine_loads_what_the_first_compiled_from_redis(tmp_path):
+    with redis_server() as port:
+        remote = f"compile_cache.remote=redis://127.0.0.1:{port}"
+        first = inductor_cost(tmp_path, "first", f"compile_cache.dir={tmp_path / 'machine_a'}", remote)
+        assert first.cache_misses >= 1
+        # Another machine: its own, empty local cache; only the Redis server holds the programs.
+        second = inductor_cost(tmp_path, "second", f"compile_cache.dir={tmp_path / 'machine_b'}", remote)
+        assert second.cache_hits == first.cache_misses and second.cache_misses == 0
+
+
+def test_a_remote_cache_that_does_not_answer_is_one_line_before_any_work(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens here once the socket is closed
+    for url, message in ((f"redis://127.0.0.1:{port}", "no Redis server answers there"),
+                         ("http://cache:6379", "is not a Redis address")):
+        with pytest.raises(ConfigError, match=message):
+            check_config(compose_config([*TINY, f"compile_cache.remote={url}"]))
+    with pytest.raises(ConfigError, match="compile_cache.workers=-1 must be >= 0"):
+        check_config(compose_config([*TINY, "compile_cache.workers=-1"]))
+
+
+def cell(median: float, halfwidth: float, count: int = 20) -> Measurement:
+    """A settled cell whose samples spread evenly over median +- halfwidth."""
+    step = 2 * halfwidth / (count - 1)
+    samples = [median - halfwidth + i * step for i in range(count)]
+    m = Measurement(windows=[samples], passes=[0])
+    m.settle(Settings.of({"rel_precision": 1.0, "noise_threshold": 10.0}))
+    return m
+
+
+def test_the_screen_drops_only_what_is_slower_by_the_margin_everywhere_beyond_both_intervals():
+    cells = {
+        "fast": {1: cell(1.0, 0.05), 8: cell(2.0, 0.1), 64: cell(10.0, 0.5)},
+        "slow": {1: cell(2.0, 0.05), 8: cell(4.0, 0.1), 64: cell(20.0, 0.5)},  # 2x everywhere
+        "close": {1: cell(1.3, 0.05), 8: cell(4.0, 0.1), 64: cell(20.0, 0.5)},  # within 1.5x at 1
+        "wide": {1: cell(2.0, 1.0), 8: cell(4.0, 0.1), 64: cell(20.0, 0.5)},  # 2x at 1, but its interval reaches 1.0
+        "wins_once": {1: cell(3.0, 0.05), 8: cell(1.5, 0.1), 64: cell(30.0, 0.5)},
+        "baseline": {1: cell(5.0, 0.05), 8: cell(10.0, 0.1), 64: cell(50.0, 0.5)},
+        "unscreened": {1: cell(5.0, 0.05), 64: cell(50.0, 0.5)},  # no cell at 8: nothing shows it slow there
+        "wrong": {1: cell(0.1, 0.01), 8: cell(0.1, 0.01), 64: cell(0.1, 0.01)},  # fastest, but may not serve
+    }
+    servable = [n for n in cells if n != "wrong"]
+    out = screened_out(cells, servable, keep=["baseline"], margin=1.5)
+    # 'fast' is 10x slower than 'wrong' everywhere, but only a candidate that may serve sets the pace
+    assert set(out) == {"slow"}
+    assert out["slow"].startswith("screened out: 2.00x slower than fast at batch size 1")
+
+
+def test_the_screen_looks_at_the_smallest_a_middle_and_the_largest_size():
+    assert screen_sizes([1, 3, 8, 17, 64]) == [1, 8, 64]
+    assert screen_sizes([64, 1]) == [1, 64]
+    assert screen_sizes([4]) == [4]
+    assert screen_sizes([1, 2, 100, 128]) == [1, 2, 128]
+
+
+def test_a_screened_out_candidate_keeps_its_numbers_in_route_json_and_mlflow(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    cfg = compose_config([*TINY, "backends=[eager]", "precision=[fp32,bf16]", "tracking=sqlite",
+                          f"tracking.uri={uri}", "route.accuracy_budget.metric=max_rel_error",
+                          "route.accuracy_budget.bound=1e-9", "validate.check_reload=false"])
+    ctx = run(cfg, tmp_path / "run")
+    route = json.loads((tmp_path / "run" / "route.json").read_text())
+    assert set(route["screened_out"]) == {"eager.bf16", "eager.bf16-weights"}
+    assert set(route["profile_medians_ms"]) == {"eager"}
+    for name, entry in route["screened_out"].items():
+        assert "outside the accuracy budget" in entry["reason"]
+        assert set(entry["screen_ms"]) == {str(bs) for bs in screen_sizes(ctx.batch_sizes)}
+        assert route["cost"]["candidates"][name]["screen_s"] > 0 and route["cost"]["candidates"][name]["profile_s"] == 0
+    client = MlflowClient(tracking_uri=uri)
+    run_id = json.loads((tmp_path / "run" / "mlflow_run.json").read_text())["run_id"]
+    data = client.get_run(run_id).data
+    assert "outside the accuracy budget" in data.tags["screened_out.eager.bf16"]
+    assert {f"screen_ms/eager.bf16/bs{bs}" for bs in screen_sizes(ctx.batch_sizes)} <= set(data.metrics)
+    assert data.metrics["tune_s"] > 0 and {"compile_s/eager", "cache_hits/eager", "build_s/eager"} <= set(data.metrics)
+    assert "tune cost" in (tmp_path / "run" / "tweakpipe.log").read_text()
+
+
+def test_a_candidate_is_not_built_at_a_precision_where_eager_is_far_outside_the_budget(tmp_path):
+    cfg = compose_config([*TINY, "backends=[eager,inductor]", "precision=[fp32,bf16]", "stages=[capture]",
+                          "route.accuracy_budget.metric=max_rel_error", "route.accuracy_budget.bound=1e-9"])
+    ctx = run(cfg, tmp_path)
+    assert not ctx.outcomes["eager.bf16"].within_budget
+    for name in ("inductor.bf16", "inductor.bf16-weights"):
+        outcome = ctx.outcomes[name]
+        assert outcome.status == "skipped" and outcome.reason.startswith("not built: eager.bf16")
+        assert "which a compiler's fusions do not recover" in outcome.reason or "eager.bf16-weights" in outcome.reason
+    assert ctx.outcomes["inductor"].status == "ok"
+    assert list(ctx.outcomes) == list(ctx.candidates)  # capture.json in config order whatever the build order
+
+
+def contested_ctx(tmp_path: Path) -> RunContext:
+    """A profile by hand: 'a' and 'b' within each other's noise at every size, eager far slower; all noisy."""
+    cfg = compose_config([*TINY, "backends=[eager,inductor,onnxruntime]", "model.batch_sizes=[1,8]",
+                          "profile.max_repeats=1"])
+    ctx = RunContext(cfg=cfg, run_dir=tmp_path, device=torch.device("cpu"), model=torch.nn.Linear(2, 2),
+                     inputs={"x": {"shape": [2], "dtype": "float32"}})
+    ctx.outcomes = {n: BackendOutcome(name=n, kind=n, status="ok") for n in ("eager", "inductor", "onnxruntime")}
+    noisy = Settings.of({"rel_precision": 0.001, "noise_threshold": 10.0})
+    for name, median in (("eager", 10.0), ("inductor", 1.0), ("onnxruntime", 1.02)):
+        for bs in (1, 8):
+            m = Measurement(windows=[[median * (1 + 0.01 * i) for i in range(10)]], passes=[0])
+            m.settle(noisy)  # median known to +-1%, against a target of 0.1%: flagged
+            ctx.profile.setdefault(name, {})[bs] = m
+    return ctx
+
+
+def test_a_noisy_cell_is_measured_again_only_where_the_route_rests_on_it(tmp_path):
+    ctx = contested_ctx(tmp_path)
+    assert all(m.noisy for per in ctx.profile.values() for m in per.values())
+    calls = lambda bs, names: {n: (lambda: None) for n in names}  # noqa: E731 -- instant calls: only windows count
+    seen: List[tuple] = []
+    taken = profile_stage.remeasure_contested(ctx, calls, lambda n, bs, m: seen.append((n, bs)))
+    assert sorted(seen) == [(n, bs) for n in ("inductor", "onnxruntime") for bs in (1, 8)] and taken == 4
+    assert all(len(ctx.profile[n][bs].windows) == 2 for n in ("inductor", "onnxruntime") for bs in (1, 8))
+    assert all(len(m.windows) == 1 for m in ctx.profile["eager"].values())  # eager's flag cannot move the route
