@@ -256,8 +256,8 @@ def test_mlflow_and_the_report_name_the_score_by_its_metric(compose_cfg, tmp_pat
     assert not any(k.startswith("error/") for k in metrics)
     table = report.build([logged], accuracy=True)
     assert table.title.endswith("; score against fp32 eager (worst tuned size), budget cosine >= 0.999")
-    assert {r.backend: r.score for r in table.rows if r.backend != "auto"} == {
-        n: metrics[f"accuracy/cosine/{n}"] for n in ("eager", "eager.bf16", "eager.bf16-weights")}
+    rows = {r.backend: r.score for r in table.rows if r.backend != "auto"}  # the candidates the profile timed
+    assert "eager" in rows and rows == {n: metrics[f"accuracy/cosine/{n}"] for n in rows}
 
 
 def test_tf32_is_on_only_inside_a_tf32_call_and_restored_exactly():
