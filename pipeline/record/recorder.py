@@ -78,7 +78,6 @@ class Recorder:
 
     def __init__(self, cfg: DictConfig, run_dir: Path, tracker: NullTracker) -> None:
         self.cfg, self.run_dir, self.tracker = cfg, run_dir, tracker
-        self.title = f"{cfg.model.name} ({cfg.device})"
 
     def start(self, resume: bool = False) -> None:
         """The resolved config, and the MLflow run (the earlier one again, when resuming)."""
@@ -218,7 +217,8 @@ class Recorder:
 
         bands = ctx.cell_figures(lambda m: (m.quantile(0.10), m.quantile(0.90)))
         noisy = {b: {bs for bs, flag in per.items() if flag} for b, per in ctx.cell_figures(lambda m: m.noisy).items()}
-        self.tracker.log_artifact(latency_plot(medians, ctx.route or None, self.run_dir / "latency.png", self.title,
+        title = f"{self.cfg.model.name} ({ctx.device})"
+        self.tracker.log_artifact(latency_plot(medians, ctx.route or None, self.run_dir / "latency.png", title,
                                                bands, noisy))
 
     def tuned(self, tune_s: float) -> None:
