@@ -20,20 +20,22 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-PATH_OPTIONS = ("--out",)
+PATH_OPTIONS = {"--out": "OUT", "--runs": "RUNS"}  # options naming a folder of this machine, and their stand-in
 
 
 def command_line(argv: Sequence[str] = ()) -> str:
-    """``python bench/<script> ...`` as run, the script repository-relative and ``--out DIR`` as ``--out OUT``."""
+    """``python bench/<script> ...`` as run, the script repository-relative and ``--out DIR`` as ``--out OUT``
+    (``--runs DIR`` as ``--runs RUNS``): no machine paths."""
     argv = list(argv or sys.argv)
     script = Path(argv[0]).resolve()
     words = ["python", str(script.relative_to(ROOT)) if script.is_relative_to(ROOT) else script.name]
     rest = argv[1:]
     for i, word in enumerate(rest):
+        option = word.split("=", 1)[0]
         if i and rest[i - 1] in PATH_OPTIONS:
-            word = "OUT"
-        elif word.startswith(tuple(f"{o}=" for o in PATH_OPTIONS)):
-            word = word.split("=", 1)[0] + "=OUT"
+            word = PATH_OPTIONS[rest[i - 1]]
+        elif "=" in word and option in PATH_OPTIONS:
+            word = f"{option}={PATH_OPTIONS[option]}"
         words.append(word)
     return " ".join(words)
 
@@ -115,6 +117,18 @@ def row_or_error(model: str, bench_model: Callable[[str], Dict[str, Any]]) -> Di
     except Exception as exc:  # noqa: BLE001 (reported, not hidden: the row and stderr say what failed)
         traceback.print_exc()
         return {"model": model, "error": "".join(traceback.format_exception_only(type(exc), exc)).strip()[-2000:]}
+
+
+def write_table(out: Path, stem: str, meta: Dict[str, Any], rows: List[Dict[str, Any]],
+                summary: Callable[[List[Dict]], Dict[str, Any]],
+                markdown: Callable[[List[Dict], Dict[str, Any]], str]) -> str:
+    """Write ``<stem>.json`` (``meta``, ``summary(rows)``, the rows) and ``<stem>.md`` (``markdown(rows, meta)``, the
+    summary and the command); returns the Markdown."""
+    result = {**meta, "summary": summary(rows), "rows": rows}
+    (out / f"{stem}.json").write_text(json.dumps(result, indent=2, default=str))
+    md = markdown(rows, meta) + f"\nSummary: {json.dumps(result['summary'])}\n\nCommand: `{meta['command']}`\n"
+    (out / f"{stem}.md").write_text(md)
+    return md
 
 
 def joined_lanes(parts: List[Path], models: Sequence[str], keys: Sequence[str]) -> Tuple[Dict[str, Any], List[Dict]]:

@@ -18,7 +18,6 @@ Lanes as in ``bench/seed_table.py``: ``--models`` per GPU with its own ``--tag``
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import platform
 import sys
@@ -30,7 +29,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import command_line, joined_lanes, lane_arguments, reduce_overhead, row_or_error, run_lane, tune_and_load  # noqa: E402
+from bench.common import command_line, joined_lanes, lane_arguments, reduce_overhead, row_or_error, run_lane, tune_and_load, write_table  # noqa: E402
 from bench.seed_table import BACKENDS, MODELS, SIZES  # noqa: E402
 from pipeline import devices  # noqa: E402
 from pipeline.measure import accuracy  # noqa: E402
@@ -112,11 +111,7 @@ def markdown(rows: List[Dict[str, Any]], meta: Dict[str, Any]) -> str:
 
 def write(out: Path, tag: str, meta: Dict[str, Any], rows: List[Dict[str, Any]]) -> str:
     """Write ``precision-<tag>.json`` and ``.md`` for ``rows``; returns the Markdown."""
-    result = {**meta, "summary": summary(rows), "rows": rows}
-    (out / f"precision-{tag}.json").write_text(json.dumps(result, indent=2, default=str))
-    md = markdown(rows, meta) + f"\nSummary: {json.dumps(result['summary'])}\n\nCommand: `{meta['command']}`\n"
-    (out / f"precision-{tag}.md").write_text(md)
-    return md
+    return write_table(out, f"precision-{tag}", meta, rows, summary, markdown)
 
 
 def combine(parts: List[Path], out: Path, tag: str) -> None:

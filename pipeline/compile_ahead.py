@@ -48,10 +48,15 @@ def worker_count(requested: Optional[int], jobs: int, cores: Optional[int] = Non
 
 def program_key(name: str, cfg: Mapping[str, Any]) -> str:
     """What decides the program a candidate compiles: its Inductor arguments and its numerics."""
+    from pipeline.backends import rules
     from pipeline.backends.inductor import InductorBackend
 
-    numerics = {k: cfg.get(k) for k in ("precision", "cast_weights", "autocast_enabled", "autocast_dtype")}
-    return json.dumps({"compile": InductorBackend(name, cfg).compile_kwargs(), **numerics}, sort_keys=True, default=str)
+    settings = rules.check(name, cfg)  # every key of its kind, defaults filled
+    numerics = {k: settings.get(k) for k in ("precision", "cast_weights", "autocast_enabled", "autocast_dtype")}
+    inductor = InductorBackend(name, settings)
+    compile_args = {k: v for k, v in inductor.compile_kwargs().items() if k not in ("mode", "options")}
+    return json.dumps({"compile": compile_args, "options": inductor.effective_options(), **numerics},
+                      sort_keys=True, default=str)  # mode=default and no mode are one program
 
 
 def plan(candidates: Mapping[str, Mapping[str, Any]]) -> Dict[str, str]:

@@ -40,8 +40,8 @@ class BackendOutcome:
     # Evidence that a compiling backend served its compiled program: Dynamo graphs, graph breaks,
     # frames and eager calls of its own program ({} for a backend that does not compile).
     compile: Dict[str, int] = field(default_factory=dict)
-    precision: str = "fp32"  # fp32 | tf32 | bf16 | fp16 (pipeline.backends.precision)
-    weights: str = "fp32"  # the precision its weights run in: fp32, or bf16/fp16 for a -weights candidate
+    precision: str = "fp32"  # fp32 | tf32 | bf16 | fp16 | int8_weight_only | int8_dynamic | fp8 (backends.precision)
+    weights: str = "fp32"  # the precision its weights run in: fp32, bf16/fp16 (a -weights candidate), int8/fp8
     # The accuracy budget (route.accuracy_budget): the worst value of its metric against fp32 eager over
     # the tuned sizes, and whether that is within its bound. A candidate outside it is timed, never routed.
     accuracy: float = float("nan")

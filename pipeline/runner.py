@@ -174,7 +174,7 @@ def run(cfg: DictConfig, run_dir: Path, model: Optional[torch.nn.Module] = None,
                     ctx.restore_model_state()
                     recorder.stage_ended(stage, ctx)
             status = "FINISHED"
-            recorder.tuned(tuning.seconds)
+            recorder.tuned(ctx, tuning.seconds)
             log.info("tune cost (seconds):\n%s", cost.table({n: o.cost for n, o in ctx.outcomes.items()},
                                                                ctx.stage_seconds, tuning.seconds))
         except (KeyboardInterrupt, Terminated):

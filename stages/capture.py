@@ -34,6 +34,7 @@ from pipeline.measure.compare import combine, judge, tolerance
 from pipeline.context import ALLOW_HINT, BackendOutcome, RunContext
 from pipeline.batching import BatchDims, output_batch_dims
 from pipeline.measure.references import Reference, reference_at
+from pipeline.route import compiled
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +62,7 @@ def capture_one(ctx: RunContext, name: str, cfg: dict,
     """Build and check one backend; never raises for the backend's own failures."""
     backend = backend_registry.create(name, cfg)
     outcome = BackendOutcome(name=name, kind=str(cfg.get("kind")), precision=backend.precision,
-                             weights=backend.precision if backend.casts_weights else "fp32")
+                             weights=backend.weights)
     budget = ctx.cfg.route.accuracy_budget
     reason = backend.unsupported_reason(ctx.device)
     if reason:
@@ -76,7 +77,7 @@ def capture_one(ctx: RunContext, name: str, cfg: dict,
         largest = max(ctx.batch_sizes)
         # Every size up to the largest tuned one may be served, tuned or not.
         sample = refs[largest].inputs
-        with compiles_into(cost):
+        with compiles_into(cost), compiled.recorded(compile_ahead.compiles(cfg)) as artifacts:
             backend.build(ctx.model, sample, ctx.device, list(range(1, largest + 1)), ctx.batch_sizes,
                           BatchDims.of(ctx.inputs, ctx.output_batch_dims))
             cost.build_s, checking = time.perf_counter() - start, Stopwatch()
@@ -97,6 +98,7 @@ def capture_one(ctx: RunContext, name: str, cfg: dict,
         outcome.status, outcome.reason = "failed", f"{type(exc).__name__}: {exc}".strip()[:2000]
         return outcome
     cost.record_s = float(backend.stats().get("record_seconds", 0.0))
+    backend.artifacts = artifacts.data  # its programs, for the checkpoint's compiled artifacts
     outcome.build_seconds = time.perf_counter() - start
     outcome.peak_memory_bytes = devices.peak_memory_bytes(ctx.device)
     outcome.compile = backend.compile_evidence()
@@ -123,11 +125,11 @@ def capture_order(candidates: Mapping[str, Mapping[str, Any]]) -> List[str]:
 def budget_skip(ctx: RunContext, name: str, cfg: Mapping[str, Any]) -> Optional[str]:
     """Why ``name`` is not worth building: eager at its precision and weights is outside the accuracy budget, and
     ``name`` could not score differently (a graph of eager's kernels), or is far outside; None otherwise."""
-    if cfg.get("kind") == "eager" or precision_of(cfg) == "fp32":
+    candidate = backend_registry.create(name, cfg)
+    if candidate.kind == "eager" or candidate.precision == "fp32":
         return None
-    weights = precision_of(cfg) if cfg.get("cast_weights") else "fp32"
     eager = next((o for o in ctx.outcomes.values() if o.kind == "eager" and o.status == "ok"
-                  and o.precision == precision_of(cfg) and o.weights == weights), None)
+                  and o.precision == candidate.precision and o.weights == candidate.weights), None)
     if eager is None or eager.within_budget:
         return None
     budget = ctx.cfg.route.accuracy_budget

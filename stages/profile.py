@@ -25,7 +25,7 @@ from pipeline.measure.interleaved import measure_interleaved, profile_sizes
 from pipeline.measure.measurement import Measurement, Settings
 from pipeline.measure.screening import screen_settings, screen_sizes, screened_out
 from pipeline.record import progress
-from pipeline.route.decision import baseline, decide
+from pipeline.route.decision import baseline, contested, decide
 
 log = logging.getLogger(__name__)
 OUTSIDE_BUDGET = "screened out: outside the accuracy budget, so it never serves (timed in the screen only)"
@@ -84,18 +84,17 @@ def screen(ctx: RunContext, calls: Calls) -> List[str]:
 
 
 def remeasure_contested(ctx: RunContext, calls: Calls, on_cell: Callable[[str, int, Measurement], None]) -> int:
-    """Another window, up to ``max_repeats`` rounds, for the noisy cells the route rests on; the windows taken."""
+    """Another window, up to ``max_repeats`` rounds, for the noisy cells the route rests on at sizes where it is
+    contested (another candidate's interval overlaps the owner's); the windows taken."""
     pcfg = ctx.cfg.profile
     s, taken = Settings.of(pcfg), 0
     for _ in range(s.max_repeats):
         try:
-            contested = decide(ctx).rests_on
+            cells = decide(ctx).rests_on
         except (ValueError, RuntimeError):
             return taken  # no route to rest on: the route stage says why
-        todo: Dict[int, List[str]] = {}
-        for name, bs in contested:
-            if ctx.profile[name][bs].noisy and name not in todo.get(bs, []):
-                todo.setdefault(bs, []).append(name)
+        todo = {bs: noisy for bs, names in contested(cells).items()
+                if (noisy := [n for n in names if ctx.profile[n][bs].noisy])}
         if not todo:
             break
         for bs, names in sorted(todo.items()):

@@ -12,7 +12,7 @@ from typing import Any, Dict, List
 from pipeline.context import RunContext
 from pipeline.route.served import RoutedModule, TuneRecord
 from pipeline.measure.accuracy import budget_of
-from pipeline.route.decision import decide
+from pipeline.route.decision import contested, decide
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +25,20 @@ def screen_cells(ctx: RunContext, name: str) -> Dict[str, Dict[str, Any]]:
     """A candidate's screen numbers by batch size: median and interval in ms."""
     return {str(bs): {"median": m.median, "interval": list(m.interval), "noisy": m.noisy}
             for bs, m in sorted(ctx.screen.get(name, {}).items())}
+
+
+def warn_if_noise_could_change(ctx: RunContext, at: Dict[int, List[str]]) -> None:
+    """One warning where noisy cells could change the route (a challenger within the owner's noise), with the
+    next step; every noisy cell is in route.json and profile.csv, and a noisy owner that no one comes near is not
+    worth the user's attention."""
+    shaky = {bs: names for bs, names in at.items() if any(ctx.profile[n][bs].noisy for n in names)}
+    if not shaky:
+        log.info("route   every cell the route rests on is settled, or no other candidate comes within its noise")
+        return
+    where = "; ".join(f"bs={bs}: {' vs '.join(names)}" for bs, names in sorted(shaky.items()))
+    log.warning("route   noise could change the choice at %d batch size(s) (%s): the cells are flagged noisy and "
+                "within each other's intervals. To settle it: profile=thorough, a quieter host, or threads=N below "
+                "the core count (route.json: noisy_cells)", len(shaky), where)
 
 
 def run(ctx: RunContext) -> None:
@@ -68,8 +82,7 @@ def run(ctx: RunContext) -> None:
                 f"the route rests on {len(noisy)} cell(s) the profile flagged noisy ({names}; route.json says why) "
                 "and route.require_confident=true, so nothing was saved; profile again on a quieter machine or with "
                 "profile=thorough, or set route.require_confident=false to ship it flagged")
-        log.warning("route   rests on %d noisy cell(s): %s (route.json: rests_on_noisy; "
-                    "route.require_confident=true refuses such a route)", len(noisy), names)
+        warn_if_noise_could_change(ctx, contested(cells))
     if unverified:
         log.warning("route   serves %s, which capture could not check against eager (validate.allow_unverified=true)",
                     ", ".join(unverified))

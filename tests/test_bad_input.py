@@ -108,7 +108,8 @@ CONFIG_CASES = {  # id: (overrides, what the message names: the problem, then th
     "backend-threads": (["backends=[onnxruntime]", "backends.onnxruntime.threads=-1"],
                         r"backend 'onnxruntime' threads=-1 is not a thread count", r"or null for the default"),
     "unknown-precision": (["backends=[openvino]", "backends.openvino.precision=f64"],
-                          r"backend 'openvino': precision='f64' is unknown", r"\['fp32', 'tf32', 'bf16', 'fp16'\]"),
+                          r"backend 'openvino': precision='f64' is unknown",
+                          r"\['fp32', 'tf32', 'bf16', 'fp16', 'int8_weight_only', 'int8_dynamic', 'fp8'\]"),
     "plain-file-store": (["tracking=sqlite", "tracking.uri=file:///tmp/mlruns"], r"MLflow refuses the plain-file store",
                          r"use sqlite:///path/to/mlflow\.db"),
 }

@@ -71,8 +71,8 @@ def test_every_inductor_backend_serves_compiled_code_at_every_tuned_size(compose
     model = MLP().eval()
     probe = probed(model)
     cfg = compose_cfg([*TINY, "backends=inductor_all", f"model.batch_sizes={sizes}", "model.inputs.x.shape=[16]",
-                       "route=one_backend", "route.backend=inductor_freezing"])
-    ctx = run(cfg, tmp_path, model=model)
+                       "route=one_backend", "route.backend=inductor_freezing", "profile.screen=false"])
+    ctx = run(cfg, tmp_path, model=model)  # no screen: every backend stays built, each is called below
     inductor = [n for n, o in ctx.outcomes.items() if o.kind == "inductor" and o.status == "ok"]
     assert len(inductor) >= 6 and "inductor_freezing" in inductor  # every CPU-capable Inductor backend
     capture = json.loads((tmp_path / "capture.json").read_text())

@@ -166,7 +166,8 @@ def cpu_run(tmp_path_factory):
         cfg = compose(config_name="config", overrides=[
             *TINY, "model.batch_sizes=[1,2]", f"backends=[{','.join(names)}]", "validate.extra_batch_sizes=[]",
             # Deploy the freezing backend so validate reloads it from the checkpoint (describe()).
-            "route=one_backend", "route.backend=inductor_freezing"])
+            "route=one_backend", "route.backend=inductor_freezing",
+            "profile.screen=false"])  # every backend stays built: the tests call each one
     with open_dict(cfg.backends):  # autocast rides on any backend; here a template backend in bf16
         cfg.backends.inductor_triton_bf16 = OmegaConf.merge(OmegaConf.structured(InductorSettings), {
             "template": "triton", "autocast_enabled": True, "autocast_dtype": "bfloat16"})

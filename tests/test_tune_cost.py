@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import shutil
 import socket
 import subprocess
@@ -24,8 +25,10 @@ from pipeline.context import BackendOutcome, RunContext
 from pipeline.cost import CandidateCost
 from pipeline.measure.measurement import Measurement, Settings
 from pipeline.measure.screening import screen_sizes, screened_out
+from pipeline.route.decision import contested, decide
 from pipeline.runner import run
 from stages import profile as profile_stage
+from stages import route as route_stage
 
 CAPTURE_INDUCTOR = [*TINY, "backends=[eager,inductor]", "stages=[capture]", "compile_cache.workers=0"]
 
@@ -178,15 +181,16 @@ def test_a_candidate_is_not_built_at_a_precision_where_eager_is_far_outside_the_
 
 
 def contested_ctx(tmp_path: Path) -> RunContext:
-    """A profile by hand: 'a' and 'b' within each other's noise at every size, eager far slower; all noisy."""
+    """A profile by hand, every cell noisy: inductor and onnxruntime within each other's noise at batch size 1,
+    inductor alone fastest at 8, eager far slower at both."""
     cfg = compose_config([*TINY, "backends=[eager,inductor,onnxruntime]", "model.batch_sizes=[1,8]",
                           "profile.max_repeats=1"])
     ctx = RunContext(cfg=cfg, run_dir=tmp_path, device=torch.device("cpu"), model=torch.nn.Linear(2, 2),
                      inputs={"x": {"shape": [2], "dtype": "float32"}})
     ctx.outcomes = {n: BackendOutcome(name=n, kind=n, status="ok") for n in ("eager", "inductor", "onnxruntime")}
     noisy = Settings.of({"rel_precision": 0.001, "noise_threshold": 10.0})
-    for name, median in (("eager", 10.0), ("inductor", 1.0), ("onnxruntime", 1.02)):
-        for bs in (1, 8):
+    for name, medians in (("eager", (10.0, 10.0)), ("inductor", (1.0, 1.0)), ("onnxruntime", (1.02, 3.0))):
+        for bs, median in zip((1, 8), medians):
             m = Measurement(windows=[[median * (1 + 0.01 * i) for i in range(10)]], passes=[0])
             m.settle(noisy)  # median known to +-1%, against a target of 0.1%: flagged
             ctx.profile.setdefault(name, {})[bs] = m
@@ -199,6 +203,38 @@ def test_a_noisy_cell_is_measured_again_only_where_the_route_rests_on_it(tmp_pat
     calls = lambda bs, names: {n: (lambda: None) for n in names}  # noqa: E731 -- instant calls: only windows count
     seen: List[tuple] = []
     taken = profile_stage.remeasure_contested(ctx, calls, lambda n, bs, m: seen.append((n, bs)))
-    assert sorted(seen) == [(n, bs) for n in ("inductor", "onnxruntime") for bs in (1, 8)] and taken == 4
-    assert all(len(ctx.profile[n][bs].windows) == 2 for n in ("inductor", "onnxruntime") for bs in (1, 8))
-    assert all(len(m.windows) == 1 for m in ctx.profile["eager"].values())  # eager's flag cannot move the route
+    assert sorted(seen) == [("inductor", 1), ("onnxruntime", 1)] and taken == 2
+    assert all(len(ctx.profile[n][1].windows) == 2 for n in ("inductor", "onnxruntime"))
+    # At 8 no challenger's interval reaches the owner's, and eager is far slower everywhere: their flags stand.
+    assert len(ctx.profile["inductor"][8].windows) == len(ctx.profile["onnxruntime"][8].windows) == 1
+    assert all(len(m.windows) == 1 for m in ctx.profile["eager"].values())
+
+
+def test_noise_is_a_warning_only_where_it_could_change_the_route(tmp_path, caplog):
+    ctx = contested_ctx(tmp_path)
+    with caplog.at_level(logging.INFO, logger="stages.route"):
+        route_stage.warn_if_noise_could_change(ctx, contested(decide(ctx).rests_on))
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "at 1 batch size(s) (bs=1: inductor vs onnxruntime)" in warnings[0]
+    assert "profile=thorough" in warnings[0] and "threads=N" in warnings[0]
+    caplog.clear()
+    ctx.profile["onnxruntime"][1] = ctx.profile["onnxruntime"][8]  # now clearly slower at 1 too: no contest left
+    with caplog.at_level(logging.INFO, logger="stages.route"):
+        route_stage.warn_if_noise_could_change(ctx, contested(decide(ctx).rests_on))
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]  # every cell is noisy, none could matter
+
+
+def test_inductor_and_graph_inductor_at_one_precision_share_one_compile_job():
+    from pipeline import compile_ahead
+    from pipeline.backends import precision
+
+    candidates = precision.of_config(compose_config(["backends=gpu", "precision=[fp32,bf16]",
+                                                     "+backends.inductor_nofuse={kind: inductor, "
+                                                     "options: {epilogue_fusion: false}}"]))
+    jobs = compile_ahead.plan(candidates)
+    assert jobs["inductor"] == jobs["graph_inductor"] == "graph_inductor"  # the graph one records every size
+    assert jobs["inductor.bf16-weights"] == "graph_inductor.bf16-weights" != jobs["inductor.bf16"]
+    assert jobs["inductor_nofuse"] == "inductor_nofuse"  # other options: another program
+    assert "eager" not in jobs and "graph" not in jobs  # they compile nothing
+    assert compile_ahead.worker_count(None, 4, cores=16) == 4 and compile_ahead.worker_count(None, 4, cores=2) == 0
+    assert compile_ahead.worker_count(2, 1, cores=2) == 1  # never more workers than jobs

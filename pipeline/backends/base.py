@@ -9,7 +9,7 @@ from typing import Any, ClassVar, Dict, List, Mapping, Optional, Sequence
 import torch
 from torch import nn
 
-from pipeline.backends import precision
+from pipeline.backends import precision, quantize
 from pipeline.backends.program import Program
 from pipeline.batching import BatchDims
 from pipeline.measure.compare import Verdict
@@ -38,6 +38,9 @@ class Backend:
         self.batch_dims = BatchDims()  # set by build
         self.build_seconds = 0.0
         self.program: Optional[Program] = None  # set by build where the backend compiles the model
+        # Inductor's cache entries of its programs, as its build and checks made or loaded them (compiled
+        # artifacts a checkpoint may carry beside it: pipeline.route.compiled); empty where nothing compiled.
+        self.artifacts = b""
         self._fn: Any = None
 
     def unsupported_reason(self, device: torch.device) -> Optional[str]:
@@ -46,8 +49,14 @@ class Backend:
 
     @property
     def precision(self) -> str:
-        """fp32, tf32, bf16 or fp16 (``pipeline.backends.precision``)."""
+        """fp32, tf32, bf16, fp16 or a quantization recipe (``pipeline.backends.precision``)."""
         return precision.precision_of(self.cfg)
+
+    @property
+    def quantizes(self) -> bool:
+        """A candidate of a quantized precision (``int8_weight_only``, ``int8_dynamic``, ``fp8``): it runs a
+        bf16 copy of the model whose Linear layers torchao quantizes (``pipeline.backends.quantize``)."""
+        return self.precision in quantize.RECIPES
 
     @property
     def judged_by_budget(self) -> bool:
@@ -58,20 +67,26 @@ class Backend:
     @property
     def casts_weights(self) -> bool:
         """Whether this candidate runs a copy of the model with weights cast to its precision's dtype
-        (``cast_weights``, set by the ``precision`` list)."""
-        return bool(self.cfg.get("cast_weights")) and self.compute_dtype is not None
+        (``cast_weights``, set by the ``precision`` list; always where it quantizes)."""
+        return (bool(self.cfg.get("cast_weights")) or self.quantizes) and self.compute_dtype is not None
+
+    @property
+    def weights(self) -> str:
+        """The precision its weights run in: fp32, bf16/fp16 for a -weights candidate, int8 or fp8 quantized."""
+        return precision.weights_of(self.precision, self.casts_weights)
 
     @property
     def reduces_in_model(self) -> bool:
-        """A PyTorch backend at precision bf16/fp16: it runs the model wrapped in
-        :class:`~pipeline.backends.precision.ReducedPrecision` (autocast or cast weights inside the call,
-        outputs in the model's dtype). A backend's own ``autocast_*`` settings keep the call-wide context."""
-        return self.cfg.get("precision") in precision.AUTOCAST and precision.can_cast_weights(self.cfg)
+        """A PyTorch backend at precision bf16/fp16 or quantized: it runs the model wrapped in
+        :class:`~pipeline.backends.precision.ReducedPrecision` (autocast, cast or quantized weights inside the
+        call, outputs in the model's dtype). A backend's own ``autocast_*`` settings keep the call-wide context."""
+        return ((self.cfg.get("precision") in precision.AUTOCAST or self.quantizes)
+                and precision.can_cast_weights(self.cfg))
 
     @property
     def compute_dtype(self) -> Optional[torch.dtype]:
         """The reduced precision this backend computes in, if any (drives tolerances)."""
-        name = precision.AUTOCAST.get(self.precision)
+        name = precision.compute_dtype_name(self.precision)
         return dtype_of(name) if name else None
 
     @property
@@ -108,7 +123,10 @@ class Backend:
         if self.reduces_in_model:  # cast copies are made outside inference mode; the user's model is untouched
             with torch.no_grad():
                 model = precision.ReducedPrecision(model, self.compute_dtype, device.type, self.casts_weights,
-                                                   self.casts_weights and precision.convolves_images(model, sample))
+                                                   self.casts_weights and precision.convolves_images(model, sample),
+                                                   self.precision if self.quantizes else None)
+            if self.quantizes and not model.quantized:
+                raise BackendUnsupported(quantize.nothing_quantized(self.precision))
         with torch.inference_mode():
             self._build(model, sample, list(batch_sizes))
         self.build_seconds = time.perf_counter() - start

@@ -131,7 +131,7 @@ class GraphBackend(Backend):
         if device.type not in ("cuda", "xpu"):
             return (f"graph backends replay recorded device graphs, which need CUDA (torch.cuda.CUDAGraph) "
                     f"or XPU (torch.xpu.XPUGraph); {device.type} has none")
-        return self._inductor.unsupported_reason(device) if self._inductor else None
+        return self._inductor.unsupported_reason(device) if self._inductor else super().unsupported_reason(device)
 
     def _compiled(self, model: nn.Module) -> Any:
         if self._inductor is None:

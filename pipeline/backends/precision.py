@@ -6,13 +6,15 @@ set only around that candidate's calls and restored after). ``bf16`` and ``fp16`
 backend two candidates (:class:`ReducedPrecision`): one under autocast of that dtype over the fp32
 weights, and one on a copy of the model whose weights and buffers are cast to that dtype (no per-call
 weight casts, no fp32 islands, channels-last where it convolves images), which is faster where the
-weights dominate and further from fp32; the budget and the profile decide between them. Both answer in
-the model's own dtype, as fp32 and tf32 do. The candidate's config carries its
-precision and ``cast_weights`` (backend keys), so a checkpoint rebuilds it.
+weights dominate and further from fp32; the budget and the profile decide between them. ``int8_weight_only``,
+``int8_dynamic`` and ``fp8`` are torchao's quantization recipes (:mod:`pipeline.backends.quantize`), each on
+a bf16 copy of the model whose Linear layers it quantizes. All answer in the model's own dtype, as fp32
+and tf32 do. The candidate's config carries its precision and ``cast_weights`` (backend keys), so a
+checkpoint rebuilds it.
 
 A candidate is named ``<backend>`` at fp32 (a run without ``precision`` is unchanged),
-``<backend>.<precision>`` under autocast and ``<backend>.<precision>-weights`` with cast weights
-(MLflow allows no ``@`` in metric and tag names).
+``<backend>.<precision>`` under autocast or quantized, and ``<backend>.<precision>-weights`` with cast
+weights (MLflow allows no ``@`` in metric and tag names).
 """
 
 from __future__ import annotations
@@ -25,10 +27,11 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_map_only
 
+from pipeline.backends import quantize
 from pipeline.config.backend_schema import KINDS, keys
 from pipeline.config.errors import ConfigError
 
-PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16", *quantize.RECIPES)
 AUTOCAST = {"bf16": "bfloat16", "fp16": "float16"}  # precision -> autocast dtype name
 SEPARATOR = "."
 CAST_SUFFIX = "-weights"  # the candidate whose weights are cast to its precision's dtype
@@ -38,6 +41,19 @@ def candidate_name(backend: str, precision: str, cast_weights: bool = False) -> 
     if precision == "fp32":
         return backend
     return f"{backend}{SEPARATOR}{precision}{CAST_SUFFIX if cast_weights else ''}"
+
+
+def compute_dtype_name(precision: str) -> Optional[str]:
+    """The dtype a candidate of ``precision`` computes in besides fp32: autocast's, or the quantized
+    recipes' bf16 copy; None at fp32 and tf32."""
+    return AUTOCAST.get(precision) or (quantize.BASE_DTYPE if precision in quantize.RECIPES else None)
+
+
+def weights_of(precision: str, cast_weights: bool) -> str:
+    """The precision a candidate's weights run in: fp32 unless cast (``-weights``) or quantized (int8, fp8)."""
+    if precision in quantize.RECIPES:
+        return quantize.RECIPES[precision]
+    return precision if cast_weights else "fp32"
 
 
 def can_cast_weights(cfg: Mapping[str, Any]) -> bool:
@@ -132,9 +148,12 @@ def device_problem(precision: str, device: torch.device) -> Optional[str]:
 
 
 def unsupported_reason(precision: str, device: torch.device) -> Optional[str]:
-    """Why a candidate of ``precision`` is skipped on ``device``: TF32 exists only in CUDA kernels."""
+    """Why a candidate of ``precision`` is skipped on ``device``: TF32 exists only in CUDA kernels; a
+    quantized recipe needs torchao (and fp8 a GPU with float8 matmuls)."""
     if precision == "tf32" and device.type != "cuda":
         return f"tf32 changes only CUDA matmuls and convolutions; on {device.type} it would repeat fp32"
+    if precision in quantize.RECIPES:
+        return quantize.unsupported_reason(precision, device)
     return None
 
 
@@ -168,19 +187,23 @@ class ReducedPrecision(nn.Module):
     """``model`` at a reduced precision ``dtype``, answering in the model's own dtype.
 
     With ``cast_weights``, a copy of the model with its floating weights and buffers in ``dtype``
-    (channels-last where ``channels_last``) and floating inputs cast on the way in; otherwise the model
+    (channels-last where ``channels_last``) and floating inputs cast on the way in, its layers then
+    quantized by torchao's ``recipe`` where one is named (``quantized``: how many); otherwise the model
     itself under autocast to ``dtype``. Floating outputs go back to the model's dtype. All of it happens
     inside the call, so a compiler fuses the casts and a device graph records them, and a routed model
     answers in one dtype whichever candidate serves a batch size. The user's model is never touched."""
 
     def __init__(self, model: nn.Module, dtype: torch.dtype, device_type: str, cast_weights: bool,
-                 channels_last: bool = False) -> None:
+                 channels_last: bool = False, recipe: Optional[str] = None) -> None:
         super().__init__()
+        if recipe and not cast_weights:
+            raise ValueError(f"recipe {recipe} quantizes a copy of the model: pass cast_weights=True")
         own = next((t.dtype for t in (*model.parameters(), *model.buffers()) if t.is_floating_point()),
                    torch.float32)
         if cast_weights:
             model = copy.deepcopy(model).to(dtype)
             model = model.to(memory_format=torch.channels_last) if channels_last else model
+        self.quantized = quantize.quantize(model, recipe) if recipe else 0
         self.inner = model
         self.dtype, self.output_dtype, self.device_type = dtype, own, device_type
         self.cast_weights, self.channels_last = cast_weights, channels_last and cast_weights

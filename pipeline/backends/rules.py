@@ -11,6 +11,7 @@ the checkpoint payload check. A new kind adds its rule to
 
 from __future__ import annotations
 
+import reprlib
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
 from pipeline import templates
@@ -120,8 +121,8 @@ def check(name: str, cfg: Mapping[str, Any]) -> Dict[str, Any]:
     if settings.get("autocast_enabled") and settings["autocast_dtype"] not in AUTOCAST_DTYPES:
         raise ConfigError(f"backend {name!r}: autocast_dtype={settings['autocast_dtype']!r} is not supported; "
                           f"use one of {list(AUTOCAST_DTYPES)}")
-    if settings["precision"] not in precision.PRECISIONS:
-        raise ConfigError(f"backend {name!r}: precision={settings['precision']!r} is unknown; "
+    if settings["precision"] not in precision.PRECISIONS:  # shown cut short: a checkpoint's may be any string
+        raise ConfigError(f"backend {name!r}: precision={reprlib.repr(settings['precision'])} is unknown; "
                           f"use one of {list(precision.PRECISIONS)}")
     if settings["precision"] != "fp32" and settings.get("autocast_enabled"):
         raise ConfigError(f"backend {name!r} sets both precision={settings['precision']} and autocast_enabled=true; "

@@ -26,8 +26,8 @@ class BackendSettings:
 
     kind: str = MISSING
     description: str = ""
-    # fp32 | tf32 | bf16 | fp16: set for each candidate by the top-level precision list
-    # (pipeline.backends.precision); a kind that cannot run one is skipped at it, with the reason.
+    # fp32 | tf32 | bf16 | fp16 | int8_weight_only | int8_dynamic | fp8: set for each candidate by the top-level
+    # precision list (pipeline.backends.precision); a kind that cannot run one is skipped at it, with the reason.
     precision: str = "fp32"
 
 

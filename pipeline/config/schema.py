@@ -191,7 +191,7 @@ class Config:
     compile_cache: CompileCacheConfig = field(default_factory=CompileCacheConfig)
     device: str = "auto"
     # Each backend competes once per precision (fp32, tf32, bf16, fp16; bf16 and fp16 twice, as autocast and
-    # with cast weights): pipeline.backends.precision.
+    # with cast weights; int8_weight_only, int8_dynamic, fp8: torchao's recipes): pipeline.backends.precision.
     precision: List[str] = field(default_factory=lambda: ["fp32"])
     # CPU threads of the run: torch.set_num_threads for eager and Inductor, and the thread pool of
     # every backend of its own runtime (OpenVINO, ONNX Runtime) that does not set threads itself.

@@ -10,6 +10,7 @@ earlier. Every file is written whatever the tracking setting, for command-line a
   rewritten whole when the profile ends; ``cells.jsonl`` keeps every cell's raw windows, so an
   interrupted profile resumes where it stopped;
 - ``route.json``, ``model.tweak`` (the checkpoint), ``validation.json``, ``latency.png``;
+- ``cost.json``: the tune's own cost, per stage and per candidate, and ``tune_s`` (once every stage ran);
 - ``tweakpipe.log``: the run's log (Hydra writes it for command-line runs; the runner for API runs).
 """
 
@@ -221,9 +222,14 @@ class Recorder:
         self.tracker.log_artifact(latency_plot(medians, ctx.route or None, self.run_dir / "latency.png", title,
                                                bands, noisy))
 
-    def tuned(self, tune_s: float) -> None:
-        """The run's own cost, ``tune_s``: from the first build to the end of its last stage."""
+    def tuned(self, ctx: RunContext, tune_s: float) -> None:
+        """The run's own cost: ``tune_s`` (from the first build to the end of its last stage), each stage's and
+        each candidate's account, in ``cost.json`` and MLflow."""
+        path = write_atomic(self.run_dir / "cost.json", json.dumps(
+            {"tune_s": tune_s, "stage_s": ctx.stage_seconds,
+             "candidates": {n: o.cost.to_dict() for n, o in ctx.outcomes.items()}}, indent=2))
         self.tracker.log_metrics({"tune_s": tune_s})
+        self.tracker.log_artifact(path)
 
     def finish(self, status: str) -> None:
         """The log as an artifact, then the run's final status."""

@@ -10,9 +10,10 @@ The body holds the route table, each routed backend's config (rebuilt by ``kind`
 backend registry, never by import path), the model's state dict, the input spec (with each input's
 batch dimension), each output tensor's batch dimension, the tuned batch sizes, the versions and the
 device it was tuned on. It holds no example data: loading warms the backends up on random fills
-of the input spec. It is read with ``torch.load(weights_only=True)`` only after its SHA-256
-matches, and every field is checked (``pipeline.route.payload``) before the caller's model is
-touched or anything is built.
+of the input spec. A quantized backend holds only its recipe's name beside the model's own weights,
+and is quantized again on load: no tensor subclass is ever written. It is read with
+``torch.load(weights_only=True)`` only after its SHA-256 matches, and every field is checked
+(``pipeline.route.payload``) before the caller's model is touched or anything is built.
 """
 
 from __future__ import annotations
@@ -46,9 +47,11 @@ from pipeline.route.policy import Range, sizes_owned
 log = logging.getLogger(__name__)
 
 MAGIC = b"TWEAKPIPE-CHECKPOINT"
-# 2: each backend's config holds the keys of its kind's schema only; 3: and its precision; 4: and cast_weights
-FORMAT = 4
-READS = (2, 3, 4)  # older files are format-4 files whose backends leave the newer keys at their defaults
+# 2: each backend's config holds the keys of its kind's schema only; 3: and its precision; 4: and cast_weights;
+# 5: a precision may name a quantization recipe (pipeline.backends.quantize: the fp32 weights are stored, and
+# load quantizes them again), and versions then records torchao's
+FORMAT = 5
+READS = (2, 3, 4, 5)  # older files are format-5 files whose backends leave the newer keys at their defaults
 KEYS = ("name", "route", "backends", "state_dict", "inputs", "batch_sizes", "max_batch_size", "versions", "device")
 # The seed of the sample inputs used to build and warm the backends on load.
 SAMPLE_SEED = 0
@@ -101,6 +104,7 @@ def payload_of(routed: RoutedModule) -> Dict[str, Any]:
                             f"checkpoints hold only tensors so that loading executes nothing")
         state[key] = value.detach().cpu()
     used = list(dict.fromkeys(r.backend for r in routed.route))
+    quantized = any(routed.backends[n].quantizes for n in used)  # load quantizes the stored weights again
     meta = plain({
         "format": FORMAT,
         "name": rec.name,
@@ -111,7 +115,7 @@ def payload_of(routed: RoutedModule) -> Dict[str, Any]:
         "batch_sizes": sorted(int(b) for b in rec.batch_sizes),
         "max_batch_size": max(int(b) for b in rec.batch_sizes),
         "versions": {"torch": torch.__version__, "tweakpipe": version_of("tweakpipe"),
-                     "python": platform.python_version()},
+                     "python": platform.python_version(), **({"torchao": version_of("torchao")} if quantized else {})},
         "device": {"type": rec.device.type, "name": devices.name(rec.device)},
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }, "checkpoint")
@@ -204,6 +208,11 @@ def warn_on_drift(payload: Mapping[str, Any], device: torch.device) -> None:
     if tuned_torch != torch.__version__:
         log.warning("checkpoint tuned with torch %s, running torch %s: re-tune if timings matter",
                     tuned_torch, torch.__version__)
+    tuned_torchao = payload["versions"].get("torchao")
+    if tuned_torchao is not None and tuned_torchao != version_of("torchao"):
+        log.warning("checkpoint quantized with torchao %s, running torchao %s: its weights are quantized again by "
+                    "this version and may differ from the tuned ones; re-tune if outputs must match",
+                    tuned_torchao, version_of("torchao"))
     here = devices.name(device)
     if payload["device"]["name"] != here:
         log.warning("checkpoint tuned on %s, loading on %s: re-tune if timings matter", payload["device"]["name"], here)

@@ -21,6 +21,16 @@ class Decision:
     rests_on: List[Tuple[str, int]]  # (candidate, batch size): the cells the route's choices rest on
 
 
+def contested(cells: List[Tuple[str, int]]) -> Dict[int, List[str]]:
+    """Batch size -> the candidates whose cells a choice rests on, where more than the owner's does (another
+    candidate's interval overlaps the owner's): only there can a re-measure or a quieter host change the route."""
+    at: Dict[int, List[str]] = {}
+    for name, bs in cells:
+        if name not in at.setdefault(bs, []):
+            at[bs].append(name)
+    return {bs: names for bs, names in at.items() if len(names) > 1}
+
+
 def baseline(ctx: RunContext) -> Optional[str]:
     """Plain eager at fp32 where it competes (else the first eager candidate): the route never loses to it."""
     candidates = ctx.candidates

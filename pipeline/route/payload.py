@@ -4,7 +4,8 @@ A checkpoint is data from anyone: its SHA-256 detects damage, not tampering, sin
 file can write its checksum too. :func:`check` holds the whole payload to the format (each field's
 type, the bounds of ``pipeline.config.limits``, a route covering 1..inf without gaps, backend configs
 through their kind's schema and rules (``pipeline.backends.rules``), input specs and batch dimensions, the state dict against
-the caller's model), so a refused file leaves the caller's model as it was. Inductor options whose
+the caller's model, and nothing in it but plain data and plain tensors), so a refused file leaves the caller's
+model as it was. Inductor options whose
 declared type admits free text can name a program Inductor runs (``cpp.cxx``) or a path it writes:
 a checkpoint that sets one is refused unless the caller trusts it (``trust_options=True``).
 """
@@ -26,6 +27,7 @@ FIELDS: Dict[str, type] = {"format": int, "name": str, "created": str, "route": 
                            "inputs": dict, "output_batch_dims": dict, "batch_sizes": list, "max_batch_size": int,
                            "versions": dict, "device": dict, "state_dict": dict}
 ROUTE_KEYS = {"lo", "hi", "backend"}
+PLAIN = (str, int, float, bool, type(None))  # besides dicts, lists and plain tensors: all a payload holds
 
 
 class CheckpointError(ValueError):
@@ -43,6 +45,26 @@ class UntrustedOptions(CheckpointError):
 def listed(keys: List[str], limit: int = 8) -> str:
     more = f" and {len(keys) - limit} more" if len(keys) > limit else ""
     return ", ".join(keys[:limit]) + more
+
+
+def foreign_object(payload: Mapping[str, Any]) -> Optional[str]:
+    """Where the payload holds anything but plain data and plain tensors. A weights-only load also builds
+    every class a library has registered as safe (torchao registers its tensor subclasses, layouts and
+    enums once imported); a checkpoint never holds one, so one found here is refused rather than loaded
+    into the model. Iterative, so that no nesting depth can exhaust the stack."""
+    stack = [("payload", payload)]
+    while stack:
+        where, value = stack.pop()
+        if type(value) in (dict, list, tuple):
+            items = value.items() if type(value) is dict else enumerate(value)
+            for key, item in items:
+                if type(value) is dict and type(key) not in PLAIN:
+                    return f"{where} has a key of type {type(key).__qualname__}"
+                stack.append((f"{where}[{key!r}]", item))
+        elif type(value) not in PLAIN and type(value) is not torch.Tensor:
+            return (f"{where} is a {type(value).__module__}.{type(value).__qualname__}, which a checkpoint never "
+                    f"holds (only plain data and plain tensors)")
+    return None
 
 
 def fields_problem(payload: Mapping[str, Any]) -> Optional[str]:
@@ -141,7 +163,8 @@ def check_state_dict(saved: Mapping[str, Any], model: nn.Module, name: str, path
 
 def check(payload: Mapping[str, Any], model: nn.Module, path: Path, trust_options: bool = False) -> None:
     """Raise unless every field of ``payload`` is within the format and its weights fit ``model``."""
-    problem = (fields_problem(payload)
+    problem = (foreign_object(payload)
+               or fields_problem(payload)
                or sizes_problem(payload["batch_sizes"], payload["max_batch_size"])
                or limits.inputs_problem(payload["inputs"])
                or limits.output_dims_problem(payload.get("output_batch_dims", {}))

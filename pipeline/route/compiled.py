@@ -1,0 +1,291 @@
+"""Compiled artifacts beside a checkpoint (``FILE.tweak.compiled``): a fast load, under a trust the user controls.
+
+Loading a checkpoint rebuilds its routed backends, and an Inductor backend compiles again. The artifacts
+file holds, per routed backend, Inductor's cache entries for its programs (``torch.compiler``'s
+"mega-cache": FX-graph and AOTAutograd entries with their Triton kernels, and autotuning results), as
+building it produced or loaded them. ``load`` puts them into the local Inductor cache and builds the
+backends as always: Dynamo traces, and every compile is a cache hit, so the program served is the one
+that was timed, and nothing but the compile is skipped. CUDA graphs cannot be stored; they are
+recorded again (the load report says how long that took).
+
+Those entries are read with pickle and hold compiled code, so they run code when loaded: unlike the
+checkpoint, they are used only when trusted (``pipeline.trust``): signed with this user's own key (what
+the user built here is signed when it is written), or when the caller passes ``trust_compiled=True``.
+Everything is checked before a byte is unpickled: the file's SHA-256 against the checkpoint's record
+(which the checkpoint's own checksum covers), the signature, the torch / Triton / CUDA versions, the
+device it was built for and the weights it was built with. A check that fails falls back to rebuilding
+with one INFO line, or raises where the caller demanded the artifacts.
+
+Layout::
+
+    TWEAKPIPE-COMPILED 1\\n
+    hmac-sha256:<64 hex digits, or "none">\\n
+    <body: a JSON header line ({"backends": {name: byte length}, ...}), then each backend's bytes in order>
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import platform
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Dict, Iterator, Mapping, Optional, Tuple
+
+import torch
+
+from pipeline import trust
+
+log = logging.getLogger(__name__)
+
+MAGIC = b"TWEAKPIPE-COMPILED 1\n"
+SUFFIX = ".compiled"
+UNSIGNED = "none"
+MAX_HEADER = 1 << 20  # bytes of JSON header a file may hold
+HEX = set("0123456789abcdef")
+
+
+class ArtifactsRefused(ValueError):
+    """The caller demanded compiled artifacts (``trust_compiled=True``) and they cannot be used."""
+
+
+def path_for(checkpoint: Path) -> Path:
+    return Path(str(checkpoint) + SUFFIX)
+
+
+@dataclass
+class Recorded:
+    """What one backend's build put into or took from Inductor's caches, as bytes (empty: nothing compiled)."""
+
+    data: bytes = b""
+
+
+@contextlib.contextmanager
+def recorded(compiles: bool) -> Iterator[Recorded]:
+    """Record the Inductor cache entries the block produces or loads (the mega-cache, cleared first), where the
+    block ``compiles`` with Inductor (otherwise nothing is recorded, and Inductor is not loaded for it)."""
+    holder = Recorded()
+    manager = _artifact_manager() if compiles else None
+    if manager is None:
+        yield holder
+        return
+    manager.clear()
+    try:
+        yield holder
+    finally:
+        saved = torch.compiler.save_cache_artifacts()
+        holder.data = saved[0] if saved else b""
+        manager.clear()
+
+
+def _artifact_manager() -> Any:
+    """torch's mega-cache recorder, where this torch has one."""
+    if not hasattr(torch.compiler, "save_cache_artifacts"):
+        return None
+    try:
+        from torch.compiler._cache import CacheArtifactManager
+    except ImportError:
+        return None
+    return CacheArtifactManager
+
+
+def version_of(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "none"
+
+
+def built_for(device: torch.device) -> Dict[str, Any]:
+    """What compiled code depends on: torch, Triton and CUDA versions, and the device (capability or CPU)."""
+    info: Dict[str, Any] = {"torch": torch.__version__, "triton": version_of("triton"),
+                            "cuda": str(torch.version.cuda), "device_type": device.type}
+    if device.type == "cuda":
+        major, minor = torch.cuda.get_device_capability(device)
+        info.update(device_name=torch.cuda.get_device_name(device), capability=f"{major}.{minor}")
+    else:
+        info.update(device_name=platform.machine(), capability=platform.processor() or platform.machine())
+    return info
+
+
+def weights_digest(state_dict: Mapping[str, torch.Tensor]) -> str:
+    """A digest of the weights (names, dtypes, shapes, bytes): artifacts are bound to the weights they were built
+    with, for options that fold weights into compiled code (freezing)."""
+    h = hashlib.blake2b(digest_size=32)
+    for key in sorted(state_dict):
+        t = state_dict[key].detach().cpu().contiguous()
+        h.update(f"{key}|{t.dtype}|{tuple(t.shape)}|".encode())
+        if t.numel():
+            h.update(memoryview(t.reshape(-1).view(torch.uint8).numpy()))
+    return h.hexdigest()
+
+
+def write(checkpoint: Path, blobs: Mapping[str, bytes], device: torch.device,
+          state_dict: Mapping[str, torch.Tensor]) -> Optional[Dict[str, Any]]:
+    """Write the routed backends' artifacts beside ``checkpoint``, signed with this user's key; the record the
+    checkpoint keeps of them, or None (and no file) where no backend compiled anything."""
+    blobs = {name: data for name, data in blobs.items() if data}
+    target = path_for(checkpoint)
+    if not blobs:
+        target.unlink(missing_ok=True)  # an older file would not match this checkpoint
+        return None
+    header = {"backends": {name: len(data) for name, data in blobs.items()}}
+    body = json.dumps(header, sort_keys=True).encode() + b"\n" + b"".join(blobs.values())
+    tmp = target.with_name(target.name + ".tmp")
+    with tmp.open("wb") as f:
+        f.write(MAGIC + f"hmac-sha256:{trust.signature(body)}\n".encode() + body)
+    os.replace(tmp, target)
+    return {"sha256": hashlib.sha256(body).hexdigest(), "backends": sorted(blobs), "built_for": built_for(device),
+            "weights": weights_digest(state_dict), "bytes": len(body)}
+
+
+def _read(target: Path, expected_bytes: int) -> Tuple[str, bytes]:
+    """The signature line and the body of an artifacts file; ValueError naming what is wrong."""
+    if not target.is_file():
+        raise ValueError(f"{target.name} is missing")
+    size = target.stat().st_size
+    if size > expected_bytes + 256:
+        raise ValueError(f"{target.name} holds {size} bytes, more than the checkpoint records ({expected_bytes})")
+    raw = target.read_bytes()
+    if not raw.startswith(MAGIC):
+        raise ValueError(f"{target.name} is not a tweakpipe artifacts file")
+    rest = raw[len(MAGIC):]
+    line, _, body = rest.partition(b"\n")
+    if not line.startswith(b"hmac-sha256:"):
+        raise ValueError(f"{target.name} has no signature line")
+    return line[len(b"hmac-sha256:"):].decode(errors="replace"), body
+
+
+def _blobs(body: bytes, backends: Any) -> Dict[str, bytes]:
+    """Each backend's bytes, from a body whose header must name exactly the recorded backends."""
+    head, _, blob = body.partition(b"\n")
+    if len(head) > MAX_HEADER:
+        raise ValueError("its header is too long")
+    header = json.loads(head)
+    lengths = header.get("backends") if isinstance(header, dict) else None
+    if (not isinstance(lengths, dict) or sorted(lengths) != sorted(backends)
+            or not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in lengths.values())
+            or sum(lengths.values()) != len(blob)):
+        raise ValueError("its header does not describe its contents")
+    out, start = {}, 0
+    for name, length in lengths.items():
+        out[name], start = blob[start:start + length], start + length
+    return out
+
+
+def usable(record: Mapping[str, Any], checkpoint: Path, device: torch.device, state_dict: Mapping[str, torch.Tensor],
+           trust_compiled: Optional[bool]) -> Tuple[Optional[Dict[str, bytes]], str]:
+    """The artifacts of each backend, or None and why not; nothing in them is unpickled here.
+
+    ``trust_compiled``: None uses artifacts signed with this user's key; True also unsigned or foreign ones;
+    False never. The checksum, versions, device and weights are checked in every case."""
+    if trust_compiled is False:
+        return None, "not used (trust_compiled=False)"
+    target = path_for(checkpoint)
+    try:
+        signature, body = _read(target, int(record["bytes"]))
+    except ValueError as exc:
+        return None, str(exc)
+    if hashlib.sha256(body).hexdigest() != record["sha256"]:
+        return None, f"{target.name} changed after the checkpoint was written (its SHA-256 does not match the record)"
+    if trust_compiled is None and not trust.signed_by_user(body, signature):
+        how = "unsigned" if signature == UNSIGNED else "not signed with your key"
+        return None, (f"{target.name} is {how}; it runs code when loaded, so it is used only once you trust it: "
+                      f"`tweakpipe trust {checkpoint}` (after checking where it came from) or "
+                      f"pipeline.load(..., trust_compiled=True)")
+    here = built_for(device)
+    differ = [f"{k} {record['built_for'].get(k)!r} (here {v!r})" for k, v in here.items()
+              if record["built_for"].get(k) != v]
+    if differ:
+        return None, f"{target.name} was built for another setup: " + ", ".join(differ)
+    if weights_digest(state_dict) != record["weights"]:
+        return None, f"{target.name} was built with other weights than the checkpoint holds"
+    try:
+        return _blobs(body, record["backends"]), ""
+    except (ValueError, UnicodeDecodeError) as exc:
+        return None, f"{target.name} is damaged: {exc}"
+
+
+def install(blobs: Mapping[str, bytes]) -> None:
+    """Put trusted artifacts into the local Inductor cache (this unpickles them: checked by :func:`usable` first)."""
+    for data in blobs.values():
+        torch.compiler.load_cache_artifacts(data)
+
+
+def sign(checkpoint: Path) -> Path:
+    """Sign ``checkpoint``'s artifacts with this user's key, after checking they are the ones it records."""
+    from pipeline.route.checkpoint import read
+
+    record = read(checkpoint).get("compiled")
+    if not record:
+        raise ValueError("the checkpoint records no compiled artifacts (its routed backends compile nothing, or it "
+                         "was written without them)")
+    target = path_for(checkpoint)
+    _, body = _read(target, int(record["bytes"]))
+    if hashlib.sha256(body).hexdigest() != record["sha256"]:
+        raise ValueError(f"{target.name} is not the file the checkpoint records (SHA-256 differs); nothing was signed")
+    tmp = target.with_name(target.name + ".tmp")
+    tmp.write_bytes(MAGIC + f"hmac-sha256:{trust.signature(body)}\n".encode() + body)
+    os.replace(tmp, target)
+    return target
+
+
+def record_problem(record: Any) -> Optional[str]:
+    """Why a checkpoint's ``compiled`` record is not one this format allows, or None (the payload check)."""
+    if not isinstance(record, dict) or set(record) != {"sha256", "backends", "built_for", "weights", "bytes"}:
+        return "compiled must hold exactly sha256, backends, built_for, weights and bytes"
+    if not (isinstance(record["sha256"], str) and len(record["sha256"]) == 64 and set(record["sha256"]) <= HEX):
+        return "compiled.sha256 must be 64 hex digits"
+    if not (isinstance(record["weights"], str) and len(record["weights"]) == 64 and set(record["weights"]) <= HEX):
+        return "compiled.weights must be 64 hex digits"
+    if not (isinstance(record["backends"], list) and record["backends"]
+            and all(isinstance(n, str) for n in record["backends"])):
+        return "compiled.backends must list backend names"
+    if not (isinstance(record["built_for"], dict) and all(isinstance(k, str) and isinstance(v, str)
+                                                          for k, v in record["built_for"].items())):
+        return "compiled.built_for must map names to strings"
+    if isinstance(record["bytes"], bool) or not isinstance(record["bytes"], int) or not 0 < record["bytes"] <= 1 << 34:
+        return "compiled.bytes must be a positive size up to 16 GiB"
+    return None
+
+
+@dataclass
+class BackendLoad:
+    """What rebuilding one backend cost at load: build (compiles, graph recording), its warm-up calls, how much
+    of it Dynamo and Inductor took, the cache's hits and misses, and whether its artifacts were used."""
+
+    artifacts: str = "none"  # used | ignored: <why> | none (it compiles nothing)
+    build_s: float = 0.0
+    warmup_s: float = 0.0
+    trace_s: float = 0.0
+    compile_s: float = 0.0
+    record_s: float = 0.0
+    cache_hits: int = 0
+    cache_misses: int = 0
+
+
+@dataclass
+class LoadReport:
+    """``served.load_report``: reading and checking the files, installing artifacts, then each backend."""
+
+    read_s: float = 0.0
+    artifacts_s: float = 0.0
+    artifacts: str = "none"
+    backends: Dict[str, BackendLoad] = field(default_factory=dict)
+    total_s: float = 0.0
+
+    def to_dict(self) -> Dict[str, Any]:
+        from dataclasses import asdict
+
+        return asdict(self)
+
+    def summary(self) -> str:
+        parts = [f"{name}: build {b.build_s:.2f} s (trace {b.trace_s:.2f}, compile {b.compile_s:.2f}, record "
+                 f"{b.record_s:.2f}, {b.cache_hits} hit(s) {b.cache_misses} miss(es)), warm-up {b.warmup_s:.2f} s"
+                 for name, b in self.backends.items()]
+        return (f"read {self.read_s:.2f} s, artifacts {self.artifacts} ({self.artifacts_s:.2f} s); "
+                + "; ".join(parts))
