@@ -17,12 +17,13 @@ from pathlib import Path
 from typing import Mapping, Optional, Sequence, Union
 
 from hydra import compose, initialize_config_dir
+from hydra.errors import ConfigCompositionException, OverrideParseException
 from omegaconf import DictConfig
 from torch import nn
 
 from pipeline import runner
 from pipeline.route.checkpoint import load, save
-from pipeline.config.errors import ConfigError
+from pipeline.config.errors import ConfigError, explain_unknown_key, one_line
 from pipeline.examples import Examples, input_spec, pooled, spec_of
 from pipeline.route.served import RoutedModule
 from pipeline.config.schema import InputSpec, register_configs
@@ -31,10 +32,14 @@ log = logging.getLogger(__name__)
 
 
 def compose_config(overrides: Sequence[str] = ()) -> DictConfig:
-    """The shipped ``config.yaml`` composed with command-line style overrides, as ``python -m pipeline`` would."""
+    """The shipped ``config.yaml`` composed with command-line style overrides, as ``python -m pipeline`` would;
+    an override Hydra cannot apply is a one-line :class:`ConfigError` (a misspelt key names the closest ones)."""
     register_configs()
     with initialize_config_dir(config_dir=str(SHIPPED_CONF), version_base="1.3", job_name="tweakpipe_api"):
-        return compose(config_name="config", overrides=list(overrides))
+        try:
+            return compose(config_name="config", overrides=list(overrides))
+        except (ConfigCompositionException, OverrideParseException) as exc:
+            raise ConfigError(explain_unknown_key(exc) or one_line(exc)) from None
 
 
 def default_run_dir(name: str) -> Path:

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 from hydra.errors import ConfigCompositionException
 
 from conftest import CONF, ROOT
@@ -26,6 +27,13 @@ def test_a_misspelt_key_is_answered_with_the_closest_valid_keys(compose_cfg, ove
     message = explain_unknown_key(caught.value)
     assert message is not None and message.startswith(hint), message
     assert "+" not in message and "\n" not in message
+
+
+def test_the_api_says_the_same_in_one_line():
+    import pipeline
+
+    with pytest.raises(ConfigError, match=r"^unknown key profile\.budget_m; closest: profile\.budget_ms"):
+        pipeline.tune(torch.nn.Linear(4, 2), torch.randn(2, 4), overrides=["profile.budget_m=5"])
 
 
 def test_a_wrong_value_is_not_taken_for_an_unknown_key(compose_cfg):

@@ -53,7 +53,7 @@ def added_keys(node: DictConfig, path: str = "") -> Iterator[Tuple[str, List[str
     for key, value in node.items_ex(resolve=False):
         if fields is not None and key not in fields:
             yield f"{path}{key}", fields
-        elif isinstance(value, DictConfig) and value != None:  # noqa: E711 (a section set to null)
+        elif isinstance(value, DictConfig) and not OmegaConf.is_missing(node, key) and value != None:  # noqa: E711
             yield from added_keys(value, f"{path}{key}.")
 
 
@@ -130,9 +130,6 @@ def check_run_dir(run_dir: Path) -> None:
 def check_config(cfg: DictConfig, run_dir: Optional[Path] = None) -> None:
     """Raise :class:`ConfigError` for the first mistake in ``cfg``; cheap checks first, nothing written."""
     with reported():
-        for key, valid in added_keys(cfg):
-            raise ConfigError(f"{unknown_key(key, valid)} (a + adds a key only where its section takes any, "
-                              f"e.g. +backends.inductor.options.<option>=...)")
         check_stages(list(cfg.stages))
         if OmegaConf.is_missing(cfg, "backends") or not cfg.backends:
             raise ConfigError("no backends selected; e.g. 'backends=[eager,inductor]'")
@@ -153,8 +150,11 @@ def check_config(cfg: DictConfig, run_dir: Optional[Path] = None) -> None:
         if not cfg.validate.tolerance_scale > 0:
             raise ConfigError(f"validate.tolerance_scale={cfg.validate.tolerance_scale} must be > 0; "
                               f"e.g. validate.tolerance_scale=1.0")
-        for name, bcfg in cfg.backends.items():
+        for name, bcfg in cfg.backends.items():  # each by its kind's schema, which names the kind
             backend_registry.create(name, OmegaConf.to_container(bcfg, resolve=True))
+        for key, valid in added_keys(cfg):
+            raise ConfigError(f"{unknown_key(key, valid)} (a + adds a key only where its section takes any, "
+                              f"e.g. +backends.inductor.options.<option>=...)")
         device = devices.resolve(cfg.device)
         check_precision(cfg, device)
         check_sizes(cfg, device)

@@ -79,7 +79,7 @@ class LoggedSteps(Steps):
         super().__init__(title=title, total=total)
         self.every_s, self.quiet_s, self.clock = HEARTBEAT_S, QUIET_S, clock
         self.started = self.step_started = self.last_line = self.last_step_line = clock()
-        self.label = ""
+        self.label, self.steps = "", 0  # steps begun, more than total where a stage takes more than it planned
         self.lock = threading.Lock()
 
     def position(self) -> str:
@@ -103,6 +103,7 @@ class LoggedSteps(Steps):
     def next(self, label: str) -> None:
         with self.lock:
             self.count()
+            self.steps += 1
             self.label, self.step_started = label, self.clock()
             if self.done == 0 or self.step_started - self.last_step_line >= self.quiet_s:
                 self.last_step_line = self.step_started
@@ -116,7 +117,7 @@ class LoggedSteps(Steps):
                 self.say(f"{self.label} still running after {duration(now - self.step_started)}", now)
 
     def finish(self) -> None:
-        log.info("%s done: %d step(s) in %s", self.title, self.done + 1, duration(self.clock() - self.started))
+        log.info("%s done: %d step(s) in %s", self.title, self.steps, duration(self.clock() - self.started))
 
 
 def running(thread_id: int, frame: FrameType) -> bool:
