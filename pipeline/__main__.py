@@ -2,8 +2,10 @@
 
 A mistake of the user's (a config check's :class:`ConfigError`, or Hydra failing to compose the
 config) is one line on stderr and exit code 2, and a run that fails its checks leaves no run
-directory; a route refused by ``route.require_confident`` is one line and exit code 1; a traceback
-means a bug of tweakpipe's. ``HYDRA_FULL_ERROR=1`` shows Hydra's own report.
+directory; a run that ends without its result (:class:`RunFailed`: no backend survived, a route
+refused by ``route.require_confident``, a failed validation) is one line and exit code 1; Ctrl-C or
+SIGTERM, one line in the log saying where the files are and how to resume, exit code 130 or 143;
+a traceback means a bug of tweakpipe's. ``HYDRA_FULL_ERROR=1`` shows Hydra's own report.
 """
 
 from __future__ import annotations
@@ -13,35 +15,31 @@ import shutil
 import sys
 import traceback
 from pathlib import Path
-from typing import NoReturn
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import ConfigCompositionException, OverrideParseException
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from pipeline.config import SHIPPED_CONF
+from pipeline.config.errors import (ConfigError, RunFailed, config_dirs_from_argv, explain_unknown_choices,
+                                    explain_unknown_key, fail, one_line)
 from pipeline.config.jobs import SweepRefused
-from pipeline.config.errors import (ConfigError, config_dirs_from_argv, explain_unknown_choices, explain_unknown_key,
-                                    one_line)
 from pipeline.runner import resumed_config, run
 from pipeline.config.schema import register_configs
-from stages.route import RouteNotConfident
+from pipeline import stops
 
 register_configs()
 FULL_ERROR = "HYDRA_FULL_ERROR"
+STOPPED = {KeyboardInterrupt: 130, stops.Terminated: 143}  # the exit codes of a shell's job killed by the signal
 
 
 def remove_if_unused(run_dir: Path) -> None:
-    """Remove a run directory that holds nothing but what Hydra wrote before ``main`` (``.hydra/``, the log)."""
-    if run_dir.is_dir() and all(p.name == ".hydra" or p.suffix == ".log" for p in run_dir.iterdir()):
+    """Remove a run directory that holds nothing but what Hydra wrote before ``main`` (``.hydra/``, the log)
+    and the run's lock."""
+    if run_dir.is_dir() and all(p.name == ".hydra" or p.suffix in (".log", ".lock") for p in run_dir.iterdir()):
         shutil.rmtree(run_dir)
-
-
-def fail(message: str, code: int = 2) -> NoReturn:
-    """One line on stderr and an exit code: 2 for a user's mistake."""
-    print(f"error: {message}", file=sys.stderr)
-    raise SystemExit(code)
 
 
 def raised_in_main(exc: BaseException) -> bool:
@@ -59,8 +57,12 @@ def main(cfg: DictConfig) -> None:
     except ConfigError as exc:
         remove_if_unused(run_dir)
         fail(str(exc))  # SystemExit passes through Hydra, which would log and print an Exception
-    except RouteNotConfident as exc:
+    except RunFailed as exc:
+        if HydraConfig.get().mode == RunMode.MULTIRUN:
+            raise  # Hydra records the job FAILED and the sweep goes on
         fail(f"{exc} (run directory: {run_dir})", code=1)
+    except (KeyboardInterrupt, stops.Terminated) as exc:  # the run logged where its files are and how to resume
+        raise SystemExit(STOPPED[type(exc)]) from None
     print(f"run directory: {run_dir}")
     if ctx.routed is not None:
         print(f"route: {ctx.routed.extra_repr()}")
@@ -70,16 +72,23 @@ def entry() -> None:
     """Run Hydra's main; a config Hydra cannot compose is reported in one line (unknown choices with what exists)."""
     full_error = os.environ.get(FULL_ERROR) == "1"
     os.environ[FULL_ERROR] = "1"  # Hydra then raises composition errors to us instead of printing its report
+    for arg in sys.argv[1:]:  # Hydra makes resume= the run directory: a file there would fail it obscurely
+        target = Path(arg.split("=", 1)[1]) if arg.lstrip("+").startswith("resume=") else None
+        if target is not None and target.exists() and not target.is_dir():
+            fail(f"resume={target} is a file; resume takes the directory of an interrupted run, "
+                 f"e.g. resume=outputs/runs/<time>_<model>_<pid>")
     try:
         main()
     except (ConfigCompositionException, OverrideParseException) as exc:
         if full_error:
             raise
         argv = sys.argv[1:]
-        fail(f"{explain_unknown_choices(argv, config_dirs_from_argv(argv)) or explain_unknown_key(exc) or one_line(exc)} "
-             f"(python -m pipeline --help lists every group and option)")
+        why = explain_unknown_choices(argv, config_dirs_from_argv(argv)) or explain_unknown_key(exc) or one_line(exc)
+        fail(f"{why} (python -m pipeline --help lists every group and option)")
     except SweepRefused as exc:  # a sweep job's config, checked before the sweep starts
         fail(str(exc))
+    except KeyboardInterrupt:  # before the run began (a run logs its own stop and exits 130)
+        fail("stopped by SIGINT (Ctrl-C) before the run began; nothing was measured", code=130)
     except BrokenPipeError:  # the reader went away (python -m pipeline --help | head): nothing to report
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # as Python's docs advise for SIGPIPE
         raise SystemExit(0) from None

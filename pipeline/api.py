@@ -10,7 +10,6 @@ The model is tuned on the rows of ``example_inputs`` (``pipeline.examples``), no
 from __future__ import annotations
 
 from pipeline.config import SHIPPED_CONF
-import copy
 import datetime
 import logging
 from pathlib import Path
@@ -22,6 +21,7 @@ from omegaconf import DictConfig
 from torch import nn
 
 from pipeline import runner
+from pipeline.copies import own_copy
 from pipeline.route.checkpoint import load, save
 from pipeline.config.errors import ConfigError, explain_unknown_key, one_line
 from pipeline.examples import Examples, input_spec, pooled, spec_of
@@ -51,17 +51,6 @@ def default_run_dir(name: str) -> Path:
     return path
 
 
-def own_copy(model: nn.Module) -> nn.Module:
-    """A deep copy to tune, so nothing the stages do (eval mode, device moves, buffers advanced by
-    thousands of timed calls) reaches the caller's model."""
-    try:
-        return copy.deepcopy(model)
-    except Exception as exc:
-        raise TypeError(f"tune works on a copy of the model so that yours stays exactly as it was, but "
-                        f"copy.deepcopy({type(model).__name__}) failed: {exc}; make the model deep-copyable "
-                        f"(no open files, locks or generators in its attributes)") from exc
-
-
 def tune(model: nn.Module, example_inputs: Examples, overrides: Sequence[str] = (),
          run_dir: Optional[Union[str, Path]] = None, batch_dims: Optional[Mapping[str, int]] = None) -> RoutedModule:
     """Run the configured stages on ``model`` in-process and return the routed module.
@@ -79,6 +68,8 @@ def tune(model: nn.Module, example_inputs: Examples, overrides: Sequence[str] = 
     Its progress, the route and the run directory are logged at INFO (on stderr, unless the program
     set up logging itself).
     """
+    if isinstance(overrides, str):  # a string is a sequence too, of one-letter overrides
+        raise TypeError(f"overrides={overrides!r} is a string; pass a list of overrides, e.g. overrides=[{overrides!r}]")
     cfg = compose_config(overrides)
     if "route" not in cfg.stages:
         raise ConfigError(f"tune returns the routed model, so stages must include route; got {list(cfg.stages)}")

@@ -81,6 +81,11 @@ def checked(named: Mapping[str, Any], dims: Mapping[str, int], where: str) -> Di
     unknown = sorted(set(dims) - set(named))
     if unknown:
         raise ValueError(f"batch_dims names {unknown}, which are not inputs; the inputs are {sorted(named)}")
+    odd = {name: dim for name, dim in dims.items() if isinstance(dim, bool) or not isinstance(dim, int)}
+    if odd:
+        name, dim = next(iter(odd.items()))
+        raise TypeError(f"batch_dims[{name!r}]={dim!r} is a {type(dim).__name__}; a batch dimension is an int, "
+                        f"e.g. batch_dims={{{name!r}: 1}}")
     sizes = {}
     for name, t in named.items():
         if not isinstance(t, torch.Tensor):
@@ -93,6 +98,9 @@ def checked(named: Mapping[str, Any], dims: Mapping[str, int], where: str) -> Di
                             f"one (x.unsqueeze({dim})), or name the batch dimension in batch_dims")
         if t.dtype not in DTYPE_NAMES:
             raise TypeError(f"{where} {name!r} has dtype {t.dtype}; use one of {sorted(DTYPES)}")
+        if not t.shape[dim]:
+            raise ValueError(f"{where} {name!r} has shape {tuple(t.shape)}: no rows along its batch dimension {dim}; "
+                             f"give at least one example")
         sizes[name] = t.shape[dim]
     if len(set(sizes.values())) > 1:
         raise ValueError(f"{where}s disagree on the batch size (along their batch dimensions): {sizes}")
@@ -159,7 +167,9 @@ def from_file(path: str, given: Optional[Mapping[str, Mapping[str, Any]]]) -> Tu
         raise ConfigError(f"{where} cannot be read with torch.load(weights_only=True) "
                           f"({str(exc).splitlines()[0][:200]}); save a dict of input name -> tensor with torch.save") from None
     if not isinstance(data, Mapping) or not data or not all(isinstance(k, str) for k in data):
-        raise ConfigError(f"{where} holds a {type(data).__name__}; save a dict of input name -> tensor, "
+        what = (f"a {type(data).__name__}" if not isinstance(data, Mapping) else "an empty dict" if not data else
+                f"a dict keyed by {type(next(k for k in data if not isinstance(k, str))).__name__}s, not input names")
+        raise ConfigError(f"{where} holds {what}; save a dict of input name (a string) -> tensor, "
                           f"torch.save({{'x': x}}, '{path}')")
     dims = {name: int(s.get("batch_dim", 0)) for name, s in (given or {}).items()}
     try:

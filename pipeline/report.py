@@ -26,11 +26,12 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Set
+from typing import Dict, List, Optional, Sequence, Set, Tuple
 
+from pipeline.config.errors import ConfigError, fail, one_line
 from pipeline.config.schema import TrackingConfig
 from pipeline.route.policy import Range, backend_for
-from pipeline.record.store import sqlite_path
+from pipeline.record.store import check_store
 from pipeline.record.tracker import PARENT_TAG, SWEEP_TAG
 
 METRIC = re.compile(r"^(?P<figure>latency_ms|noisy)/(?P<backend>[^/]+)/bs(?P<bs>\d+)$")
@@ -237,8 +238,8 @@ def latest_sweep(client, experiment: str) -> str:
     found = client.search_runs([exp.experiment_id], f"tags.`{SWEEP_TAG}` = '1'", max_results=1,
                                order_by=["attributes.start_time DESC"])
     if not found:
-        raise SystemExit(f"no sweep in experiment {experiment!r}; run one with python -m pipeline -m ..., "
-                         f"or pass --experiment/--runs")
+        raise ConfigError(f"no sweep in experiment {experiment!r}; run one with python -m pipeline -m ..., "
+                          f"or pass --experiment/--runs")
     return found[0].info.run_id
 
 
@@ -246,7 +247,7 @@ def experiment_or_fail(client, name: str):
     exp = client.get_experiment_by_name(name)
     if exp is None:
         names = [e.name for e in client.search_experiments()]
-        raise SystemExit(f"no experiment {name!r} in this store; it has {names}")
+        raise ConfigError(f"no experiment {name!r} in this store; it has {names}")
     return exp
 
 
@@ -259,6 +260,32 @@ def runs_of_experiment(client, name: str) -> list:
         if run.data.tags.get(SWEEP_TAG) != "1":
             newest.setdefault(run.data.tags.get("model", run.info.run_id), run)
     return sorted(newest.values(), key=lambda r: r.data.tags.get("model", ""))
+
+
+def table_of(args: argparse.Namespace) -> Tuple[Table, str]:
+    """The table the arguments ask for, and its label. The store is checked first as strictly as a run
+    checks it, and more: the report never creates or migrates one (``check_store(reading=True)``)."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    check_store(args.uri, reading=True)
+    client = MlflowClient(tracking_uri=args.uri)
+    try:
+        if args.runs:
+            runs, label = [client.get_run(r) for r in args.runs], f"runs-{args.runs[0][:8]}"
+        elif args.experiment and not args.sweep:
+            runs, label = runs_of_experiment(client, args.experiment), args.experiment
+        else:
+            sweep = args.sweep if args.sweep not in (None, "latest") else latest_sweep(client,
+                                                                                      args.experiment or "tweakpipe")
+            runs, label = runs_of_sweep(client, sweep), f"sweep-{sweep[:8]}"
+    except MlflowException as exc:  # an unknown run id, most often
+        raise ConfigError(f"{args.uri}: {one_line(exc)}; list the runs with mlflow ui, or pass --experiment") from None
+    table = build(runs, accuracy=args.accuracy)
+    if not table.rows:
+        raise ConfigError(f"none of the {len(runs)} run(s) has latency_ms/<backend>/bs<N> metrics; "
+                          f"did their profile stage run?")
+    return table, label
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
@@ -275,23 +302,10 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                         "against fp32 eager (the accuracy budget's metric) and whether it is within the budget")
     args = parser.parse_args(argv)
 
-    from mlflow.tracking import MlflowClient
-
-    db = sqlite_path(args.uri)
-    if db is not None and not db.exists():
-        raise SystemExit(f"no MLflow store at {db}; pass --uri (sqlite:///path/to/mlflow.db or a server URL)")
-    client = MlflowClient(tracking_uri=args.uri)
-    if args.runs:
-        runs, label = [client.get_run(r) for r in args.runs], f"runs-{args.runs[0][:8]}"
-    elif args.experiment and not args.sweep:
-        runs, label = runs_of_experiment(client, args.experiment), args.experiment
-    else:
-        sweep = args.sweep if args.sweep not in (None, "latest") else latest_sweep(client, args.experiment or "tweakpipe")
-        runs, label = runs_of_sweep(client, sweep), f"sweep-{sweep[:8]}"
-    table = build(runs, accuracy=args.accuracy)
-    if not table.rows:
-        raise SystemExit(f"none of the {len(runs)} run(s) has latency_ms/<backend>/bs<N> metrics; "
-                         f"did their profile stage run?")
+    try:
+        table, label = table_of(args)
+    except ConfigError as exc:
+        fail(str(exc))
     show(table)
     for path in write(table, (args.out or Path("outputs/reports") / label) / "report"):
         print(f"wrote {path}")

@@ -2,8 +2,10 @@
 
 After each stage (and after each profile cell) the results go to the recorder, so a run that
 fails or is killed keeps what it measured; every way out marks the MLflow run FINISHED, FAILED
-(an error) or KILLED (Ctrl-C, SIGTERM). ``resume=True`` reuses an interrupted run's directory:
-its failed and skipped backends and its measured cells. The run's CPU threads (``threads``) are in
+(an error) or KILLED (Ctrl-C, SIGTERM: ``pipeline.stops``, logged in one line). One process at a
+time runs in a run directory (``pipeline.record.claim``). ``resume=True`` reuses an interrupted
+run's directory: its failed and skipped backends and its measured cells, where what they measured
+is what this run would measure (``pipeline.record.fingerprint``). The run's CPU threads (``threads``) are in
 force from the first build to the last check, for every backend alike, and the caller's count
 comes back after.
 """
@@ -12,9 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import signal
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, Optional, Sequence
@@ -23,23 +23,22 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from pipeline import compile_cache, cost, devices
+from pipeline import compile_cache, cost, devices, stops
 from pipeline import inputs as model_inputs
-from pipeline.config.checks import check_config
-from pipeline.config.errors import ConfigError
+from pipeline.config.checks import advice, check_config
+from pipeline.config.errors import ConfigError, one_line
 from pipeline.config.schema import Config
 from pipeline.context import Earlier, RunContext
 from pipeline.cost import Stopwatch
-from pipeline.record.recorder import Recorder, earlier_results
+from pipeline.measure.references import eager_problem
+from pipeline.record import fingerprint
+from pipeline.record.claim import claimed
+from pipeline.record.recorder import Recorder, earlier_record, earlier_results
 from pipeline.record.tracker import make_tracker
 
 log = logging.getLogger(__name__)
 LOG_FILE = "tweakpipe.log"
 LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"  # as Hydra's job log
-
-
-class Terminated(BaseException):
-    """SIGTERM arrived: the run stops as if interrupted and is recorded KILLED."""
 
 
 def stage_functions() -> Dict[str, Callable[[RunContext], None]]:
@@ -52,7 +51,8 @@ def stage_functions() -> Dict[str, Callable[[RunContext], None]]:
 def resumed_config(run_dir: Path, overrides: Sequence[str] = ()) -> DictConfig:
     """The config an interrupted run in ``run_dir`` ran with (its ``config.yaml``), checked against the schema.
 
-    A resumed run is the same run: other overrides would make its cells incomparable, so they are refused.
+    A resumed run is the same run: other overrides would make its cells incomparable, so they are refused,
+    and so is a run that finished (there is nothing to continue).
     """
     others = [o for o in overrides if not o.lstrip("+").startswith("resume=")]
     if others:
@@ -60,11 +60,32 @@ def resumed_config(run_dir: Path, overrides: Sequence[str] = ()) -> DictConfig:
                           f"(start a new run to change the config)")
     saved = run_dir / "config.yaml"
     if not saved.is_file():
-        raise ConfigError(f"resume={run_dir}: no config.yaml there; resume takes the directory of an interrupted run, "
+        what = "a file" if run_dir.is_file() else "no config.yaml there"
+        raise ConfigError(f"resume={run_dir}: {what}; resume takes the directory of an interrupted run, "
                           f"e.g. resume=outputs/runs/<time>_<model>_<pid>")
-    cfg = OmegaConf.merge(OmegaConf.structured(Config), OmegaConf.load(saved))
+    record = earlier_record(run_dir)
+    if record.get("status") == "FINISHED":
+        raise ConfigError(f"resume={run_dir}: that run finished (stages {', '.join(record.get('stages_done', []))} "
+                          f"done); its results are there. Nothing to resume: start a new run to tune again")
+    try:
+        cfg = OmegaConf.merge(OmegaConf.structured(Config), OmegaConf.load(saved))
+    except Exception as exc:  # noqa: BLE001 -- unreadable, not YAML, or not this schema's
+        raise ConfigError(f"resume={run_dir}: its config.yaml cannot be read as a run's config "
+                          f"({one_line(exc)[:300]}); restore it, or start a new run without resume=") from None
     cfg.resume = str(run_dir)
     return cfg
+
+
+def check_resumed(run_dir: Path, now: Dict[str, Any]) -> None:
+    """Refuse to resume where the run measured something else than this one would (``pipeline.record.fingerprint``)."""
+    then = earlier_record(run_dir).get("fingerprint")
+    if then is None:
+        log.warning("resume: %s holds no run.json (an older run), so what its cells measured cannot be checked", run_dir)
+        return
+    problem = fingerprint.mismatch(then, now)
+    if problem:
+        raise ConfigError(f"resume={run_dir}: {problem} since that run measured its cells, so they cannot be "
+                          f"reused; start a new run without resume=")
 
 
 def build_context(cfg: DictConfig, run_dir: Path, model: Optional[torch.nn.Module] = None,
@@ -123,23 +144,6 @@ def console_log() -> Iterator[None]:
         yield
 
 
-@contextlib.contextmanager
-def sigterm_stops() -> Iterator[None]:
-    """SIGTERM raises :class:`Terminated` in the main thread, so the run is recorded KILLED, not left RUNNING."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def stop(signum: int, frame: Any) -> None:
-        raise Terminated(f"signal {signum}")
-
-    previous = signal.signal(signal.SIGTERM, stop)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def run(cfg: DictConfig, run_dir: Path, model: Optional[torch.nn.Module] = None, resume: bool = False,
         examples: Optional[Dict[str, torch.Tensor]] = None) -> RunContext:
     """Check, then run every configured stage, recording each one's results as it ends.
@@ -152,24 +156,36 @@ def run(cfg: DictConfig, run_dir: Path, model: Optional[torch.nn.Module] = None,
         examples = model_inputs.complete(cfg)
     check_config(cfg, run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    with run_log(run_dir), sigterm_stops(), devices.cpu_threads(cfg.threads) as threads, \
+    with claimed(run_dir), run_log(run_dir), stops.stoppable() as stop, devices.cpu_threads(cfg.threads) as threads, \
             compile_cache.active(OmegaConf.to_container(cfg.compile_cache, resolve=True)):
         cfg.threads = threads  # the count in force, so that config.yaml and MLflow's params record it
         tuning = Stopwatch()
-        ctx = build_context(cfg, run_dir, model, earlier_results(run_dir) if resume else None, examples)
-        recorder = Recorder(cfg, run_dir, make_tracker(cfg.tracking))
-        ctx.on_cell = recorder.cell
-        log.info("tuning %s on %s (%s, %d CPU threads); run directory %s%s", cfg.model.name, ctx.device,
-                 devices.name(ctx.device), threads, run_dir, " (resumed)" if resume else "")
-        recorder.start(resume)
-        status = "FAILED"
+        status, stage, recorder = "FAILED", "setup", None
         try:
+            for line in advice(cfg):
+                log.warning(line)
+            ctx = build_context(cfg, run_dir, model, earlier_results(run_dir) if resume else None, examples)
+            problem = eager_problem(ctx.model, ctx.inputs, ctx.input_sources()[0])
+            ctx.restore_model_state()
+            if problem:
+                raise ConfigError(problem)
+            now = fingerprint.fingerprint(ctx)
+            if resume:
+                check_resumed(run_dir, now)
+            recorder = Recorder(cfg, run_dir, make_tracker(cfg.tracking))
+            ctx.on_cell = recorder.cell
+            log.info("tuning %s on %s (%s, %d CPU threads); run directory %s%s", cfg.model.name, ctx.device,
+                     devices.name(ctx.device), threads, run_dir, " (resumed)" if resume else "")
+            recorder.start(now, resume)
             functions = stage_functions()
             for stage in cfg.stages:
                 start = time.perf_counter()
                 try:
                     functions[stage](ctx)
                     ctx.stage_seconds[stage] = time.perf_counter() - start
+                except BaseException as exc:
+                    stop.caught(exc)  # a stop that reached the run is not raised again while it is recorded
+                    raise
                 finally:
                     ctx.restore_model_state()
                     recorder.stage_ended(stage, ctx)
@@ -177,9 +193,14 @@ def run(cfg: DictConfig, run_dir: Path, model: Optional[torch.nn.Module] = None,
             recorder.tuned(ctx, tuning.seconds)
             log.info("tune cost (seconds):\n%s", cost.table({n: o.cost for n, o in ctx.outcomes.items()},
                                                                ctx.stage_seconds, tuning.seconds))
-        except (KeyboardInterrupt, Terminated):
-            status = "KILLED"
+        except BaseException as exc:
+            stop.caught(exc)
+            if stops.is_stop(exc):
+                status = "KILLED"
+                log.warning("stopped by %s during %s; what was measured is in %s; python -m pipeline resume=%s "
+                            "continues the run", stops.described(exc), stage, run_dir, run_dir)
             raise
         finally:
-            recorder.finish(status)
+            if recorder is not None:
+                recorder.finish(status)
     return ctx

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import time
 import traceback
 from typing import Any, Callable, Dict, List, Mapping, Optional
@@ -33,6 +34,7 @@ from pipeline.measure import accuracy
 from pipeline.measure.compare import combine, judge, tolerance
 from pipeline.context import ALLOW_HINT, BackendOutcome, RunContext
 from pipeline.batching import BatchDims, output_batch_dims
+from pipeline.config.errors import ConfigError, RunFailed
 from pipeline.measure.references import Reference, reference_at
 from pipeline.route import compiled
 
@@ -116,6 +118,27 @@ def capture_one(ctx: RunContext, name: str, cfg: dict,
     return outcome
 
 
+class NoBackendSurvived(RunFailed):
+    """Every candidate failed, was skipped, or could not be checked; capture.json says why each."""
+
+
+def budget_problem(ctx: RunContext) -> Optional[str]:
+    """Why no candidate that capture kept can serve under ``route.accuracy_budget``, or None: known now,
+    before the profile times candidates the route could never use."""
+    if "route" not in ctx.cfg.stages or not ctx.backends:
+        return None
+    kept = {n: ctx.outcomes[n] for n in ctx.backends}
+    if any(o.within_budget for o in kept.values()):
+        return None
+    budget = ctx.cfg.route.accuracy_budget
+    higher = accuracy.METRICS[budget.metric]["higher_is_better"]
+    best = (max if higher else min)(kept.values(), key=lambda o: o.accuracy)
+    admits = (math.floor if higher else math.ceil)(best.accuracy * 1e4) / 1e4
+    return (f"no candidate meets route.accuracy_budget ({accuracy.describe(budget.metric, budget.bound)} against fp32 "
+            f"eager): the closest is {best.name} at {budget.metric} {best.accuracy:.6g}; loosen the bound "
+            f"(route.accuracy_budget.bound={admits:g} admits it) or add fp32 to precision")
+
+
 def capture_order(candidates: Mapping[str, Mapping[str, Any]]) -> List[str]:
     """The order capture builds candidates in: those that do not compile first (eager at each precision among
     them, so :func:`budget_skip` knows its score), then the compiling ones, while compile workers run ahead."""
@@ -177,10 +200,14 @@ def run(ctx: RunContext) -> None:
     ctx.outcomes = {n: ctx.outcomes[n] for n in candidates}  # capture.json, the profile and the route in config order
     ctx.backends = {n: ctx.backends[n] for n in candidates if n in ctx.backends}
     if not ctx.backends:
-        hint = (f"; unverified: {', '.join(ctx.unverified())}{ALLOW_HINT}, or tune on inputs on which its output "
-                f"varies: " + ("real data in example_inputs" if ctx.api else "model.examples=<a .pt file of them>")
-                if ctx.unverified() else "")
-        raise RuntimeError(f"capture: no backend survived{hint}; see capture.json for each reason")
+        unverified = ctx.unverified()
+        hint = (f"; unverified: {', '.join(unverified)}{ALLOW_HINT}, or tune on inputs on which its output varies: "
+                + ("real data in example_inputs" if ctx.api else "model.examples=<a .pt file of them>")
+                + f" ({unverified[0]} {ctx.outcomes[unverified[0]].reason[:300]})" if unverified else "")
+        raise NoBackendSurvived(f"capture: no backend survived{hint}; see capture.json for each reason")
+    problem = budget_problem(ctx)
+    if problem:
+        raise ConfigError(problem)
 
 
 def log_outcome(ctx: RunContext, outcome: BackendOutcome) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Dict, List
 
+from pipeline.config.errors import RunFailed
 from pipeline.context import RunContext
 from pipeline.route.served import RoutedModule, TuneRecord
 from pipeline.measure.accuracy import budget_of
@@ -17,7 +18,11 @@ from pipeline.route.decision import contested, decide
 log = logging.getLogger(__name__)
 
 
-class RouteNotConfident(RuntimeError):
+class NoRoute(RunFailed):
+    """No backend can serve as the route strategy asks (all excluded, or route.backend was)."""
+
+
+class RouteNotConfident(RunFailed):
     """``route.require_confident`` is set and the route rests on cells the profile flagged noisy."""
 
 
@@ -43,7 +48,10 @@ def warn_if_noise_could_change(ctx: RunContext, at: Dict[int, List[str]]) -> Non
 
 def run(ctx: RunContext) -> None:
     rcfg = ctx.cfg.route
-    decision = decide(ctx)
+    try:
+        decision = decide(ctx)
+    except (ValueError, RuntimeError) as exc:  # nothing to route on, or route.backend cannot serve
+        raise NoRoute(f"route: {exc}; see capture.json and profile.csv") from None
     route, failures, cells = decision.route, decision.failures, decision.rests_on
     medians, intervals = ctx.medians(), ctx.intervals()
     noisy: List[Dict[str, Any]] = [{"backend": b, "batch_size": bs, "reason": ctx.profile[b][bs].noise}

@@ -8,6 +8,7 @@ from typing import Dict
 import torch
 
 from pipeline.backends.program import strict_compiles
+from pipeline.config.errors import RunFailed
 from pipeline.measure import accuracy
 from pipeline.measure.compare import judge, tolerance
 from pipeline.context import RunContext
@@ -18,7 +19,7 @@ from pipeline.route.policy import backend_for
 log = logging.getLogger(__name__)
 
 
-class ValidationFailed(RuntimeError):
+class ValidationFailed(RunFailed):
     """The routed model disagrees with eager somewhere, or could not be checked; validation.json says where."""
 
 

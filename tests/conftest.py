@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import subprocess
 from pathlib import Path
-from typing import Callable, List
+from typing import Callable, Iterator, List
 
 from pipeline.config import SHIPPED_CONF
 import pytest
@@ -29,6 +32,26 @@ def compose_cfg() -> Callable[[List[str]], DictConfig]:
             return compose(config_name="config", overrides=overrides)
 
     return _compose
+
+
+@contextlib.contextmanager
+def read_only(path: Path) -> Iterator[None]:
+    """``path`` made read-only for this process, root included (its mode, and the immutable flag where the
+    mode does not stop root); skips the test where neither can."""
+    mode = path.stat().st_mode
+    path.chmod(0o444 if path.is_file() else 0o555)
+    flagged = False
+    if os.access(path, os.W_OK):
+        flagged = subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode == 0
+        if not flagged:
+            path.chmod(mode)
+            pytest.skip("cannot make a file read-only for root here (no chattr)")
+    try:
+        yield
+    finally:
+        if flagged:
+            subprocess.run(["chattr", "-i", str(path)], check=True)
+        path.chmod(mode)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item]) -> None:

@@ -111,3 +111,16 @@ def artifact_names(uri: str, run_id: str) -> List[str]:
     from mlflow.tracking import MlflowClient
 
     return sorted(a.path for a in MlflowClient(tracking_uri=uri).list_artifacts(run_id))
+
+
+def run_with_note(uri: str, experiment: str, folder: Path, text: str) -> str:
+    """A finished tweakpipe MLflow run in ``experiment`` holding one artifact, ``note.txt`` saying ``text``."""
+    from pipeline.record.tracker import MlflowTracker
+
+    tracker = MlflowTracker({"uri": uri, "experiment": experiment})
+    tracker.start("run", {}, {})
+    note = folder / "note.txt"
+    note.write_text(text)
+    tracker.log_artifact(note)
+    tracker.finish("FINISHED")
+    return tracker.run_id

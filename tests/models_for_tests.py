@@ -52,3 +52,98 @@ def sequence_first(batch: int, steps: int = 3) -> torch.Tensor:
     """(time, batch, 5) inputs for :class:`CellGRU` and ``nn.GRU(5, ...)``, the same for the same batch size."""
     return torch.randn(steps, batch, 5, generator=torch.Generator().manual_seed(batch))
 
+
+class BufferedMLP(nn.Module):
+    """A tiny MLP with buffers beside its weights (a BatchNorm's running statistics and its counter), so a
+    test sees buffers kept as well as weights. ``branch=True`` adds a data-dependent Python branch
+    (``.item()`` in an ``if``), which ``torch.export`` refuses: the exported backends cannot be built."""
+
+    def __init__(self, width: int = 16, branch: bool = False) -> None:
+        super().__init__()
+        self.a, self.norm, self.b = nn.Linear(width, width), nn.BatchNorm1d(width), nn.Linear(width, width)
+        self.branch = branch
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.norm(self.a(x))
+        if self.branch and h.sum().item() > 0:
+            h = h.relu()
+        return self.b(h)
+
+
+def buffered_mlp(seed: int, branch: bool = False) -> BufferedMLP:
+    """A :class:`BufferedMLP` in eval mode whose weights and buffers all depend on ``seed``."""
+    torch.manual_seed(seed)
+    model = BufferedMLP(branch=branch).eval()
+    with torch.no_grad():
+        model.norm.running_mean.normal_()
+        model.norm.running_var.uniform_(0.5, 2.0)
+        model.norm.num_batches_tracked.fill_(seed)
+    return model
+
+
+class PrintingMLP(nn.Module):
+    """A tiny MLP whose ``forward`` prints: a graph break Dynamo leaves the model's own frame to compile."""
+
+    def __init__(self, width: int = 16) -> None:
+        super().__init__()
+        self.a = nn.Linear(width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        print("forward")
+        return self.a(x)
+
+
+class InterruptedInCallback(nn.Module):
+    """A tiny MLP that sends its own process SIGINT from inside a weakref callback at its ``at``-th call: a
+    Ctrl-C landing where Python swallows exceptions ("Exception ignored in ...")."""
+
+    calls = 0
+
+    def __init__(self, at: int = 30) -> None:
+        super().__init__()
+        self.lin, self.at = nn.Linear(16, 16), at
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        InterruptedInCallback.calls += 1
+        if InterruptedInCallback.calls == self.at:
+            import os
+            import signal
+            import weakref
+
+            class Doomed:
+                pass
+
+            def callback(ref: weakref.ref) -> None:
+                os.kill(os.getpid(), signal.SIGINT)
+                for _ in range(100_000):  # the handler runs here, inside the callback
+                    pass
+
+            doomed = Doomed()
+            ref = weakref.ref(doomed, callback)  # noqa: F841 -- kept alive until the callback has run
+            del doomed
+        return self.lin(x)
+
+
+class WritesIntoItsInput(nn.Module):
+    """A tiny MLP whose ``forward`` adds to its input in place."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x.add_(1.0)
+        return self.lin(x)
+
+
+class CountsItsCalls(nn.Module):
+    """A tiny MLP whose output grows with the number of times it was called (a buffer counts them)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(16, 16)
+        self.register_buffer("calls", torch.zeros(()))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        return self.lin(x) * self.calls

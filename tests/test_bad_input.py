@@ -290,6 +290,13 @@ def test_a_wrong_input_names_what_the_model_expects(served, case):
         one_line_naming(str(err.value), named)
 
 
+def test_loading_on_a_device_that_is_not_one_names_the_devices(served, tmp_path):
+    path = checkpoint.save(served, tmp_path / "m.tweak")
+    with pytest.raises(ValueError) as err:
+        pipeline.load(path, MLP(width=16, depth=2), device="foo")
+    one_line_naming(str(err.value), r"device='foo' is not a device; pass 'cpu', 'cuda', 'cuda:1', 'xpu' or None")
+
+
 def test_a_model_tuned_from_the_config_names_model_inputs(served):
     rec = served.record
     routed = RoutedModule(served.backends, served.route, TuneRecord(rec.name, rec.model, rec.inputs, rec.batch_sizes,

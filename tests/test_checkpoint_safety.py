@@ -1,12 +1,15 @@
 """Checkpoints tried as an attacker would: each crafted file (with a valid checksum, as anyone can write
 one) is refused with an error naming the problem and the fix, runs nothing, and leaves the caller's
-weights as they were."""
+model as it was: its weights and buffers byte for byte, the same tensor objects, its device and mode.
+So does every refusal found only once the backends are built: a precision the device cannot run, a
+missing package, a failed export."""
 
 from __future__ import annotations
 
 import re
 import resource
 import signal
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict
@@ -20,7 +23,7 @@ from pipeline.config import inductor_options
 from pipeline.backends import create
 from pipeline.route.checkpoint import CheckpointError, StateDictMismatch, UntrustedOptions
 from pipeline.config.limits import MAX_BATCH_SIZE
-from pipeline.models import MLP
+from models_for_tests import buffered_mlp
 from pipeline.route.served import RoutedModule, TuneRecord
 from pipeline.route.policy import Range
 
@@ -28,15 +31,10 @@ CPU = torch.device("cpu")
 HUGE = 1_000_000_000
 
 
-def tiny_model(seed: int) -> MLP:
-    torch.manual_seed(seed)
-    return MLP(width=16, depth=2).eval()
-
-
 @pytest.fixture
 def ckpt(tmp_path) -> Path:
-    """An honest eager checkpoint of the tiny MLP (no compile), to be edited into a crafted one."""
-    model = tiny_model(1)
+    """An honest eager checkpoint of a tiny MLP with buffers (no compile), to be edited into a crafted one."""
+    model = buffered_mlp(1)
     backend = create("eager", {"kind": "eager"})
     backend.build(model, {}, CPU, [1, 2, 3])
     record = TuneRecord("tiny_mlp", model, {"x": {"shape": [16], "dtype": "float32"}}, [1, 3], CPU)
@@ -56,18 +54,28 @@ def route_to(payload: Dict[str, Any], name: str, cfg: Dict[str, Any]) -> None:
     payload["route"] = [{"lo": 1, "hi": None, "backend": name}]
 
 
-def refused(path: Path, error: type, *patterns: str, **load_kwargs: Any) -> str:
-    """Load into a fresh model: ``error`` is raised, its message matches every pattern, the weights stay."""
-    model = tiny_model(7)
-    before = {k: v.clone() for k, v in model.state_dict().items()}
+def as_bytes(t: torch.Tensor) -> bytes:
+    return bytes(t.detach().cpu().reshape(-1).contiguous().view(torch.uint8).numpy())
+
+
+def refused(path: Path, error: type, *patterns: str, model: torch.nn.Module = None, **load_kwargs: Any) -> str:
+    """Load into a fresh model: ``error`` is raised, its message matches every pattern, and the model is as
+    it was: every weight and buffer byte for byte and the same tensor object, its device and its mode."""
+    model = buffered_mlp(7) if model is None else model
+    before = {k: (v, v.dtype, as_bytes(v)) for k, v in model.state_dict(keep_vars=True).items()}
+    mode = [m.training for m in model.modules()]
     with pytest.raises(error) as err:
         pipeline.load(path, model, **load_kwargs)
     message = str(err.value)
     for pattern in patterns:
         assert re.search(pattern, message), f"{pattern!r} not in: {message}"
     assert "\n" not in message
-    after = model.state_dict()
-    assert all(torch.equal(before[k], after[k]) for k in before), "the caller's weights changed before the refusal"
+    after = model.state_dict(keep_vars=True)
+    assert after.keys() == before.keys()
+    for key, (tensor, dtype, data) in before.items():
+        assert after[key] is tensor and tensor.dtype == dtype and tensor.device.type == "cpu", key
+        assert as_bytes(tensor) == data, f"the caller's {key} changed before the refusal"
+    assert [m.training for m in model.modules()] == mode
     return message
 
 
@@ -129,7 +137,7 @@ def test_the_refused_options_are_derived_from_the_types_torch_declares():
 def test_trust_options_is_the_explicit_opt_in(ckpt, tmp_path):
     script, marker = compiler_that_leaves_a_marker(tmp_path)
     craft(ckpt, lambda p: route_to(p, "inductor", {"kind": "inductor", "options": {"cpp.cxx": [None, str(script)]}}))
-    loaded = pipeline.load(ckpt, tiny_model(7), trust_options=True)
+    loaded = pipeline.load(ckpt, buffered_mlp(7), trust_options=True)
     assert list(loaded.backends) == ["inductor"] and marker.exists()  # trusted: Inductor compiled with it
 
 
@@ -202,11 +210,11 @@ def test_a_payload_outside_the_format_is_refused_before_the_model_is_touched(ckp
 
 
 def test_weights_of_another_dtype_or_not_tensors_are_refused(ckpt):
-    craft(ckpt, lambda p: p["state_dict"].update({"layers.0.weight": p["state_dict"]["layers.0.weight"].double()}))
-    refused(ckpt, StateDictMismatch, r"dtype mismatches \(checkpoint vs model\): layers\.0\.weight torch\.float64 vs "
+    craft(ckpt, lambda p: p["state_dict"].update({"a.weight": p["state_dict"]["a.weight"].double()}))
+    refused(ckpt, StateDictMismatch, r"dtype mismatches \(checkpoint vs model\): a\.weight torch\.float64 vs "
                                      r"torch\.float32", "Pass a model built like the one that was tuned")
-    craft(ckpt, lambda p: p["state_dict"].update({"layers.0.weight": [1.0]}))
-    refused(ckpt, CheckpointError, r"state_dict entries layers\.0\.weight are not dense CPU tensors")
+    craft(ckpt, lambda p: p["state_dict"].update({"a.weight": [1.0]}))
+    refused(ckpt, CheckpointError, r"state_dict entries a\.weight are not dense CPU tensors")
 
 
 def test_a_config_and_a_checkpoint_share_one_bound_on_batch_sizes(ckpt, compose_cfg):
@@ -219,6 +227,50 @@ def test_a_config_and_a_checkpoint_share_one_bound_on_batch_sizes(ckpt, compose_
                                   f"model.batch_sizes=[1,{MAX_BATCH_SIZE + 1}]"]))
     craft(ckpt, lambda p: p.update(batch_sizes=[1, MAX_BATCH_SIZE + 1], max_batch_size=MAX_BATCH_SIZE + 1))
     refused(ckpt, CheckpointError, rf"batch_sizes\[1\]{bound}")
+
+
+# ---- refused only once the backends are built: the caller's model is touched last --------------------------
+
+
+def test_a_precision_the_device_cannot_run_is_refused_before_anything_is_built(ckpt):
+    craft(ckpt, lambda p: route_to(p, "eager.tf32", {"kind": "eager", "precision": "tf32"}))
+    refused(ckpt, CheckpointError, r"backend 'eager\.tf32' cannot run on cpu: tf32 changes only CUDA matmuls",
+            r"nothing was loaded")
+
+
+def test_a_candidate_named_for_another_precision_than_it_runs_is_refused(ckpt):
+    craft(ckpt, lambda p: route_to(p, "eager.fp16", {"kind": "eager", "precision": "bf16"}))
+    refused(ckpt, CheckpointError, r"backend 'eager\.fp16' is named for another precision than it runs "
+                                   r"\(precision=bf16, cast_weights=False: it would be 'eager\.bf16'\)")
+
+
+def test_a_backend_whose_package_is_missing_is_refused(ckpt, monkeypatch):
+    craft(ckpt, lambda p: route_to(p, "onnxruntime", {"kind": "onnxruntime"}))
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # what Python does for a package that is not installed
+    refused(ckpt, CheckpointError, r"backend 'onnxruntime' cannot run on cpu: onnxruntime cannot be imported",
+            r"pip install -e '\.\[onnxruntime\]'")
+
+
+def test_a_backend_that_fails_to_build_leaves_the_callers_model_as_it_was(ckpt):
+    pytest.importorskip("onnxruntime")
+    craft(ckpt, lambda p: route_to(p, "onnxruntime", {"kind": "onnxruntime"}))
+    refused(ckpt, CheckpointError, r"backend 'onnxruntime' could not be rebuilt on cpu \(", r"your model is as it was",
+            model=buffered_mlp(7, branch=True))  # its data-dependent branch fails torch.export
+
+
+def test_the_loaded_model_serves_its_own_copy_and_the_callers_gets_the_weights_last(ckpt):
+    model = buffered_mlp(7)
+    params = {k: v for k, v in model.state_dict(keep_vars=True).items()}
+    loaded = pipeline.load(ckpt, model.train())
+    saved = checkpoint.read(ckpt)["state_dict"]
+    assert loaded.record.model is not model and model.training  # the caller's mode stays, its weights are the file's
+    for key, tensor in model.state_dict(keep_vars=True).items():
+        assert tensor is params[key] and as_bytes(tensor) == as_bytes(saved[key])
+    x = torch.randn(3, 16)
+    before = loaded(x)
+    with torch.no_grad():
+        model.a.weight.zero_()  # the caller changes its own model: nothing served changes
+    assert torch.equal(loaded(x), before)
 
 
 # ---- writing: a failed save leaves nothing half-written ---------------------------------------------------

@@ -20,6 +20,7 @@ from mlflow.tracking import MlflowClient
 
 import pipeline
 from conftest import ROOT
+from mlflow_helpers import run_with_note
 from pipeline.record.store import StoreGuard, open_experiment, repair_moved_artifacts
 from pipeline.record.tracker import MlflowTracker
 
@@ -144,13 +145,7 @@ def test_the_final_status_is_written_after_a_brief_lock(tmp_path):
 
 def test_a_moved_store_keeps_its_artifacts(tmp_path):
     old = tmp_path / "old" / "outputs"
-    uri = f"sqlite:///{old / 'mlflow.db'}"
-    tracker = MlflowTracker({"uri": uri, "experiment": "moved"})
-    tracker.start("run", {}, {})
-    note = tmp_path / "note.txt"
-    note.write_text("kept")
-    tracker.log_artifact(note)
-    tracker.finish("FINISHED")
+    run_id = run_with_note(f"sqlite:///{old / 'mlflow.db'}", "moved", tmp_path, "kept")
     new = tmp_path / "new" / "outputs"
     new.parent.mkdir()
     shutil.move(str(old), str(new))
@@ -158,6 +153,6 @@ def test_a_moved_store_keeps_its_artifacts(tmp_path):
     open_experiment(new_uri, "moved", StoreGuard(new_uri))  # any run on the moved store repairs it
     client = MlflowClient(tracking_uri=new_uri)
     assert client.get_experiment_by_name("moved").artifact_location.startswith((new / "mlartifacts").as_uri())
-    local = client.download_artifacts(tracker.run_id, "note.txt", str(tmp_path))
+    local = client.download_artifacts(run_id, "note.txt", str(tmp_path))
     assert Path(local).read_text() == "kept"
     assert repair_moved_artifacts(new / "mlflow.db") == []  # already repaired: nothing to do

@@ -3,6 +3,7 @@ process, and the user's model left exactly as it was."""
 
 from __future__ import annotations
 
+import copy
 import json
 
 import pytest
@@ -11,6 +12,7 @@ from torch import nn
 
 import pipeline
 from conftest import TINY
+from models_for_tests import PrintingMLP
 from pipeline.backends.program import Program, RecompileLimitHit
 from pipeline.runner import run
 
@@ -98,6 +100,30 @@ def test_backends_with_the_same_options_compile_separately():
             with program.watched():
                 program(x=torch.randn(2, 16))
     assert [p.evidence.graphs for p in programs] == [1, 1, 1]  # none reused another's compiled code
+
+
+def test_programs_of_equal_settings_each_compile_what_a_graph_break_leaves(capfd):
+    """After a graph break the model's own ``forward`` is compiled on a code object every program shares;
+    a second program with equal settings (a backend and its reload) must compile its own graph there, not
+    borrow the first's and read as running eagerly."""
+    model = PrintingMLP().eval()
+    x = torch.randn(3, 16)
+    for copy_ in (model, copy.deepcopy(model)):
+        program = Program(copy_, "inductor", {"backend": "inductor", "fullgraph": False, "dynamic": None}, CPU)
+        with torch.inference_mode(), program.watched():
+            torch.testing.assert_close(program(x=x), model(x))
+        assert program.evidence.graphs >= 1 and program.fallback_reason() is None, program.evidence
+
+
+@pytest.mark.slow
+def test_a_model_with_a_graph_break_validates_after_its_reload(tmp_path, capfd):
+    """Capture sees what validate sees: the reloaded backend compiles its own graphs too."""
+    tuned = pipeline.tune(PrintingMLP().eval(), torch.randn(4, 16), run_dir=tmp_path, overrides=[
+        "backends=[eager,inductor]", "profile=quick", "tracking=off", "model.batch_sizes=[1,4]",
+        "route=one_backend", "route.backend=inductor", "validate.extra_batch_sizes=[2]"])
+    assert list(tuned.backends) == ["inductor"]
+    validation = json.loads((tmp_path / "validation.json").read_text())
+    assert validation["ok"] and validation["fallbacks"] == {}
 
 
 def test_a_program_that_falls_back_to_eager_is_caught():

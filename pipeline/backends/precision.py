@@ -43,6 +43,19 @@ def candidate_name(backend: str, precision: str, cast_weights: bool = False) -> 
     return f"{backend}{SEPARATOR}{precision}{CAST_SUFFIX if cast_weights else ''}"
 
 
+def name_problem(name: str, cfg: Mapping[str, Any]) -> Optional[str]:
+    """Why a candidate named ``<backend>.<precision>[-weights]`` does not run what its name says, or None
+    (a name without the separator is a backend's own, whatever numerics it sets)."""
+    backend, separator, _ = name.rpartition(SEPARATOR)
+    if not separator:
+        return None
+    says = candidate_name(backend, precision_of(cfg), bool(cfg.get("cast_weights")))
+    if says != name:
+        return (f"backend {name!r} is named for another precision than it runs (precision={precision_of(cfg)}, "
+                f"cast_weights={bool(cfg.get('cast_weights'))}: it would be {says!r})")
+    return None
+
+
 def compute_dtype_name(precision: str) -> Optional[str]:
     """The dtype a candidate of ``precision`` computes in besides fp32: autocast's, or the quantized
     recipes' bf16 copy; None at fp32 and tf32."""

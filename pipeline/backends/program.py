@@ -5,7 +5,9 @@ budget (``recompile_limit``, 8) per code object. Every ``torch.compile(model)`` 
 two models of one class, compiles the same ``forward`` code object: the backends of a run share one
 cache and one budget, and once it is spent Dynamo silently runs that code eagerly, so an "Inductor"
 timing is eager's. A :class:`Program` compiles a function whose code object is made for it alone,
-so its cache entries (and the resume functions of its graph breaks) belong to it and die with it.
+so its cache entries (and the resume functions of its graph breaks) belong to it and die with it;
+and its Inductor backend equals no other program's (:class:`OwnInductor`), so the frames a graph
+break leaves to Dynamo (the model's ``forward``) are compiled for it too, not borrowed.
 
 Inductor's CUDA graphs (``triton.cudagraphs``: ``reduce-overhead``, ``max-autotune``) live in a
 CUDA-graph tree that torch keeps per device and thread for *every* compiled function; a program
@@ -104,6 +106,31 @@ def own_cudagraph_trees(trees: Dict[int, Any], device_index: int) -> Iterator[No
             containers[device_index] = shared
 
 
+class OwnInductor(torch._TorchCompileInductorWrapper):
+    """Inductor exactly as ``torch.compile`` calls it, but equal only to itself.
+
+    Dynamo reuses a frame's compiled code for an *equal* backend, and Inductor's wrappers are equal when
+    their settings are. After a graph break the model's own frames (``forward``, its resume functions)
+    are compiled on code objects every program shares, so two programs of one model with equal settings
+    (a backend and its reload) shared those graphs: the second compiled none, as if it ran eagerly."""
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+    __hash__ = object.__hash__
+
+
+def compiled(fn: Callable[..., Any], compile_kwargs: Mapping[str, Any]) -> Callable[..., Any]:
+    """``torch.compile(fn, **compile_kwargs)``, with Inductor as a backend no other program's equals."""
+    kwargs = dict(compile_kwargs)
+    if kwargs.pop("backend", "inductor") != "inductor":
+        raise ValueError(f"a program compiles with Inductor, not {compile_kwargs['backend']!r}")
+    backend = OwnInductor(kwargs.pop("mode", None), dict(kwargs.pop("options", None) or {}) or None,
+                          kwargs.get("dynamic"))
+    return torch._dynamo.optimize(backend=backend, nopython=bool(kwargs.get("fullgraph")),
+                                  dynamic=kwargs.get("dynamic"))(fn)
+
+
 class Program:
     """``torch.compile`` of ``model`` for the backend ``owner``, isolated from every other compile."""
 
@@ -111,7 +138,7 @@ class Program:
                  device: torch.device, records_cuda_graphs: bool = False) -> None:
         self.owner = owner
         self._eager = _EagerCalls()
-        self._compiled = torch.compile(own_entry(model, self._eager, owner), **dict(compile_kwargs))
+        self._compiled = compiled(own_entry(model, self._eager, owner), compile_kwargs)
         self._device_index = (device.index if device.index is not None else torch.cuda.current_device()) \
             if records_cuda_graphs and device.type == "cuda" else None
         self._trees: Dict[int, Any] = {}

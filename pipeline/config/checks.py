@@ -120,11 +120,29 @@ def check_sizes(cfg: DictConfig, device: torch.device) -> None:
                 raise ConfigError(f"{problem}; e.g. {key}={EXAMPLE_SIZES}")
 
 
-def check_run_dir(run_dir: Path) -> None:
+def check_run_dir(run_dir: Path, resuming: bool = False) -> None:
     problem = writable_problem(run_dir)
     if problem:
-        raise ConfigError(f"run directory {run_dir}: {problem}; pick a writable one "
-                          f"(hydra.run.dir=... on the command line, run_dir=... in pipeline.tune)")
+        raise ConfigError(f"run directory {run_dir}: {problem}; " + (
+            "make it writable to resume the run there" if resuming else
+            "pick a writable one (hydra.run.dir=... on the command line, run_dir=... in pipeline.tune)"))
+
+
+def advice(cfg: DictConfig) -> List[str]:
+    """Settings a run accepts but a user rarely means, each as one warning line saying what it does."""
+    lines = []
+    precisions = [str(p) for p in cfg.precision]
+    if "fp32" not in precisions:
+        lines.append(f"precision={precisions} has no fp32: no candidate runs the model as written, so the route is "
+                     f"held to route.accuracy_budget alone and 'never slower than eager' compares with "
+                     f"eager at {precisions[0]}; 'precision=[fp32,{','.join(precisions)}]' keeps fp32 in the race")
+    metric, bound = cfg.route.accuracy_budget.metric, cfg.route.accuracy_budget.bound
+    if bound == 0:
+        effect = ("admits only outputs equal to fp32 eager's, so no reduced precision will serve"
+                  if metric == "max_rel_error" else f"admits every candidate whose {metric} is >= 0: almost any output")
+        lines.append(f"route.accuracy_budget.bound=0 {effect}; the default is "
+                     f"{accuracy.describe(metric, 0.01 if metric == 'max_rel_error' else 0.999)}")
+    return lines
 
 
 def check_config(cfg: DictConfig, run_dir: Optional[Path] = None) -> None:
@@ -159,7 +177,7 @@ def check_config(cfg: DictConfig, run_dir: Optional[Path] = None) -> None:
         check_precision(cfg, device)
         check_sizes(cfg, device)
         if run_dir is not None:
-            check_run_dir(run_dir)
+            check_run_dir(run_dir, bool(cfg.get("resume")))
         problem = compile_cache.settings_problem(OmegaConf.to_container(cfg.compile_cache, resolve=True))
         if problem:
             raise ConfigError(problem)

@@ -14,8 +14,9 @@ from __future__ import annotations
 from pipeline.config import SHIPPED_CONF
 import difflib
 import re
+import sys
 from pathlib import Path
-from typing import Iterable, List, Optional, Sequence
+from typing import Iterable, List, NoReturn, Optional, Sequence
 
 DEFAULT_CONF = SHIPPED_CONF
 _CHOICE = re.compile(r"^[+~]*(?P<group>[\w/]+)=\[?(?P<values>[^\]=]*)\]?$")
@@ -25,6 +26,18 @@ _LOCATING = ("full_key:", "reference_type=", "object_type=", "provider=")
 
 class ConfigError(ValueError):
     """A mistake in the user's config or setup. The message is one line naming the problem and the fix."""
+
+
+class RunFailed(RuntimeError):
+    """The run ended without the result it was for, for a reason its one-line message states and that is not a
+    bug of tweakpipe's (no backend survived capture, a route resting on noise, a validation that failed);
+    ``python -m pipeline`` prints it and exits 1, the run directory holding the evidence."""
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    """One line on stderr and an exit code: 2 for a user's mistake (the command-line tools' way out)."""
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(code)
 
 
 def one_line(exc: BaseException) -> str:

@@ -170,6 +170,9 @@ class TrackingConfig:
     experiment: str = "tweakpipe"
     run_name: Optional[str] = None
     log_checkpoint: bool = True
+    # How long a write waits for other processes holding a SQLite store; past it the run goes on without
+    # MLflow (its files are the record) and the MLflow run is marked once the store answers again.
+    max_wait_s: float = 120.0
 
 
 # The schema each group's YAML files extend, registered as ``schema_<group>``.

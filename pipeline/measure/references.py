@@ -4,7 +4,9 @@ A model with random weights can answer some inputs with an output that proves no
 zero to the float type's precision, NaN), so each batch size tries input sources in order until
 eager's output can judge a backend. The sources are the user's own example rows where there are
 any (``pipeline.tune``'s ``example_inputs``, ``model.examples``), then the random fills of
-``model.inputs`` at the run's seed and the next seeds, for config-named models without data.
+``model.inputs`` at the run's seed and the next seeds, for config-named models without data. Where
+eager's output on the user's rows holds NaN or inf, that is the reference: the model answers so on
+the data it is tuned for, and random fills that happen to give finite outputs would hide it.
 """
 
 from __future__ import annotations
@@ -17,13 +19,15 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import torch
 from torch import nn
 
-from pipeline.batching import tile
-from pipeline.measure.compare import uninformative
+from pipeline.batching import PROBE_SIZES, tile
+from pipeline.batching import layout as layout_of
+from pipeline.measure.compare import UNCHECKABLE, judge, uninformative
 from pipeline.models import make_inputs
 
 log = logging.getLogger(__name__)
 
 RANDOM_SEEDS = 3  # seeds of the random fills tried: the run's seed and the two after it
+OWN_ROWS = "your example inputs"  # the label of the user's rows
 
 # A label for logs and reasons, and batch size -> inputs.
 InputSource = Tuple[str, Callable[[int], Dict[str, torch.Tensor]]]
@@ -51,7 +55,7 @@ def example_rows(examples: Mapping[str, torch.Tensor], spec: Mapping[str, Any], 
     def rows(batch_size: int) -> Dict[str, torch.Tensor]:
         return {name: tile(t, batch_size, int(spec[name].get("batch_dim", 0)), start) for name, t in examples.items()}
 
-    return (f"your example inputs (from row {start})", rows)
+    return (f"{OWN_ROWS} (from row {start})", rows)
 
 
 def input_sources(spec: Mapping[str, Any], examples: Mapping[str, torch.Tensor], device: torch.device, seed: int,
@@ -60,6 +64,45 @@ def input_sources(spec: Mapping[str, Any], examples: Mapping[str, torch.Tensor],
     The first source is what the model is tuned and timed on."""
     own = [example_rows(examples, spec, start)] if examples else []
     return own + random_fills(spec, device, seed)
+
+
+def same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two tensors hold the same bytes (NaN equal to itself, unlike ``torch.equal``)."""
+    flat = [t.detach().reshape(-1).contiguous() for t in (a, b)]
+    return a.shape == b.shape and a.dtype == b.dtype and torch.equal(*(t.view(torch.uint8) for t in flat))
+
+
+def eager_problem(model: nn.Module, spec: Mapping[str, Any], source: InputSource) -> str:
+    """Why eager itself cannot be the reference on the batches of ``source`` ('' if it can): it fails on them,
+    writes into them, or answers the same inputs differently from one call to the next (a call counter,
+    randomness). Every backend is held to eager on the same batch many times over, so each would make
+    every backend fail for a reason that is the model's; asked before anything is built."""
+    size = PROBE_SIZES[0]
+    label, inputs = f"{source[0]} at batch size {size}", source[1](size)
+    layout = ", ".join(f"{n}: {layout_of(s['shape'], int(s.get('batch_dim', 0)))} {s['dtype']}" for n, s in spec.items())
+    kept = {name: t.clone() for name, t in inputs.items()}
+    try:
+        with torch.inference_mode():
+            first = model(**inputs)
+    except Exception as exc:  # noqa: BLE001 -- whatever the model raises, the inputs are what it was given
+        message = (str(exc).strip().splitlines() or [""])[0][:300]
+        return (f"eager fails on {label} ({type(exc).__name__}: {message}); the inputs are {layout}: check each "
+                f"input's per-sample shape, dtype and batch dimension (model.inputs.<name>.batch_dim, "
+                f"batch_dims= in pipeline.tune)")
+    changed = [name for name, t in inputs.items() if not same_bytes(t, kept[name])]
+    if changed:
+        return (f"the model writes into its input {changed[0]!r} (an in-place op on it in forward), so a batch is "
+                f"not the same batch when it is called again and every backend would disagree with eager; copy "
+                f"it first in forward ({changed[0]} = {changed[0]}.clone())")
+    with torch.inference_mode():
+        second = model(**{name: t.clone() for name, t in kept.items()})
+    verdict = judge(second, first)
+    if not verdict.ok and not verdict.uninformative:
+        return (f"the model answers the same inputs differently from one call to the next ({verdict.reason}): its "
+                f"output depends on state its calls change (a counter, a cache), on randomness, or on dropout in "
+                f"training mode; tweakpipe compares every backend with eager on the same inputs, so make forward "
+                f"depend on its inputs alone")
+    return ""
 
 
 def reference_at(model: nn.Module, batch_size: int, sources: Sequence[InputSource],
@@ -73,6 +116,8 @@ def reference_at(model: nn.Module, batch_size: int, sources: Sequence[InputSourc
             output = model(**inputs)
         reference = Reference(inputs, output, label, uninformative(output, compute_dtype, tolerance_scale))
         first = first or reference
+        if UNCHECKABLE in reference.uninformative and label.startswith(OWN_ROWS):
+            break  # NaN or inf on the user's own data is the model's answer there: not replaced by random fills
         if not reference.uninformative:
             if reference is not first:
                 log.info("eager's output at batch size %d proves nothing on %s (%s); checking on %s instead",

@@ -11,7 +11,8 @@ earlier. Every file is written whatever the tracking setting, for command-line a
   interrupted profile resumes where it stopped;
 - ``route.json``, ``model.tweak`` (the checkpoint), ``validation.json``, ``latency.png``;
 - ``cost.json``: the tune's own cost, per stage and per candidate, and ``tune_s`` (once every stage ran);
-- ``tweakpipe.log``: the run's log (Hydra writes it for command-line runs; the runner for API runs).
+- ``tweakpipe.log``: the run's log (Hydra writes it for command-line runs; the runner for API runs);
+- ``run.json``: what the run measures (its fingerprint), the stages it finished and how it ended.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any, Dict, Iterator, Mapping, Tuple
 
 from omegaconf import DictConfig, OmegaConf
 
+from pipeline.config.errors import ConfigError
 from pipeline.context import BackendOutcome, Earlier, RunContext
 from pipeline.measure.accuracy import describe
 from pipeline.measure.measurement import Measurement
@@ -37,6 +39,7 @@ COLUMNS = ["backend", "batch_size", "median_ms", "ci_lo_ms", "ci_hi_ms", "p10_ms
            "first_call_ms", "warmup_calls", "passes", "repeats", "windows_used", "device_ms", "throughput_per_s",
            "noisy", "noise"]
 RUN_FILE = "mlflow_run.json"  # the MLflow run this directory logs to, so a resumed run continues it
+RECORD_FILE = "run.json"  # what the run measures (pipeline.record.fingerprint), the stages it finished, its status
 # What the recorder appends to; a fresh run in a reused directory starts them anew.
 APPENDED = ("profile.csv", "cells.jsonl", RUN_FILE)
 
@@ -56,21 +59,49 @@ def write_atomic(path: Path, text: str) -> Path:
     return path
 
 
+def read_json(path: Path, resume_dir: Path) -> Any:
+    """A JSON file an interrupted run left, or a one-line ConfigError saying it cannot be read."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"resume={resume_dir}: {path.name} cannot be read ({exc}); restore it, or start a new run "
+                          f"without resume=") from None
+
+
+def earlier_record(run_dir: Path) -> Dict[str, Any]:
+    """``run.json`` of an earlier run in ``run_dir``: its fingerprint, finished stages and status ({} if none)."""
+    path = run_dir / RECORD_FILE
+    return read_json(path, run_dir) if path.is_file() else {}
+
+
 def earlier_results(run_dir: Path) -> Earlier:
-    """What an interrupted run left in ``run_dir``: capture's outcomes and every measured cell."""
+    """What an interrupted run left in ``run_dir``: capture's outcomes and every measured cell. The last line
+    of ``cells.jsonl`` may be cut short (a run killed mid-write) and is skipped; any other bad row is a
+    ConfigError naming it."""
     earlier = Earlier()
     capture = run_dir / "capture.json"
     if capture.is_file():
-        earlier.outcomes = {n: BackendOutcome.from_dict(o) for n, o in json.loads(capture.read_text()).items()}
+        try:
+            earlier.outcomes = {n: BackendOutcome.from_dict(o) for n, o in read_json(capture, run_dir).items()}
+        except (AttributeError, TypeError) as exc:
+            raise ConfigError(f"resume={run_dir}: capture.json is not what a run writes ({exc}); restore it, or start "
+                              f"a new run without resume=") from None
     cells = run_dir / "cells.jsonl"
-    if cells.is_file():
-        for line in cells.read_text().splitlines():
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
+    lines = cells.read_text(errors="replace").splitlines() if cells.is_file() else []
+    for number, line in enumerate(lines, 1):
+        try:
+            row = json.loads(line)
+            found = earlier.screen if row.get("phase") == "screen" else earlier.cells
+            found.setdefault(str(row["backend"]), {})[int(row["batch_size"])] = Measurement.from_dict(row["cell"])
+        except json.JSONDecodeError:
+            if number == len(lines):
                 continue  # the last line of a run killed mid-write
-            cells = earlier.screen if row.get("phase") == "screen" else earlier.cells
-            cells.setdefault(row["backend"], {})[int(row["batch_size"])] = Measurement.from_dict(row["cell"])
+            raise ConfigError(f"resume={run_dir}: cells.jsonl line {number} is not JSON ({line[:60]!r}); delete that "
+                              f"line to measure the cell again, or start a new run without resume=") from None
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ConfigError(f"resume={run_dir}: cells.jsonl line {number} is not a measured cell ({type(exc).__name__}:"
+                              f" {exc}); delete that line to measure the cell again, or start a new run without "
+                              f"resume=") from None
     return earlier
 
 
@@ -79,12 +110,17 @@ class Recorder:
 
     def __init__(self, cfg: DictConfig, run_dir: Path, tracker: NullTracker) -> None:
         self.cfg, self.run_dir, self.tracker = cfg, run_dir, tracker
+        self.record: Dict[str, Any] = {}  # run.json, once started
 
-    def start(self, resume: bool = False) -> None:
-        """The resolved config, and the MLflow run (the earlier one again, when resuming)."""
+    def start(self, fingerprint: Mapping[str, Any], resume: bool = False) -> None:
+        """The resolved config, ``run.json`` (what the run measures), and the MLflow run (the earlier one
+        again, when resuming)."""
+        done: list = earlier_record(self.run_dir).get("stages_done", []) if resume else []
         if not resume:
             for name in APPENDED:
                 (self.run_dir / name).unlink(missing_ok=True)
+        self.record = {"fingerprint": dict(fingerprint), "stages_done": done, "status": "RUNNING"}
+        write_atomic(self.run_dir / RECORD_FILE, json.dumps(self.record, indent=1))
         write_atomic(self.run_dir / "config.yaml", OmegaConf.to_yaml(self.cfg, resolve=True))
         cfg = self.cfg
         tags = {"model": cfg.model.name, "stages": ",".join(cfg.stages), "backends": ",".join(cfg.backends),
@@ -128,6 +164,8 @@ class Recorder:
         if stage in ctx.stage_seconds:
             self.tracker.log_metrics({f"stage_s/{stage}": ctx.stage_seconds[stage]})
             self.tracker.set_tags({f"stage.{stage}": "done"})
+            self.record["stages_done"] = list(dict.fromkeys([*self.record["stages_done"], stage]))
+            write_atomic(self.run_dir / RECORD_FILE, json.dumps(self.record, indent=1))
 
     def capture(self, ctx: RunContext) -> None:
         path = write_atomic(self.run_dir / "capture.json",
@@ -232,7 +270,10 @@ class Recorder:
         self.tracker.log_artifact(path)
 
     def finish(self, status: str) -> None:
-        """The log as an artifact, then the run's final status."""
+        """The run's final status in ``run.json``, the log as an artifact, then the status in MLflow."""
+        if self.record:
+            self.record["status"] = status
+            write_atomic(self.run_dir / RECORD_FILE, json.dumps(self.record, indent=1))
         for path in sorted(self.run_dir.glob("*.log")):
             self.tracker.log_artifact(path)
         self.tracker.finish(status)

@@ -7,7 +7,7 @@ store is created beside its path and renamed into place, so an interrupted first
 
 Many processes may write one SQLite file: every write takes an exclusive file lock next to the
 database (one writer at a time) and a write that still meets ``database is locked`` is retried
-with backoff, then fails with a message that points at ``tracking=server``.
+with backoff, then fails (:class:`StoreLocked`) with a message that points at ``tracking=server``.
 """
 
 from __future__ import annotations
@@ -48,30 +48,111 @@ def sqlite_path(uri: str) -> Optional[Path]:
     return Path(uri[len("sqlite:///"):]).expanduser() if uri.startswith("sqlite:///") else None
 
 
+def read_only(db: Path) -> sqlite3.Connection:
+    """A connection to ``db`` that cannot write a byte (SQLite's read-only mode)."""
+    return sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True, timeout=10)
+
+
 def sqlite_tables(db: Path) -> Optional[Set[str]]:
     """The table names of a SQLite file, read without writing a byte; None if it is not SQLite."""
     try:
-        con = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)
+        con = read_only(db)
     except sqlite3.Error:
         return None
     try:
         return {row[0] for row in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.OperationalError as exc:
+        if "locked" in str(exc):
+            raise  # a writer holds it: that says nothing about what the file is
+        return None
     except sqlite3.DatabaseError:
         return None
     finally:
         con.close()
 
 
-def sqlite_problem(db: Path) -> Optional[str]:
-    """Why MLflow must not open ``db`` as its store (it would fail, or change another program's file), or None."""
-    if not db.exists():
-        return writable_problem(db.parent)
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def sqlite_header(db: Path) -> bytes:
+    """The first 100 bytes of ``db``: SQLite's header, where it is a SQLite file."""
+    with db.open("rb") as f:
+        return f.read(100)
+
+
+def sqlite_damage(db: Path) -> Optional[str]:
+    """How a SQLite file is damaged (cut short, malformed pages), read without writing a byte, or None."""
+    header = sqlite_header(db)
+    page = int.from_bytes(header[16:18], "big") or 65536  # 1 stands for 65536
+    pages, counter, valid_for = (int.from_bytes(header[i:i + 4], "big") for i in (28, 24, 92))
+    if pages and counter == valid_for and db.stat().st_size < pages * page:
+        return f"it is cut short: {db.stat().st_size} bytes of the {pages * page} its header records"
+    con = read_only(db)
+    try:
+        rows = [row[0] for row in con.execute("PRAGMA quick_check")]
+    except sqlite3.OperationalError as exc:
+        if "locked" in str(exc):
+            return None  # a writer holds it; the writer's store is the one that is checked
+        return str(exc)
+    except sqlite3.DatabaseError as exc:
+        return str(exc)
+    finally:
+        con.close()
+    lines = [line.strip() for row in rows for line in str(row).splitlines() if line.strip() and "***" not in line]
+    return None if rows == ["ok"] else "; ".join(lines[:3])
+
+
+def schema_problem(db: Path, tables: Set[str]) -> Optional[str]:
+    """Why this MLflow would migrate ``db`` on opening it (tables missing, another schema revision), or None."""
+    try:
+        from mlflow.store.db.base_sql_model import Base
+        from mlflow.store.db.utils import _get_latest_schema_revision
+        import mlflow.store.tracking.dbmodels.models  # noqa: F401 -- registers the tables on Base
+    except ImportError:  # another MLflow layout: MLflow's own check then speaks
+        return None
+    con = read_only(db)
+    try:
+        found = [row[0] for row in con.execute("SELECT version_num FROM alembic_version")]
+    except sqlite3.DatabaseError:
+        found = []
+    finally:
+        con.close()
+    import mlflow
+
+    head = _get_latest_schema_revision()
+    missing = sorted(set(Base.metadata.tables) - tables)
+    if found == [head] and not missing:
+        return None
+    return (f"{db} is an MLflow store of another schema (revision {', '.join(found) or 'none'}"
+            f"{', lacking tables ' + ', '.join(missing[:3]) if missing else ''}; MLflow {mlflow.__version__} uses "
+            f"{head}), and opening it would migrate it; it was left unchanged. Back it up, then run "
+            f"mlflow db upgrade sqlite:///{db} (or use the MLflow version that wrote it)")
+
+
+def sqlite_problem(db: Path, reading: bool = False) -> Optional[str]:
+    """Why MLflow must not open ``db`` as its store (it would fail, or change another program's file), or None.
+
+    ``reading`` (the report) also refuses what a run would create or migrate: a missing or empty file,
+    a database without MLflow's tables, a store of another schema revision. Nothing here writes a byte."""
     fresh = "point tracking.uri at a new file, e.g. tracking.uri=sqlite:///outputs/mlflow.db"
+    if reading:
+        fresh = "pass the store a run wrote, e.g. --uri sqlite:///outputs/mlflow.db"
+    if not db.exists():
+        return f"no MLflow store at {db}; {fresh}" if reading else writable_problem(db.parent)
     if not db.is_file():
         return f"{db} is not a file; {fresh}"
-    tables = sqlite_tables(db) if db.stat().st_size else set()
-    if tables is None:
+    if not db.stat().st_size:
+        return f"{db} is empty, so it holds no MLflow store; it was left unchanged; {fresh}" if reading \
+            else writable_problem(db.parent)
+    if not sqlite_header(db).startswith(SQLITE_MAGIC):
         return f"{db} is not a SQLite database, so it is no MLflow store; it was left unchanged; {fresh}"
+    try:
+        damage, tables = sqlite_damage(db), sqlite_tables(db)
+    except sqlite3.OperationalError:
+        return None  # a writer holds it now: the store guard waits for it
+    if damage or tables is None:
+        return (f"{db} is a damaged SQLite database ({damage or 'its table list cannot be read'}); it was left "
+                f"unchanged. Restore it from a backup (sqlite3 {db} .recover may save its runs), or {fresh}")
     leftovers = sorted(t for t in tables if t.startswith("_alembic_tmp_"))
     if leftovers:
         return (f"{db} holds {leftovers[0]}, left by an interrupted MLflow migration, so MLflow cannot open it. "
@@ -81,6 +162,14 @@ def sqlite_problem(db: Path) -> Optional[str]:
         shown = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
         return (f"{db} is another application's SQLite database (tables {shown}), not an MLflow store: MLflow "
                 f"would add its own tables to it; it was left unchanged; {fresh}")
+    if not tables:
+        return f"{db} is a SQLite database without tables, so it holds no MLflow store; {fresh}" if reading \
+            else writable_problem(db.parent)
+    problem = schema_problem(db, tables)
+    if problem or reading:
+        return problem
+    if not os.access(db, os.W_OK):
+        return f"{db} cannot be written (read-only); make it writable, or {fresh}"
     return writable_problem(db.parent)
 
 
@@ -100,11 +189,12 @@ def server_problem(uri: str) -> Optional[str]:
     return None
 
 
-def check_store(uri: str) -> None:
-    """Refuse, before any work and changing nothing, a store MLflow would fail on or damage."""
+def check_store(uri: str, reading: bool = False) -> None:
+    """Refuse, before any work and changing nothing, a store MLflow would fail on or damage; ``reading``
+    (the report), also one it would create or migrate."""
     db = sqlite_path(uri)
     if db is not None:
-        problem = sqlite_problem(db)
+        problem = sqlite_problem(db, reading)
     elif uri.startswith(("http://", "https://")):
         problem = server_problem(uri)
     elif uri.startswith("file:") or "://" not in uri:
@@ -133,6 +223,10 @@ def is_locked_error(exc: BaseException) -> bool:
     """SQLite's busy error, however MLflow or SQLAlchemy wrapped it."""
     text = f"{exc} {exc.__cause__ or ''} {exc.__context__ or ''}".lower()
     return "database is locked" in text or "database table is locked" in text
+
+
+class StoreLocked(RuntimeError):
+    """The store stayed locked by other writers for longer than the guard waits."""
 
 
 class StoreGuard:
@@ -164,8 +258,8 @@ class StoreGuard:
                     break
                 except BlockingIOError:
                     if time.monotonic() > deadline:
-                        raise RuntimeError(f"MLflow store {self.uri}: another process held {self.lock_path} "
-                                           f"for more than {self.max_wait_s:.0f}s; {SERVER_HINT}") from None
+                        raise StoreLocked(f"MLflow store {self.uri}: another process held {self.lock_path} "
+                                          f"for more than {self.max_wait_s:.0f}s; {SERVER_HINT}") from None
                     time.sleep(delay * random.uniform(1.0, 2.0))
                     delay = min(delay * 2, 1.0)
             try:
@@ -184,8 +278,8 @@ class StoreGuard:
                 if not is_locked_error(exc):
                     raise
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"MLflow store {self.uri} stayed locked for more than "
-                                       f"{self.max_wait_s:.0f}s; {SERVER_HINT}") from exc
+                    raise StoreLocked(f"MLflow store {self.uri} stayed locked for more than "
+                                      f"{self.max_wait_s:.0f}s; {SERVER_HINT}") from exc
                 log.warning("mlflow: %s is locked; retrying in %.1fs", self.uri, delay)
                 time.sleep(delay * random.uniform(1.0, 2.0))
                 delay = min(delay * 2, 5.0)
@@ -231,13 +325,23 @@ def artifact_root(db: Path) -> str:
     return (db.parent.resolve() / "mlartifacts").as_uri()
 
 
-def repair_moved_artifacts(db: Path) -> List[str]:
-    """Point experiments whose artifact folder is gone at ``mlartifacts`` beside the database.
+def copied_from(db: Path, folder_uri: str, new: str) -> bool:
+    """Whether ``db`` is a copy of the store whose artifacts lie in ``<folder_uri>/mlartifacts``: that folder
+    still holds its own database of the same name, or the experiment's artifacts came along beside ``db``."""
+    other = Path(urllib.parse.urlsplit(folder_uri).path) / db.name
+    return Path(urllib.parse.urlsplit(new).path).is_dir() or (other.is_file() and not os.path.samefile(other, db))
 
-    MLflow stores absolute artifact locations; a project (and its ``outputs/``) moved to another
-    folder would otherwise send new artifacts to the old path and leave old ones unreachable. Only
-    locations that no longer exist are rewritten, and only when the folder beside the database
-    holds that experiment's artifacts (or nothing yet). Returns the experiments repaired.
+
+def repair_moved_artifacts(db: Path) -> List[str]:
+    """Point experiments whose artifacts tweakpipe placed beside another database at ``mlartifacts`` beside this one.
+
+    MLflow stores absolute artifact locations. A project (and its ``outputs/``) moved to another folder
+    would send new artifacts to a path that is gone and leave old ones unreachable; one copied (then
+    moved) would send them into the original project's ``mlartifacts``, whose store does not know them.
+    A location of tweakpipe's shape (``<folder>/mlartifacts/<experiment>``) elsewhere than beside this
+    database is rewritten where it no longer exists or where this store is a copy of the one in that
+    folder (:func:`copied_from`); a store file moved alone keeps its artifacts where they are, and any
+    other location was chosen by someone else and is left as it is. Returns the experiments repaired.
     """
     root = artifact_root(db)
     repaired = []
@@ -246,19 +350,21 @@ def repair_moved_artifacts(db: Path) -> List[str]:
         with con:
             for exp_id, location in con.execute("SELECT experiment_id, artifact_location FROM experiments").fetchall():
                 old = str(location or "")
-                if not old.startswith("file://") or old.startswith(root) or Path(urllib.parse.urlsplit(old).path).exists():
-                    continue
                 tail = old.rstrip("/").rsplit("/mlartifacts", 1)
-                if len(tail) != 2:
-                    continue  # not a location tweakpipe chose: explain, do not guess
+                if not old.startswith("file://") or old.startswith(root + "/") or len(tail) != 2:
+                    continue  # beside this database already, or not a location tweakpipe chose: leave it
                 new = root + tail[1]
+                gone = not Path(urllib.parse.urlsplit(old).path).exists()
+                if new == old.rstrip("/") or not (gone or copied_from(db, tail[0], new)):
+                    continue
                 con.execute("UPDATE experiments SET artifact_location = ? WHERE experiment_id = ?", (new, exp_id))
                 con.execute("UPDATE runs SET artifact_uri = ? || substr(artifact_uri, ?) "
                             "WHERE experiment_id = ? AND artifact_uri LIKE ? || '%'",
                             (new, len(old) + 1, exp_id, old))
                 repaired.append(str(exp_id))
-                log.warning("mlflow: experiment %s kept its artifacts at %s, which no longer exists (the store was "
-                            "moved?); its artifact paths now point at %s", exp_id, old, new)
+                log.warning("mlflow: experiment %s kept its artifacts at %s, %s; its artifact paths now point at %s",
+                            exp_id, old, "which no longer exists (the store was moved?)" if gone else
+                            "beside another store (this one was copied from it)", new)
     finally:
         con.close()
     return repaired

@@ -19,9 +19,9 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, TypeVar
 
-from pipeline.record.store import StoreGuard, mark_orphans_killed, open_experiment, process_tags
+from pipeline.record.store import StoreGuard, StoreLocked, mark_orphans_killed, open_experiment, process_tags
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +33,8 @@ SWEEP_TAG = "tweakpipe.sweep"
 MAX_PARAM = 6000  # MLflow's limit on a param value's length
 MAX_PARAMS_TAGS, MAX_METRICS = 100, 1000  # MLflow's limits per batch
 LOCAL_UI = "http://127.0.0.1:5000"  # where `mlflow ui` serves by default
+FINAL_WAIT_S = 10.0  # after the store was given up on, how long the final status waits for it
+T = TypeVar("T")
 
 
 def dotted_params(cfg: Mapping[str, Any], prefix: str = "") -> Dict[str, Any]:
@@ -115,32 +117,59 @@ class NullTracker:
 
 
 class MlflowTracker(NullTracker):
-    """Logs to the store named by ``tracking.uri``; every write goes through a :class:`StoreGuard`."""
+    """Logs to the store named by ``tracking.uri``; every write goes through a :class:`StoreGuard`.
+
+    A store that stays locked past the guard's wait (``tracking.max_wait_s``) is given up on for the rest
+    of the run, in one warning: the run goes on and its directory is the record. At the end the run's
+    status is tried once more, briefly; a store still locked leaves the MLflow run RUNNING until a later
+    run finds this process gone and marks it KILLED, as for a ``kill -9``.
+    """
 
     def __init__(self, tcfg: Mapping[str, Any]) -> None:
         from mlflow.tracking import MlflowClient
 
         self.uri = tcfg["uri"]
-        self.guard = StoreGuard(self.uri)
-        self.experiment_id = open_experiment(self.uri, tcfg["experiment"], self.guard)
+        self.guard = StoreGuard(self.uri, float(tcfg.get("max_wait_s", 120.0)))
+        self.lost: Optional[str] = None  # when the store stayed locked past its wait (then nothing is written)
+        self.experiment_id = self.write(open_experiment, self.uri, tcfg["experiment"], self.guard, guarded=False)
         self.client = MlflowClient(tracking_uri=self.uri)
+
+    def write(self, fn: Callable[..., T], *args: Any, guarded: bool = True, **kwargs: Any) -> Optional[T]:
+        """``fn(*args, **kwargs)`` under the guard (``guarded=False``: ``fn`` takes the guard itself), or
+        nothing once the store stayed locked past its wait."""
+        if self.lost is not None:
+            return None
+        try:
+            return self.guard(fn, *args, **kwargs) if guarded else fn(*args, **kwargs)
+        except StoreLocked:
+            self.lost = time.strftime("%Y-%m-%d %H:%M:%S")
+            log.warning("mlflow: %s stayed locked by other writers for more than %.0f s; the run goes on without "
+                        "MLflow and its run directory is the record%s (a tracking server avoids this: "
+                        "tracking=server)", self.uri, self.guard.max_wait_s,
+                        f"; MLflow run {self.run_id} gets its status if the store answers by the end, else a later "
+                        f"run marks it KILLED" if self.run_id else "")
+            return None
 
     def start(self, name: str, params: Mapping[str, Any], tags: Mapping[str, str],
               resume_id: Optional[str] = None) -> None:
         """A new run (or ``resume_id`` reopened), tagged with this job, process and device."""
-        self.guard(mark_orphans_killed, self.client)
+        self.write(mark_orphans_killed, self.client)
         tags = {**tags, **hydra_job_tags(self.uri), **device_tags(), **process_tags()}
         if resume_id is not None and self._reopen(resume_id):
             self.run_id = resume_id
         else:
             if "hydra.job.num" in tags:
                 name = f"{tags['hydra.job.num']}_{name}"
-            self.run_id = self.guard(self.client.create_run, self.experiment_id, run_name=name).info.run_id
+            created = self.write(self.client.create_run, self.experiment_id, run_name=name) \
+                if self.experiment_id is not None else None
+            if created is None:
+                return
+            self.run_id = created.info.run_id
             from mlflow.entities import Param
 
             for chunk in chunks([Param(k, str(v)[:MAX_PARAM]) for k, v in dotted_params(params).items()],
                                 MAX_PARAMS_TAGS):
-                self.guard(self.client.log_batch, self.run_id, params=chunk)
+                self.write(self.client.log_batch, self.run_id, params=chunk)
         self.set_tags(tags)
         log.info("mlflow: run %s in %s%s; runs table: %s", self.run_id, self.uri,
                  f" (child of {tags[PARENT_TAG]})" if PARENT_TAG in tags else "",
@@ -151,7 +180,7 @@ class MlflowTracker(NullTracker):
         from mlflow.exceptions import MlflowException
 
         try:
-            self.guard(self.client.update_run, run_id, status="RUNNING")
+            self.write(self.client.update_run, run_id, status="RUNNING")
         except MlflowException:
             log.warning("mlflow: run %s is not in %s; the resumed run is logged as a new run", run_id, self.uri)
             return False
@@ -163,21 +192,37 @@ class MlflowTracker(NullTracker):
         now = int(time.time() * 1000)
         batch = [Metric(k, float(v), now, 0) for k, v in metrics.items() if v == v]  # NaN says nothing
         for chunk in chunks(batch, MAX_METRICS):
-            self.guard(self.client.log_batch, self.run_id, metrics=chunk)
+            self.write(self.client.log_batch, self.run_id, metrics=chunk)
 
     def set_tags(self, tags: Mapping[str, str]) -> None:
         from mlflow.entities import RunTag
 
         for chunk in chunks([RunTag(k, str(v)[:5000]) for k, v in tags.items()], MAX_PARAMS_TAGS):
-            self.guard(self.client.log_batch, self.run_id, tags=chunk)
+            self.write(self.client.log_batch, self.run_id, tags=chunk)
 
     def log_artifact(self, path: Path) -> None:
         if path.exists():
-            self.guard(self.client.log_artifact, self.run_id, str(path))
+            self.write(self.client.log_artifact, self.run_id, str(path))
 
     def finish(self, status: str) -> None:
-        """One write of the run's status; retried while the store is locked, and safe to repeat."""
-        self.guard(self.client.set_terminated, self.run_id, status)
+        """One write of the run's status; retried while the store is locked, and safe to repeat. After the
+        store was given up on, one more brief try, which also says from when MLflow lacks the run's data."""
+        if self.run_id is None:
+            return
+        if self.lost is None:
+            self.write(self.client.set_terminated, self.run_id, status)
+            return
+        try:
+            StoreGuard(self.uri, min(self.guard.max_wait_s, FINAL_WAIT_S))(self._mark_lost, status)
+            log.info("mlflow: the store answered again; run %s is marked %s", self.run_id, status)
+        except StoreLocked:
+            log.warning("mlflow: %s is still locked; run %s stays RUNNING until a later run on this store finds this "
+                        "process gone and marks it KILLED", self.uri, self.run_id)
+
+    def _mark_lost(self, status: str) -> None:
+        self.client.set_tag(self.run_id, "tweakpipe.store_lost", f"the store stayed locked from {self.lost} on: "
+                                                                   f"what came after is in the run directory only")
+        self.client.set_terminated(self.run_id, status)
 
 
 def chunks(items: Sequence[Any], size: int) -> Iterator[List[Any]]:

@@ -13,7 +13,9 @@ device it was tuned on. It holds no example data: loading warms the backends up 
 of the input spec. A quantized backend holds only its recipe's name beside the model's own weights,
 and is quantized again on load: no tensor subclass is ever written. It is read with
 ``torch.load(weights_only=True)`` only after its SHA-256 matches, and every field is checked
-(``pipeline.route.payload``) before the caller's model is touched or anything is built.
+(``pipeline.route.payload``) before anything is built; the backends are built on a copy of the
+caller's model holding the file's tensors, and the caller's model gets the weights only once all of
+it succeeded.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from pipeline import backends as backend_registry
 from pipeline import devices
 from pipeline.batching import BatchDims
 from pipeline.config import limits
+from pipeline.copies import holding
 from pipeline.route import payload as payload_check
 from pipeline.models import make_inputs
 from pipeline.route.payload import CheckpointError, StateDictMismatch, UntrustedOptions  # noqa: F401 (callers catch them here)
@@ -183,7 +186,18 @@ def read(path: PathLike) -> Dict[str, Any]:
     return payload
 
 
-def target_device(payload: Mapping[str, Any], device: Optional[Union[str, torch.device]], path: Path) -> torch.device:
+def requested_device(device: Optional[Union[str, torch.device]]) -> Optional[torch.device]:
+    """``load``'s ``device`` argument as a torch device (None: the type the checkpoint was tuned for)."""
+    if device is None or isinstance(device, torch.device):
+        return device
+    try:
+        return torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"device={device!r} is not a device; pass 'cpu', 'cuda', 'cuda:1', 'xpu' or None "
+                         f"(the device type the checkpoint was tuned for)") from None
+
+
+def target_device(payload: Mapping[str, Any], device: Optional[torch.device], path: Path) -> torch.device:
     """The device to load on: the requested one, which must be of the type the checkpoint was tuned for."""
     kind, name = payload["device"]["type"], payload["device"]["name"]
     if device is None:
@@ -193,13 +207,12 @@ def target_device(payload: Mapping[str, Any], device: Optional[Union[str, torch.
                 f"device. Load it where {kind} is available, or tune for this machine: "
                 f"pipeline.tune(model, example_inputs, overrides=['device=cpu'])")
         return torch.device(kind)
-    dev = torch.device(device)
-    if dev.type != kind:
+    if device.type != kind:
         raise DeviceMismatch(
-            f"{path} was tuned on {kind} ({name}), not {dev.type}: its route and backends were chosen for {kind}. "
-            f"Pass device='{kind}' (or device=None) on a machine with a {kind} device, or tune for {dev.type}: "
-            f"pipeline.tune(model, example_inputs, overrides=['device={dev.type}'])")
-    return devices.resolve(str(dev))
+            f"{path} was tuned on {kind} ({name}), not {device.type}: its route and backends were chosen for {kind}. "
+            f"Pass device='{kind}' (or device=None) on a machine with a {kind} device, or tune for {device.type}: "
+            f"pipeline.tune(model, example_inputs, overrides=['device={device.type}'])")
+    return devices.resolve(str(device))
 
 
 def warn_on_drift(payload: Mapping[str, Any], device: torch.device) -> None:
@@ -220,31 +233,47 @@ def warn_on_drift(payload: Mapping[str, Any], device: torch.device) -> None:
 
 def load(path: PathLike, model: nn.Module, device: Optional[Union[str, torch.device]] = None,
          trust_options: bool = False) -> RoutedModule:
-    """Load a checkpoint's weights into ``model`` and rebuild only the routed backends.
+    """Rebuild only the routed backends of a checkpoint, and load its weights into ``model``.
 
-    Every field is checked first (``pipeline.route.payload``): a refused file leaves ``model`` unchanged.
+    Everything is checked and built before ``model`` is touched: every field of the file
+    (``pipeline.route.payload``), that each routed backend can run on the device (its precision, its
+    packages), then the backends themselves, built on a copy of ``model`` that holds the file's own
+    tensors. Only when all of that succeeded are the weights copied into ``model`` (its device and mode
+    stay as they were), so a refused file, whatever refused it, leaves ``model`` exactly as it was. The
+    returned module serves that copy, never ``model``: changing ``model`` later changes nothing served.
     Inductor options that can name a program or a path (``cpp.cxx``, ``*_dir``, any option whose
     declared type admits free text) are refused unless ``trust_options=True``: pass it only for a file
     whose every option you would put in your own config.
 
     Each backend is built for the batch sizes it owns up to the largest tuned size (a graph
     backend records only the sizes in its ranges, and its tuned sizes exactly, as capture did),
-    then called once at each tuned size it owns
-    so that compiles happen here and not in the first served call. ``load_seconds`` on the result
-    says how long this took.
+    then called once at each tuned size it owns so that compiles happen here and not in the first
+    served call. ``load_seconds`` on the result says how long this took.
     """
     start = time.perf_counter()
-    path = Path(path)
+    path, requested = Path(path), requested_device(device)
     payload = read(path)
     payload_check.check(payload, model, path, trust_options)
-    dev = target_device(payload, device, path)
+    dev = target_device(payload, requested, path)
+    problem = payload_check.device_problem(payload, dev)
+    if problem:
+        raise CheckpointError(f"{path}: {problem}; nothing was loaded. Load it on a device that runs it, or re-tune "
+                              f"here")
     too_big = limits.memory_problem(payload["inputs"], payload["max_batch_size"], dev)
     if too_big:
         raise CheckpointError(f"{path}: {too_big}; nothing was loaded. Load it where more memory is free, "
                               f"or re-tune with smaller model.batch_sizes")
-    model.load_state_dict(payload["state_dict"])
-    model.eval().to(dev)
     warn_on_drift(payload, dev)
+    routed = rebuilt(payload, holding(model, payload["state_dict"]).eval().to(dev), dev, path)
+    with torch.no_grad():  # the last step, once everything else succeeded
+        model.load_state_dict(payload["state_dict"])
+    routed.load_seconds = time.perf_counter() - start
+    log.info("loaded %s in %.2f s on %s: %s", path, routed.load_seconds, dev, routed.extra_repr())
+    return routed
+
+
+def rebuilt(payload: Mapping[str, Any], own: nn.Module, dev: torch.device, path: Path) -> RoutedModule:
+    """The routed module of a checked payload, its backends built and warmed on ``own`` (the model's copy)."""
     route = [Range(int(r["lo"]), None if r["hi"] is None else int(r["hi"]), r["backend"]) for r in payload["route"]]
     inputs, tuned = payload["inputs"], [int(b) for b in payload["batch_sizes"]]
     output_dims = payload.get("output_batch_dims", {})  # absent from checkpoints written before batch dims
@@ -255,13 +284,16 @@ def load(path: PathLike, model: nn.Module, device: Optional[Union[str, torch.dev
         cfg = {k: v for k, v in payload["backends"][name].items() if k != "name"}
         backend = backend_registry.create(name, cfg)
         owned, owned_tuned = sizes_owned(route, name, servable), sizes_owned(route, name, tuned)
-        backend.build(model, make_inputs(inputs, max(owned), dev, SAMPLE_SEED), dev, owned, owned_tuned, dims)
-        for bs in owned_tuned:
-            backend(**make_inputs(inputs, bs, dev, SAMPLE_SEED))
+        try:
+            backend.build(own, make_inputs(inputs, max(owned), dev, SAMPLE_SEED), dev, owned, owned_tuned, dims)
+            for bs in owned_tuned:
+                backend(**make_inputs(inputs, bs, dev, SAMPLE_SEED))
+        except Exception as exc:  # noqa: BLE001 -- whatever failed, the caller's model was not touched
+            first = (str(exc).strip().splitlines() or [""])[0][:500]
+            raise CheckpointError(f"{path}: backend {name!r} could not be rebuilt on {dev} ({type(exc).__name__}: "
+                                  f"{first}); nothing was loaded, your model is as it was. Re-tune on this machine"
+                                  ) from exc
         built[name] = backend
     devices.synchronize(dev)
-    routed = RoutedModule(built, route, TuneRecord(payload["name"], model, inputs, tuned, dev, api=True,
-                                                   output_batch_dims=output_dims))
-    routed.load_seconds = time.perf_counter() - start
-    log.info("loaded %s in %.2f s on %s: %s", path, routed.load_seconds, dev, routed.extra_repr())
-    return routed
+    return RoutedModule(built, route, TuneRecord(payload["name"], own, inputs, tuned, dev, api=True,
+                                                 output_batch_dims=output_dims))

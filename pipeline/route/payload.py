@@ -18,8 +18,8 @@ from typing import Any, Dict, List, Mapping, Optional
 import torch
 from torch import nn
 
-from pipeline import devices
-from pipeline.backends import rules
+from pipeline import backends, devices
+from pipeline.backends import precision, rules
 from pipeline.config import inductor_options, limits
 
 # Every field a payload may hold, and its type (``created`` and ``format`` are informative).
@@ -131,9 +131,20 @@ def backend_problem(name: str, cfg: Any) -> Optional[str]:
     if body.get("template"):
         return f"backend {name!r} names template {body['template']!r}; a checkpoint holds a template's resolved options"
     try:
-        rules.check(name, body)
+        settings = rules.check(name, body)
     except ValueError as exc:
         return str(exc)
+    return precision.name_problem(name, settings)
+
+
+def device_problem(payload: Mapping[str, Any], device: torch.device) -> Optional[str]:
+    """Why a routed backend cannot run on ``device`` (a precision it lacks, a missing package), or None:
+    asked of each backend before anything is built."""
+    for name in dict.fromkeys(r["backend"] for r in payload["route"]):
+        backend = backends.create(name, {k: v for k, v in payload["backends"][name].items() if k != "name"})
+        reason = backend.unsupported_reason(device) or precision.device_problem(backend.precision, device)
+        if reason:
+            return f"backend {name!r} cannot run on {device.type}: {reason}"
     return None
 
 

@@ -76,6 +76,11 @@ def inputs(hf: Mapping[str, Any]) -> Dict[str, Dict[str, Any]]:
     config = config_of(cls, hf)
     params = inspect.signature(cls.forward).parameters
     seq = int(hf.get("seq_len", 128))
+    positions = getattr(config, "max_position_embeddings", None)
+    if "input_ids" in params and isinstance(positions, int) and not 1 <= seq <= positions:
+        raise ConfigError(f"model.hf.seq_len={seq}: {cls.__name__} embeds at most {positions} positions "
+                          f"(max_position_embeddings); use model.hf.seq_len={min(max(seq, 1), positions)}, or give the "
+                          f"model more: '+model.hf.config={{max_position_embeddings: {max(seq, 1)}}}'")
     if "input_ids" in params:
         if not getattr(config, "vocab_size", None):
             raise ConfigError(f"{cls.__name__}'s config has no vocab_size to draw input_ids from; give model.inputs")

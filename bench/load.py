@@ -1,0 +1,148 @@
+"""Checkpoint load time with compiled artifacts (issue 28): each checkpoint loaded in fresh processes, as a service
+restarts, in three ways:
+
+- ``trusted``: its compiled artifacts signed by this user (as the tune wrote them), the Inductor cache the tune left
+  (a restart on the machine that tuned);
+- ``clean_cache``: the same artifacts into an empty Inductor cache directory (a copy to a clean machine);
+- ``untrusted``: artifacts refused (``trust_compiled=False``) and an empty cache: every backend compiled again.
+
+Each process reports ``load_seconds`` (``pipeline.load`` alone: importing torch is outside it), its load report
+(per backend: build, Dynamo trace, Inductor compile, graph recording, warm-up, cache hits and misses, whether
+artifacts were used) and whether the served outputs match eager within the accuracy budget at every tuned size and
+one untuned size. Writes ``load-<tag>.json`` (``summary: {model: {trusted_s, clean_cache_s, untrusted_s,
+outputs_ok}}``) and ``.md``.
+
+    python bench/load.py --out OUT --tag h200 --checkpoints RUNS/resnet50-cold/model.tweak RUNS/mlp-cold/model.tweak
+    python bench/load.py --out OUT --tag cpu --smoke        # tunes a tiny Inductor route first, on this machine
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.common import command_line, runs_argument, runs_dir, write_table  # noqa: E402
+
+WAYS = {"trusted": {"trust": None, "clean": False}, "clean_cache": {"trust": None, "clean": True},
+        "untrusted": {"trust": False, "clean": True}}
+SMOKE = ["model=tiny_mlp", "backends=[eager,inductor]", "route=one_backend", "route.backend=inductor",
+         "profile=quick", "device=cpu", "tracking=off"]
+
+
+def load_once(checkpoint: Path, trust: Optional[bool]) -> Dict[str, Any]:
+    """In this (fresh) process: load ``checkpoint`` and check its outputs against eager; the figures as a dict."""
+    import time
+
+    start = time.perf_counter()
+    import torch
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
+    import pipeline
+    from pipeline.measure import accuracy
+    from pipeline.models import make_inputs
+
+    import_s = time.perf_counter() - start
+    cfg = OmegaConf.load(checkpoint.parent / "config.yaml")
+    torch.manual_seed(int(cfg.seed))
+    model = instantiate(cfg.model.build).eval()
+    served = pipeline.load(checkpoint, model, trust_compiled=trust)
+    budget, spec = cfg.route.accuracy_budget, OmegaConf.to_container(cfg.model.inputs, resolve=True)
+    sizes = sorted({int(b) for b in cfg.model.batch_sizes} | {int(max(cfg.model.batch_sizes)) - 1 or 1})
+    scores = {}
+    model = model.to(served.record.device)
+    for bs in sizes:
+        inputs = make_inputs(spec, bs, served.record.device, seed=1)
+        with torch.inference_mode():
+            scores[bs] = accuracy.score(served(**inputs), model(**inputs), budget.metric)
+    return {"import_s": import_s, "load_s": served.load_seconds, "report": served.load_report.to_dict(),
+            "scores": scores, "outputs_ok": all(accuracy.within(v, budget.metric, budget.bound) for v in scores.values())}
+
+
+def in_fresh_process(checkpoint: Path, way: str, runs: Path) -> Dict[str, Any]:
+    """One way of loading, in a new Python process (a cleaned Inductor cache where the way says so)."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    cfg = json.loads(json.dumps(WAYS[way]))
+    if cfg["clean"]:
+        env["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix=f"clean-{way}-", dir=runs)
+    else:
+        from omegaconf import OmegaConf
+
+        cache = OmegaConf.load(checkpoint.parent / "config.yaml").compile_cache
+        env["TORCHINDUCTOR_CACHE_DIR"] = str((ROOT / cache.dir) if not Path(cache.dir).is_absolute() else cache.dir)
+    proc = subprocess.run([sys.executable, __file__, "--one", str(checkpoint), "--trust", json.dumps(cfg["trust"])],
+                          cwd=ROOT, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        return {"error": proc.stderr[-3000:]}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def bench_checkpoint(checkpoint: Path, runs: Path) -> Dict[str, Any]:
+    from omegaconf import OmegaConf
+
+    model = OmegaConf.load(checkpoint.parent / "config.yaml").model.name
+    return {"model": model, "checkpoint": checkpoint.name, **{way: in_fresh_process(checkpoint, way, runs)
+                                                              for way in WAYS}}
+
+
+def summary(rows: List[Dict[str, Any]]) -> Dict[str, Any]:
+    return {r["model"]: {f"{way}_s": r[way].get("load_s") for way in WAYS}
+            | {"outputs_ok": all(r[way].get("outputs_ok") for way in WAYS)} for r in rows}
+
+
+def markdown(rows: List[Dict[str, Any]], meta: Dict[str, Any]) -> str:
+    lines = [f"# Checkpoint load on {meta['device']} (torch {meta['torch']})", "",
+             "`pipeline.load` seconds in a fresh process (imports outside), and what the load report says.", "",
+             "| model | trusted s | clean cache s | untrusted s | artifacts (trusted) | outputs ok |",
+             "|---|---:|---:|---:|---|---|"]
+    for r in rows:
+        s = summary([r])[r["model"]]
+        lines.append(f"| {r['model']} | {s['trusted_s'] or float('nan'):.2f} | {s['clean_cache_s'] or float('nan'):.2f}"
+                     f" | {s['untrusted_s'] or float('nan'):.2f} | {r['trusted'].get('report', {}).get('artifacts')}"
+                     f" | {s['outputs_ok']} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--tag", default="h200")
+    parser.add_argument("--checkpoints", nargs="*", type=Path, default=[])
+    parser.add_argument("--smoke", action="store_true", help="tune a tiny Inductor route here first, then load it")
+    parser.add_argument("--one", type=Path, help=argparse.SUPPRESS)  # the child process: load this checkpoint
+    parser.add_argument("--trust", default="null", help=argparse.SUPPRESS)
+    runs_argument(parser)
+    args = parser.parse_args(argv)
+    if args.one:
+        print(json.dumps(load_once(args.one, json.loads(args.trust)), default=str))
+        return
+    args.out.mkdir(parents=True, exist_ok=True)
+    runs = runs_dir(args).resolve()
+    checkpoints = [c.resolve() for c in args.checkpoints]
+    if args.smoke:
+        subprocess.run([sys.executable, "-m", "pipeline", *SMOKE, f"hydra.run.dir={runs / 'smoke'}",
+                        f"compile_cache.dir={runs / 'smoke-cache'}"], cwd=ROOT, check=True, capture_output=True)
+        checkpoints.append(runs / "smoke" / "model.tweak")
+    import torch
+
+    meta = {"device": torch.cuda.get_device_name() if torch.cuda.is_available() else platform.processor() or "cpu",
+            "torch": torch.__version__, "python": platform.python_version(),
+            "command": command_line(argv and [sys.argv[0], *argv])}
+    rows = []
+    for checkpoint in checkpoints:
+        rows.append(bench_checkpoint(checkpoint, runs))
+        print(write_table(args.out, f"load-{args.tag}", meta, rows, summary, markdown), flush=True)
+
+
+if __name__ == "__main__":
+    main()

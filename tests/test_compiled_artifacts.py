@@ -1,0 +1,180 @@
+"""Compiled artifacts beside a checkpoint (issue 28): a load that compiles nothing, under a trust the user holds.
+
+Every case loads a real Inductor route of a real model on the CPU. Artifacts are used only when signed with the
+user's own key (``TWEAKPIPE_HOME`` points each test at its own) or when the caller trusts them, and every check
+runs before a byte of them is unpickled."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import pipeline
+from conftest import ROOT, TINY
+from mlflow_helpers import clean_env
+from pipeline import compile_cache
+from pipeline.api import compose_config
+from pipeline.models import MLP
+from pipeline.route import checkpoint, compiled
+from pipeline.runner import run
+
+ROUTE = [*TINY, "backends=[eager,inductor]", "route=one_backend", "route.backend=inductor"]
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    """A tuned Inductor route and its checkpoint, signed with the key of its own TWEAKPIPE_HOME."""
+    folder = tmp_path_factory.mktemp("artifacts")
+    home = folder / "home"
+    old = os.environ.get("TWEAKPIPE_HOME")
+    os.environ["TWEAKPIPE_HOME"] = str(home)
+    try:
+        ctx = run(compose_config([*ROUTE, f"compile_cache.dir={folder / 'cache'}"]), folder / "run")
+    finally:
+        os.environ.pop("TWEAKPIPE_HOME") if old is None else os.environ.update(TWEAKPIPE_HOME=old)
+    return ctx, ctx.checkpoint_path, home
+
+
+@pytest.fixture
+def copy(tuned, tmp_path, monkeypatch):
+    """The checkpoint and its artifacts copied, loaded as the tuning user (its key), into an empty Inductor cache."""
+    _, path, home = tuned
+    monkeypatch.setenv("TWEAKPIPE_HOME", str(home))
+    for source in (path, compiled.path_for(path)):
+        shutil.copy(source, tmp_path / source.name)
+    with compile_cache.active({"dir": str(tmp_path / "empty_cache"), "enabled": True}):
+        yield tmp_path / path.name
+
+
+def loaded(path: Path, **kwargs):
+    model = MLP(width=16, depth=2).eval()
+    return pipeline.load(path, model, **kwargs)
+
+
+def served_equal(served, ctx) -> None:
+    for bs in (1, 3, 8, 9):
+        x = torch.randn(bs, 16)
+        assert torch.equal(served(x), ctx.routed(x)), bs  # the same program, the same weights: the same bits
+
+
+def test_the_checkpoint_records_its_signed_artifacts_and_validate_reloads_them(tuned):
+    ctx, path, home = tuned
+    record = checkpoint.read(path)["compiled"]
+    assert record["backends"] == ["inductor"] and record["built_for"]["torch"] == torch.__version__
+    assert compiled.path_for(path).stat().st_size == record["bytes"] + len(compiled.MAGIC) + len("hmac-sha256:\n") + 64
+    key = home / "trust.key"
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600  # the user's secret, readable by the user alone
+    reload = ctx.validation["reload"]
+    assert reload["artifacts"] == "used" and reload["backends"]["inductor"]["cache_misses"] == 0
+
+
+def test_trusted_artifacts_load_into_an_empty_cache_without_compiling(tuned, copy):
+    served = loaded(copy)
+    report = served.load_report
+    assert report.artifacts == "used"
+    assert report.backends["inductor"].cache_misses == 0 and report.backends["inductor"].cache_hits >= 1
+    assert served.load_seconds >= report.read_s
+    served_equal(served, tuned[0])
+
+
+def test_a_fresh_process_on_a_clean_machine_loads_them_without_compiling(tuned, tmp_path):
+    _, path, home = tuned
+    script = ("import json, pipeline, torch; from pipeline.models import MLP; "
+              f"s = pipeline.load({str(path)!r}, MLP(width=16, depth=2).eval()); "
+              "print(json.dumps(s.load_report.to_dict()))")
+    env = {**clean_env(), "TWEAKPIPE_HOME": str(home), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "clean")}
+    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["artifacts"] == "used" and report["backends"]["inductor"]["cache_misses"] == 0
+
+
+def ignored_then_refused(path: Path, why: str, caplog) -> None:
+    """Artifacts ``path`` should not use: ignored with one INFO line and rebuilt; refused where demanded."""
+    with caplog.at_level("INFO", logger="pipeline.route.checkpoint"):
+        served = loaded(path)
+    assert served.load_report.artifacts.startswith("ignored") and why in served.load_report.artifacts
+    assert served.load_report.backends["inductor"].cache_misses >= 1  # compiled again
+    assert any(why in r.getMessage() and r.levelname == "INFO" for r in caplog.records)
+    with pytest.raises(compiled.ArtifactsRefused, match=why):
+        loaded(path, trust_compiled=True)
+
+
+def test_a_flipped_byte_falls_back_or_is_refused(tuned, copy, caplog):
+    target = compiled.path_for(copy)
+    data = bytearray(target.read_bytes())
+    data[-10] ^= 0xFF
+    target.write_bytes(bytes(data))
+    ignored_then_refused(copy, "changed after the checkpoint was written", caplog)
+    served_equal(loaded(copy), tuned[0])  # rebuilt, it still serves the right outputs
+
+
+def test_a_foreign_signature_or_none_falls_back(tuned, copy, tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("TWEAKPIPE_HOME", str(tmp_path / "another_user"))
+    with caplog.at_level("INFO", logger="pipeline.route.checkpoint"):
+        served = loaded(copy)
+    assert "not signed with your key" in served.load_report.artifacts
+    assert "tweakpipe trust" in served.load_report.artifacts  # the way to trust it, once its origin is checked
+    served = loaded(copy, trust_compiled=True)  # the caller vouches for it: used
+    assert served.load_report.artifacts == "used" and served.load_report.backends["inductor"].cache_misses == 0
+
+
+def test_a_wrong_torch_version_recorded_falls_back(tuned, copy, caplog):
+    payload = checkpoint.read(copy)
+    payload["compiled"]["built_for"]["torch"] = "2.0.0"
+    checkpoint.write(payload, copy)  # whoever edits the file can rewrite its checksum too
+    ignored_then_refused(copy, "built for another setup: torch '2.0.0'", caplog)
+
+
+def test_trust_signs_a_file_after_checking_it_is_the_one_the_checkpoint_records(tuned, copy, tmp_path):
+    other = tmp_path / "another_user"
+    env = {**clean_env(), "TWEAKPIPE_HOME": str(other)}
+    proc = subprocess.run([sys.executable, "-m", "pipeline.trust", "trust", str(copy)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "trusted" in proc.stdout, proc.stderr
+    os.environ["TWEAKPIPE_HOME"] = str(other)  # restored by the copy fixture's monkeypatch
+    assert loaded(copy).load_report.artifacts == "used"
+    target = compiled.path_for(copy)
+    target.write_bytes(target.read_bytes() + b"x")
+    proc = subprocess.run([sys.executable, "-m", "pipeline.trust", "trust", str(copy)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "nothing was signed" in proc.stderr
+
+
+class WritesAFile:
+    """Unpickling this creates ``path``: what an artifact that runs code on load could do."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def test_no_code_from_an_artifact_runs_before_every_check_passed(tuned, copy, tmp_path, monkeypatch):
+    marker = tmp_path / "pwned"
+    body = json.dumps({"backends": {"inductor": 0}}).encode()  # lengths filled in below
+    blob = pickle.dumps(WritesAFile(str(marker)))
+    body = json.dumps({"backends": {"inductor": len(blob)}}, sort_keys=True).encode() + b"\n" + blob
+    payload = checkpoint.read(copy)
+    payload["compiled"].update(sha256=__import__("hashlib").sha256(body).hexdigest(), bytes=len(body))
+    checkpoint.write(payload, copy)  # the attacker rewrites the checkpoint's record and checksum too
+    target = compiled.path_for(copy)
+    for signature in (compiled.UNSIGNED, "0" * 64):  # unsigned, or signed with a key that is not the user's
+        target.write_bytes(compiled.MAGIC + f"hmac-sha256:{signature}\n".encode() + body)
+        served = loaded(copy)
+        assert served.load_report.artifacts.startswith("ignored") and not marker.exists()
+    monkeypatch.setenv("TWEAKPIPE_HOME", str(tmp_path / "attacker"))  # signed with another user's key
+    compiled.sign(copy)
+    monkeypatch.setenv("TWEAKPIPE_HOME", str(tuned[2]))
+    assert loaded(copy).load_report.artifacts.startswith("ignored") and not marker.exists()
