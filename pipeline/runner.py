@@ -32,6 +32,7 @@ from pipeline.context import Earlier, RunContext
 from pipeline.cost import Stopwatch
 from pipeline.measure.references import eager_problem
 from pipeline.record import fingerprint
+from pipeline.record import progress
 from pipeline.record.claim import claimed
 from pipeline.record.recorder import Recorder, earlier_record, earlier_results
 from pipeline.record.tracker import make_tracker
@@ -181,7 +182,8 @@ def run(cfg: DictConfig, run_dir: Path, model: Optional[torch.nn.Module] = None,
             for stage in cfg.stages:
                 start = time.perf_counter()
                 try:
-                    functions[stage](ctx)
+                    with progress.scope():  # no progress line outlives its stage
+                        functions[stage](ctx)
                     ctx.stage_seconds[stage] = time.perf_counter() - start
                 except BaseException as exc:
                     stop.caught(exc)  # a stop that reached the run is not raised again while it is recorded

@@ -75,8 +75,9 @@ def test_a_long_step_is_logged_again_while_it_runs(caplog, monkeypatch):
     assert lines(caplog)[-1].startswith("capture done: 2 step(s)")
 
 
-def test_a_loop_left_by_an_exception_stops_logging(caplog, monkeypatch):
-    """A ``track`` generator kept alive by a traceback (a notebook keeps the last one) says nothing more."""
+def test_a_loop_left_by_an_exception_stops_logging_with_its_stage(caplog, monkeypatch):
+    """A ``track`` generator kept alive by a traceback (a notebook keeps the last one) says nothing more
+    once the stage's :func:`progress.scope` (the runner's, around each stage) has ended."""
     monkeypatch.setattr(progress, "HEARTBEAT_S", 0.1)
     caplog.set_level(logging.INFO, logger=PROGRESS)
 
@@ -86,7 +87,8 @@ def test_a_loop_left_by_an_exception_stops_logging(caplog, monkeypatch):
                 raise KeyboardInterrupt
 
     try:
-        stage()
+        with progress.scope():
+            stage()
     except KeyboardInterrupt:
         kept = sys.exc_info()  # holds the stage's frame, and with it the unfinished generator
         time.sleep(0.3)  # beats may land before the check sees the loop is gone

@@ -12,7 +12,8 @@ parallel launcher's jobs, which set ``TWEAK_PROGRESS=0``) a step is a log line w
 the time elapsed and an ETA from the steps done so far: the first step, then a step at most every
 ``QUIET_S`` seconds (fast steps do not flood the log), and a step still running again every
 ``HEARTBEAT_S`` seconds, so a log never goes quiet while work goes on (a compile can take minutes
-in one step).
+in one step). The heartbeat is a thread that reads the task's own clock only (never another
+thread's frames), and ends with its task or with the :func:`scope` the task began in.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ import os
 import sys
 import threading
 import time
-from types import FrameType
 from typing import Any, Callable, Iterable, Iterator, List, Optional, Tuple, TypeVar
 
 T = TypeVar("T")
@@ -120,36 +120,51 @@ class LoggedSteps(Steps):
         log.info("%s done: %d step(s) in %s", self.title, self.steps, duration(self.clock() - self.started))
 
 
-def running(thread_id: int, frame: FrameType) -> bool:
-    """Whether ``frame`` is still on that thread's stack: the code that asked for the progress still runs.
-
-    A ``track`` generator left unfinished by an exception stays alive as long as its traceback
-    (a notebook keeps the last one), and must not log a step that no longer runs.
-    """
-    current: Optional[FrameType] = sys._current_frames().get(thread_id)
-    while current is not None:
-        if current is frame:
-            return True
-        current = current.f_back
-    return False
+_live: List[threading.Event] = []  # the heartbeats of tasks now running, oldest first
+_live_lock = threading.Lock()
 
 
 @contextlib.contextmanager
-def heartbeat(bar: LoggedSteps, owner: FrameType) -> Iterator[None]:
-    """A daemon thread that asks ``bar`` for a beat a few times per heartbeat while ``owner`` runs."""
-    stop, thread_id, poll_s = threading.Event(), threading.get_ident(), min(1.0, bar.every_s / 4)
+def heartbeat(bar: LoggedSteps) -> Iterator[None]:
+    """A daemon thread that asks ``bar`` for a beat a few times per heartbeat, until the task ends, the
+    :func:`scope` it began in ends, or the thread that began it is gone."""
+    stop, owner, poll_s = threading.Event(), threading.current_thread(), min(1.0, bar.every_s / 4)
 
     def beat() -> None:
-        while not stop.wait(poll_s) and running(thread_id, owner):
+        while not stop.wait(poll_s) and owner.is_alive():
             bar.beat()
 
+    with _live_lock:
+        _live.append(stop)
     thread = threading.Thread(target=beat, name=f"progress-{bar.title}", daemon=True)
     thread.start()
     try:
         yield
     finally:
         stop.set()
+        with _live_lock:
+            if stop in _live:
+                _live.remove(stop)
         thread.join()
+
+
+@contextlib.contextmanager
+def scope() -> Iterator[None]:
+    """Every progress task begun inside ends with it (the runner opens one per stage).
+
+    A :func:`track` loop that an exception left unfinished does not end by itself: its generator
+    lives as long as the traceback does (a notebook keeps the last one), and would go on logging a
+    step that no longer runs.
+    """
+    with _live_lock:
+        begun = len(_live)
+    try:
+        yield
+    finally:
+        with _live_lock:
+            for stop in _live[begun:]:
+                stop.set()
+            del _live[begun:]
 
 
 @contextlib.contextmanager
@@ -167,15 +182,11 @@ def logs_above(stream: Any) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def steps(title: str, total: Optional[int], owner: Optional[FrameType] = None) -> Iterator[Steps]:
-    """A bar for ``total`` steps titled ``title`` in a terminal (:func:`enabled`), else :class:`LoggedSteps`.
-
-    ``owner`` is the frame whose work the steps are (the caller's by default); lines are logged
-    only while it runs.
-    """
+def steps(title: str, total: Optional[int]) -> Iterator[Steps]:
+    """A bar for ``total`` steps titled ``title`` in a terminal (:func:`enabled`), else :class:`LoggedSteps`."""
     if not enabled():
         bar = LoggedSteps(title, total)
-        with heartbeat(bar, owner or sys._getframe(2)):  # 2: past contextlib's __enter__
+        with heartbeat(bar):
             yield bar
         bar.finish()
         return
@@ -188,7 +199,7 @@ def steps(title: str, total: Optional[int], owner: Optional[FrameType] = None) -
 
 def track(items: Iterable[T], title: str, total: Optional[int], label: Callable[[T], str] = str) -> Iterator[T]:
     """:func:`steps` over ``items``: each item's label shows while the loop body works on it."""
-    with steps(title, total, owner=sys._getframe(1)) as bar:  # the loop over this generator
+    with steps(title, total) as bar:
         for item in items:
             bar.next(label(item))
             yield item
