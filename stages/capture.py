@@ -100,7 +100,7 @@ def capture_one(ctx: RunContext, name: str, cfg: dict,
         outcome.status, outcome.reason = "failed", f"{type(exc).__name__}: {exc}".strip()[:2000]
         return outcome
     cost.record_s = float(backend.stats().get("record_seconds", 0.0))
-    backend.artifacts = artifacts.data  # its programs, for the checkpoint's compiled artifacts
+    backend.artifacts = artifacts  # its programs, for the checkpoint's compiled artifacts
     outcome.build_seconds = time.perf_counter() - start
     outcome.peak_memory_bytes = devices.peak_memory_bytes(ctx.device)
     outcome.compile = backend.compile_evidence()

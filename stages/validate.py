@@ -82,6 +82,8 @@ def run(ctx: RunContext) -> None:
     fallbacks = {f"{label}:{name}": reason for label, module in modules.items()
                  for name, backend in module.backends.items() if (reason := backend.fallback_reason())}
     ctx.validation = {"ok": all(r["ok"] for r in rows) and not fallbacks, "rows": rows, "fallbacks": fallbacks}
+    if "reloaded" in modules:  # how long the reload took, and where: the load report (compiled artifacts used?)
+        ctx.validation["reload"] = modules["reloaded"].load_report.to_dict()
     for r in rows:  # each row is in validation.json; a failing one is also an error here
         log.log(logging.DEBUG if r["ok"] else logging.ERROR,
                 "validate %-8s bs=%-4d %-24s err %.2e (tol %.1e) %d tensors %s", r["check"], r["batch_size"],

@@ -91,12 +91,20 @@ def test_a_fresh_process_on_a_clean_machine_loads_them_without_compiling(tuned, 
     script = ("import json, pipeline, torch; from pipeline.models import MLP; "
               f"s = pipeline.load({str(path)!r}, MLP(width=16, depth=2).eval()); "
               "print(json.dumps(s.load_report.to_dict()))")
-    env = {**clean_env(), "TWEAKPIPE_HOME": str(home), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "clean")}
+    clean = tmp_path / "clean"
+    env = {**clean_env(), "TWEAKPIPE_HOME": str(home), "TORCHINDUCTOR_CACHE_DIR": str(clean)}
     proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert report["artifacts"] == "used" and report["backends"]["inductor"]["cache_misses"] == 0
+    # Not even a C++ kernel was built there: every kernel library in the clean cache is one the artifacts carried
+    # (the rest are Inductor's probes of this CPU's instruction sets, each marked .load_ok: once per machine).
+    record = checkpoint.read(path)["compiled"]
+    carried = compiled._contents(compiled._read(compiled.path_for(path), record["bytes"])[1], record["backends"]).files
+    kernels = {p.relative_to(clean).as_posix(): p.read_bytes() for p in clean.rglob("*.so")
+               if not p.with_name(p.name + ".load_ok").exists()}
+    assert carried and kernels == carried
 
 
 def ignored_then_refused(path: Path, why: str, caplog) -> None:
@@ -163,9 +171,8 @@ class WritesAFile:
 
 def test_no_code_from_an_artifact_runs_before_every_check_passed(tuned, copy, tmp_path, monkeypatch):
     marker = tmp_path / "pwned"
-    body = json.dumps({"backends": {"inductor": 0}}).encode()  # lengths filled in below
     blob = pickle.dumps(WritesAFile(str(marker)))
-    body = json.dumps({"backends": {"inductor": len(blob)}}, sort_keys=True).encode() + b"\n" + blob
+    body = json.dumps({"backends": {"inductor": len(blob)}, "files": {}}).encode() + b"\n" + blob
     payload = checkpoint.read(copy)
     payload["compiled"].update(sha256=__import__("hashlib").sha256(body).hexdigest(), bytes=len(body))
     checkpoint.write(payload, copy)  # the attacker rewrites the checkpoint's record and checksum too
@@ -178,3 +185,22 @@ def test_no_code_from_an_artifact_runs_before_every_check_passed(tuned, copy, tm
     compiled.sign(copy)
     monkeypatch.setenv("TWEAKPIPE_HOME", str(tuned[2]))
     assert loaded(copy).load_report.artifacts.startswith("ignored") and not marker.exists()
+
+
+def test_an_artifact_naming_a_path_outside_the_cache_is_refused_before_anything_is_written(tuned, copy, tmp_path):
+    record = checkpoint.read(copy)["compiled"]
+    body = compiled._read(compiled.path_for(copy), record["bytes"])[1]
+    head, _, rest = body.partition(b"\n")
+    header = json.loads(head)
+    path = next(iter(header["files"]))
+    header["files"] = {f"../../{Path(p).name}": size for p, size in header["files"].items()}
+    forged = json.dumps(header).encode() + b"\n" + rest
+    payload = checkpoint.read(copy)
+    payload["compiled"].update(sha256=__import__("hashlib").sha256(forged).hexdigest(), bytes=len(forged))
+    checkpoint.write(payload, copy)
+    compiled.path_for(copy).write_bytes(compiled.MAGIC + f"hmac-sha256:{compiled.trust.signature(forged)}\n".encode()
+                                        + forged)  # signed by the user, as a careless `tweakpipe trust` would
+    served = loaded(copy)
+    assert "names files outside the cache directory" in served.load_report.artifacts
+    root = tmp_path / "empty_cache"  # the cache the copy fixture loads into; the forged paths climb two above it
+    assert not (root.parent.parent / Path(path).name).exists() and not (root.parent / Path(path).name).exists()

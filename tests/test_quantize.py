@@ -131,7 +131,7 @@ def int8_served(tmp_path_factory):
 def test_an_int8_checkpoint_stores_fp32_weights_and_the_recipe_and_reloads_exactly(int8_served):
     ctx = int8_served
     payload = checkpoint.read(ctx.checkpoint_path)
-    assert payload["format"] == checkpoint.FORMAT == 5
+    assert payload["format"] == checkpoint.FORMAT >= 5
     assert payload["backends"]["eager.int8_weight_only"]["precision"] == "int8_weight_only"
     assert payload["versions"]["torchao"] == checkpoint.version_of("torchao")
     assert payload_check.foreign_object(payload) is None  # plain data and plain tensors only

@@ -37,10 +37,12 @@ from omegaconf import OmegaConf
 from torch import nn
 
 from pipeline import backends as backend_registry
-from pipeline import devices
+from pipeline import compile_ahead, devices
+from pipeline.cost import compiles_into
 from pipeline.batching import BatchDims
 from pipeline.config import limits
 from pipeline.copies import holding
+from pipeline.route import compiled
 from pipeline.route import payload as payload_check
 from pipeline.models import make_inputs
 from pipeline.route.payload import CheckpointError, StateDictMismatch, UntrustedOptions  # noqa: F401 (callers catch them here)
@@ -52,9 +54,10 @@ log = logging.getLogger(__name__)
 MAGIC = b"TWEAKPIPE-CHECKPOINT"
 # 2: each backend's config holds the keys of its kind's schema only; 3: and its precision; 4: and cast_weights;
 # 5: a precision may name a quantization recipe (pipeline.backends.quantize: the fp32 weights are stored, and
-# load quantizes them again), and versions then records torchao's
-FORMAT = 5
-READS = (2, 3, 4, 5)  # older files are format-5 files whose backends leave the newer keys at their defaults
+# load quantizes them again), and versions then records torchao's; 6: compiled, the record of the compiled
+# artifacts beside the file (pipeline.route.compiled)
+FORMAT = 6
+READS = (2, 3, 4, 5, 6)  # older files are format-6 files whose backends leave the newer keys at their defaults
 KEYS = ("name", "route", "backends", "state_dict", "inputs", "batch_sizes", "max_batch_size", "versions", "device")
 # The seed of the sample inputs used to build and warm the backends on load.
 SAMPLE_SEED = 0
@@ -148,8 +151,13 @@ def write(payload: Mapping[str, Any], path: PathLike) -> Path:
 
 
 def save(routed: RoutedModule, path: PathLike) -> Path:
-    """Write the checkpoint of a routed model to ``path``."""
-    return write(payload_of(routed), path)
+    """Write the checkpoint of a routed model to ``path``, and beside it (``path.compiled``, signed with this user's
+    key) the routed backends' compiled artifacts, whose SHA-256 and build setup the checkpoint records."""
+    payload, path = payload_of(routed), Path(path)
+    used = dict.fromkeys(r.backend for r in routed.route)
+    record = compiled.write(path, {n: routed.backends[n].artifacts for n in used}, routed.record.device,
+                            payload["state_dict"])
+    return write({**payload, **({"compiled": record} if record else {})}, path)
 
 
 def read(path: PathLike) -> Dict[str, Any]:
@@ -232,7 +240,7 @@ def warn_on_drift(payload: Mapping[str, Any], device: torch.device) -> None:
 
 
 def load(path: PathLike, model: nn.Module, device: Optional[Union[str, torch.device]] = None,
-         trust_options: bool = False) -> RoutedModule:
+         trust_options: bool = False, trust_compiled: Optional[bool] = None) -> RoutedModule:
     """Rebuild only the routed backends of a checkpoint, and load its weights into ``model``.
 
     Everything is checked and built before ``model`` is touched: every field of the file
@@ -248,7 +256,12 @@ def load(path: PathLike, model: nn.Module, device: Optional[Union[str, torch.dev
     Each backend is built for the batch sizes it owns up to the largest tuned size (a graph
     backend records only the sizes in its ranges, and its tuned sizes exactly, as capture did),
     then called once at each tuned size it owns so that compiles happen here and not in the first
-    served call. ``load_seconds`` on the result says how long this took.
+    served call. ``load_seconds`` on the result says how long this took, ``load_report`` where the time went.
+
+    Compiled artifacts beside the file (``path.compiled``, ``pipeline.route.compiled``) run code when loaded, so
+    they are used only when trusted: ``trust_compiled=None`` (the default) uses them where they are signed with
+    this user's key, ``True`` also where they are not (and raises where they cannot be used), ``False`` never.
+    Their checksum, versions, device and weights are checked first; a check that fails rebuilds the backends.
     """
     start = time.perf_counter()
     path, requested = Path(path), requested_device(device)
@@ -264,16 +277,47 @@ def load(path: PathLike, model: nn.Module, device: Optional[Union[str, torch.dev
         raise CheckpointError(f"{path}: {too_big}; nothing was loaded. Load it where more memory is free, "
                               f"or re-tune with smaller model.batch_sizes")
     warn_on_drift(payload, dev)
-    routed = rebuilt(payload, holding(model, payload["state_dict"]).eval().to(dev), dev, path)
+    report = compiled.LoadReport(read_s=time.perf_counter() - start)
+    installing = time.perf_counter()
+    use_artifacts(payload, path, dev, trust_compiled, report)
+    report.artifacts_s = time.perf_counter() - installing
+    routed = rebuilt(payload, holding(model, payload["state_dict"]).eval().to(dev), dev, path, report)
     with torch.no_grad():  # the last step, once everything else succeeded
         model.load_state_dict(payload["state_dict"])
-    routed.load_seconds = time.perf_counter() - start
-    log.info("loaded %s in %.2f s on %s: %s", path, routed.load_seconds, dev, routed.extra_repr())
+    routed.load_seconds = report.total_s = time.perf_counter() - start
+    routed.load_report = report
+    log.info("loaded %s in %.2f s on %s: %s (%s)", path, routed.load_seconds, dev, routed.extra_repr(),
+             report.summary())
     return routed
 
 
-def rebuilt(payload: Mapping[str, Any], own: nn.Module, dev: torch.device, path: Path) -> RoutedModule:
-    """The routed module of a checked payload, its backends built and warmed on ``own`` (the model's copy)."""
+def use_artifacts(payload: Mapping[str, Any], path: Path, dev: torch.device, trust_compiled: Optional[bool],
+                  report: compiled.LoadReport) -> None:
+    """Install the checkpoint's compiled artifacts into the local Inductor cache where they may be used; else say
+    why in one line (or raise :class:`~pipeline.route.compiled.ArtifactsRefused` where the caller demanded them)."""
+    record = payload.get("compiled")
+    if record is None:
+        if trust_compiled:
+            raise compiled.ArtifactsRefused(f"{path} records no compiled artifacts (its route compiles nothing, or it "
+                                            f"was saved without them); nothing was loaded. Load it with "
+                                            f"trust_compiled=None to rebuild its backends")
+        return
+    blobs, why = compiled.usable(record, path, dev, payload["state_dict"], trust_compiled)
+    if blobs is None:
+        if trust_compiled:
+            raise compiled.ArtifactsRefused(f"{path}: its compiled artifacts cannot be used: {why}; nothing was "
+                                            f"loaded. Load it with trust_compiled=None to rebuild its backends")
+        report.artifacts = f"ignored: {why}"
+        log.info("%s: compiled artifacts ignored, the backends are rebuilt: %s", path, why)
+        return
+    compiled.install(blobs)
+    report.artifacts = "used"
+
+
+def rebuilt(payload: Mapping[str, Any], own: nn.Module, dev: torch.device, path: Path,
+            report: compiled.LoadReport) -> RoutedModule:
+    """The routed module of a checked payload, its backends built and warmed on ``own`` (the model's copy); what
+    each cost goes into ``report``."""
     route = [Range(int(r["lo"]), None if r["hi"] is None else int(r["hi"]), r["backend"]) for r in payload["route"]]
     inputs, tuned = payload["inputs"], [int(b) for b in payload["batch_sizes"]]
     output_dims = payload.get("output_batch_dims", {})  # absent from checkpoints written before batch dims
@@ -284,15 +328,24 @@ def rebuilt(payload: Mapping[str, Any], own: nn.Module, dev: torch.device, path:
         cfg = {k: v for k, v in payload["backends"][name].items() if k != "name"}
         backend = backend_registry.create(name, cfg)
         owned, owned_tuned = sizes_owned(route, name, servable), sizes_owned(route, name, tuned)
+        stored = name in (payload.get("compiled") or {}).get("backends", [])
+        entry = report.backends[name] = compiled.BackendLoad(artifacts=report.artifacts if stored else "none")
         try:
-            backend.build(own, make_inputs(inputs, max(owned), dev, SAMPLE_SEED), dev, owned, owned_tuned, dims)
-            for bs in owned_tuned:
-                backend(**make_inputs(inputs, bs, dev, SAMPLE_SEED))
+            with compiles_into(entry), compiled.recorded(compile_ahead.compiles(cfg)) as artifacts:
+                start = time.perf_counter()
+                backend.build(own, make_inputs(inputs, max(owned), dev, SAMPLE_SEED), dev, owned, owned_tuned, dims)
+                entry.build_s, start = time.perf_counter() - start, time.perf_counter()
+                for bs in owned_tuned:
+                    backend(**make_inputs(inputs, bs, dev, SAMPLE_SEED))
+                devices.synchronize(dev)
+                entry.warmup_s = time.perf_counter() - start
         except Exception as exc:  # noqa: BLE001 -- whatever failed, the caller's model was not touched
             first = (str(exc).strip().splitlines() or [""])[0][:500]
             raise CheckpointError(f"{path}: backend {name!r} could not be rebuilt on {dev} ({type(exc).__name__}: "
                                   f"{first}); nothing was loaded, your model is as it was. Re-tune on this machine"
                                   ) from exc
+        entry.record_s = float(backend.stats().get("record_seconds", 0.0))
+        backend.artifacts = artifacts  # so that a loaded module saves its artifacts again
         built[name] = backend
     devices.synchronize(dev)
     return RoutedModule(built, route, TuneRecord(payload["name"], own, inputs, tuned, dev, api=True,

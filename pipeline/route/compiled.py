@@ -31,6 +31,7 @@ import json
 import logging
 import os
 import platform
+import re
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -39,6 +40,7 @@ from typing import Any, Dict, Iterator, Mapping, Optional, Tuple
 import torch
 
 from pipeline import trust
+from pipeline.route.payload import CheckpointError
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +51,7 @@ MAX_HEADER = 1 << 20  # bytes of JSON header a file may hold
 HEX = set("0123456789abcdef")
 
 
-class ArtifactsRefused(ValueError):
+class ArtifactsRefused(CheckpointError):
     """The caller demanded compiled artifacts (``trust_compiled=True``) and they cannot be used."""
 
 
@@ -59,27 +61,62 @@ def path_for(checkpoint: Path) -> Path:
 
 @dataclass
 class Recorded:
-    """What one backend's build put into or took from Inductor's caches, as bytes (empty: nothing compiled)."""
+    """What one backend's build put into or took from Inductor's caches: the mega-cache's bytes, and the C++
+    libraries Inductor built for the CPU (path in the cache directory -> bytes; the mega-cache leaves them out,
+    and a clean machine would compile them again). Empty where nothing compiled."""
 
     data: bytes = b""
+    files: Dict[str, bytes] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.data)
 
 
 @contextlib.contextmanager
 def recorded(compiles: bool) -> Iterator[Recorded]:
-    """Record the Inductor cache entries the block produces or loads (the mega-cache, cleared first), where the
-    block ``compiles`` with Inductor (otherwise nothing is recorded, and Inductor is not loaded for it)."""
+    """Record the Inductor cache entries the block produces or loads (the mega-cache, cleared first), and the C++
+    libraries it loads, where the block ``compiles`` with Inductor (otherwise nothing is recorded, and Inductor is
+    not loaded for it)."""
     holder = Recorded()
     manager = _artifact_manager() if compiles else None
     if manager is None:
         yield holder
         return
     manager.clear()
+    libraries = _cpp_libraries()
     try:
         yield holder
     finally:
         saved = torch.compiler.save_cache_artifacts()
         holder.data = saved[0] if saved else b""
+        holder.files = _library_files({k: v for k, v in _cpp_libraries().items() if k not in libraries})
         manager.clear()
+
+
+def _cpp_libraries() -> Dict[str, Any]:
+    """Inductor's C++ code caches in this process: key -> the loader of its library."""
+    from torch._inductor import codecache
+
+    kinds = [getattr(codecache, n, None) for n in ("CppCodeCache", "CppPythonBindingsCodeCache", "CppWrapperCodeCache")]
+    return {f"{kind.__name__}:{key}": loader for kind in kinds if kind is not None
+            for key, loader in getattr(kind, "cache", {}).items()}
+
+
+def _library_files(loaders: Mapping[str, Any]) -> Dict[str, bytes]:
+    """The files of loaded C++ libraries that lie in the Inductor cache directory, by their path there."""
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    root, files = Path(cache_dir()).resolve(), {}
+    for loader in loaders.values():
+        try:
+            lib = loader()
+        except Exception:  # noqa: BLE001 -- a library that did not build is not worth carrying
+            continue
+        name = getattr(lib, "__file__", None) or getattr(lib, "_name", None)
+        path = Path(str(name)).resolve() if name else None
+        if path is not None and path.is_file() and path.is_relative_to(root):
+            files[path.relative_to(root).as_posix()] = path.read_bytes()
+    return files
 
 
 def _artifact_manager() -> Any:
@@ -102,14 +139,37 @@ def version_of(package: str) -> str:
 
 def built_for(device: torch.device) -> Dict[str, Any]:
     """What compiled code depends on: torch, Triton and CUDA versions, and the device (capability or CPU)."""
-    info: Dict[str, Any] = {"torch": torch.__version__, "triton": version_of("triton"),
+    info: Dict[str, Any] = {"torch": str(torch.__version__), "triton": version_of("triton"),
                             "cuda": str(torch.version.cuda), "device_type": device.type}
     if device.type == "cuda":
         major, minor = torch.cuda.get_device_capability(device)
         info.update(device_name=torch.cuda.get_device_name(device), capability=f"{major}.{minor}")
     else:
-        info.update(device_name=platform.machine(), capability=platform.processor() or platform.machine())
+        info.update(device_name=cpu_model(), capability=cpu_features())
     return info
+
+
+def _cpuinfo(field_name: str) -> str:
+    """The first value of ``field_name`` in /proc/cpuinfo ('' where there is none: not Linux)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == field_name:
+                    return value.strip()
+    except OSError:
+        pass
+    return ""
+
+
+def cpu_model() -> str:
+    return _cpuinfo("model name") or platform.processor() or platform.machine()
+
+
+def cpu_features() -> str:
+    """A digest of the CPU's instruction-set flags: kernels compiled for one set may not run on another."""
+    flags = " ".join(sorted(_cpuinfo("flags").split())) or platform.machine()
+    return f"{platform.machine()}:{hashlib.sha256(flags.encode()).hexdigest()[:16]}"
 
 
 def weights_digest(state_dict: Mapping[str, torch.Tensor]) -> str:
@@ -124,17 +184,20 @@ def weights_digest(state_dict: Mapping[str, torch.Tensor]) -> str:
     return h.hexdigest()
 
 
-def write(checkpoint: Path, blobs: Mapping[str, bytes], device: torch.device,
+def write(checkpoint: Path, blobs: Mapping[str, Recorded], device: torch.device,
           state_dict: Mapping[str, torch.Tensor]) -> Optional[Dict[str, Any]]:
     """Write the routed backends' artifacts beside ``checkpoint``, signed with this user's key; the record the
     checkpoint keeps of them, or None (and no file) where no backend compiled anything."""
-    blobs = {name: data for name, data in blobs.items() if data}
+    blobs = {name: rec for name, rec in blobs.items() if rec}
     target = path_for(checkpoint)
     if not blobs:
         target.unlink(missing_ok=True)  # an older file would not match this checkpoint
         return None
-    header = {"backends": {name: len(data) for name, data in blobs.items()}}
-    body = json.dumps(header, sort_keys=True).encode() + b"\n" + b"".join(blobs.values())
+    files = {path: data for rec in blobs.values() for path, data in sorted(rec.files.items())}
+    header = {"backends": {name: len(rec.data) for name, rec in blobs.items()},
+              "files": {path: len(data) for path, data in files.items()}}
+    body = (json.dumps(header).encode() + b"\n" + b"".join(rec.data for rec in blobs.values())
+            + b"".join(files.values()))
     tmp = target.with_name(target.name + ".tmp")
     with tmp.open("wb") as f:
         f.write(MAGIC + f"hmac-sha256:{trust.signature(body)}\n".encode() + body)
@@ -160,26 +223,45 @@ def _read(target: Path, expected_bytes: int) -> Tuple[str, bytes]:
     return line[len(b"hmac-sha256:"):].decode(errors="replace"), body
 
 
-def _blobs(body: bytes, backends: Any) -> Dict[str, bytes]:
-    """Each backend's bytes, from a body whose header must name exactly the recorded backends."""
+# A carried library's path in the cache directory: a few plain components, nothing that climbs out of it.
+SAFE_PATH = re.compile(r"[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+){0,3}")
+
+
+@dataclass(frozen=True)
+class Contents:
+    """An artifacts file's parts, by backend (mega-cache bytes) and by library path."""
+
+    backends: Dict[str, bytes]
+    files: Dict[str, bytes]
+
+
+def _contents(body: bytes, backends: Any) -> Contents:
+    """The parts of a body whose header must name exactly the recorded backends and describe every byte."""
     head, _, blob = body.partition(b"\n")
     if len(head) > MAX_HEADER:
         raise ValueError("its header is too long")
     header = json.loads(head)
-    lengths = header.get("backends") if isinstance(header, dict) else None
-    if (not isinstance(lengths, dict) or sorted(lengths) != sorted(backends)
-            or not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in lengths.values())
-            or sum(lengths.values()) != len(blob)):
+    if not isinstance(header, dict) or set(header) != {"backends", "files"}:
         raise ValueError("its header does not describe its contents")
-    out, start = {}, 0
-    for name, length in lengths.items():
-        out[name], start = blob[start:start + length], start + length
-    return out
+    lengths, files = header["backends"], header["files"]
+    sizes = [*lengths.values(), *files.values()] if isinstance(lengths, dict) and isinstance(files, dict) else [None]
+    if (not isinstance(lengths, dict) or sorted(lengths) != sorted(backends) or not isinstance(files, dict)
+            or not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in sizes)
+            or sum(sizes) != len(blob)):
+        raise ValueError("its header does not describe its contents")
+    unsafe = [p for p in files if not (isinstance(p, str) and SAFE_PATH.fullmatch(p) and ".." not in p.split("/"))]
+    if unsafe:
+        raise ValueError(f"it names files outside the cache directory: {unsafe[:3]}")
+    parts, start = [], 0
+    for length in sizes:
+        parts.append(blob[start:start + length])
+        start += length
+    return Contents(dict(zip(lengths, parts[:len(lengths)])), dict(zip(files, parts[len(lengths):])))
 
 
 def usable(record: Mapping[str, Any], checkpoint: Path, device: torch.device, state_dict: Mapping[str, torch.Tensor],
-           trust_compiled: Optional[bool]) -> Tuple[Optional[Dict[str, bytes]], str]:
-    """The artifacts of each backend, or None and why not; nothing in them is unpickled here.
+           trust_compiled: Optional[bool]) -> Tuple[Optional[Contents], str]:
+    """The artifacts, or None and why not; nothing in them is unpickled or written here.
 
     ``trust_compiled``: None uses artifacts signed with this user's key; True also unsigned or foreign ones;
     False never. The checksum, versions, device and weights are checked in every case."""
@@ -205,14 +287,25 @@ def usable(record: Mapping[str, Any], checkpoint: Path, device: torch.device, st
     if weights_digest(state_dict) != record["weights"]:
         return None, f"{target.name} was built with other weights than the checkpoint holds"
     try:
-        return _blobs(body, record["backends"]), ""
+        return _contents(body, record["backends"]), ""
     except (ValueError, UnicodeDecodeError) as exc:
         return None, f"{target.name} is damaged: {exc}"
 
 
-def install(blobs: Mapping[str, bytes]) -> None:
-    """Put trusted artifacts into the local Inductor cache (this unpickles them: checked by :func:`usable` first)."""
-    for data in blobs.values():
+def install(contents: Contents) -> None:
+    """Put trusted artifacts into the local Inductor cache (this unpickles them and writes the libraries it
+    carries where the cache has none yet: checked by :func:`usable` first)."""
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    root = Path(cache_dir()).resolve()
+    for relative, data in contents.files.items():
+        path = (root / relative).resolve()
+        if path.is_relative_to(root) and not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+            tmp.write_bytes(data)
+            os.replace(tmp, path)
+    for data in contents.backends.values():
         torch.compiler.load_cache_artifacts(data)
 
 

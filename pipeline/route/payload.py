@@ -25,7 +25,7 @@ from pipeline.config import inductor_options, limits
 # Every field a payload may hold, and its type (``created`` and ``format`` are informative).
 FIELDS: Dict[str, type] = {"format": int, "name": str, "created": str, "route": list, "backends": dict,
                            "inputs": dict, "output_batch_dims": dict, "batch_sizes": list, "max_batch_size": int,
-                           "versions": dict, "device": dict, "state_dict": dict}
+                           "versions": dict, "device": dict, "state_dict": dict, "compiled": dict}
 ROUTE_KEYS = {"lo", "hi", "backend"}
 PLAIN = (str, int, float, bool, type(None))  # besides dicts, lists and plain tensors: all a payload holds
 
@@ -172,6 +172,21 @@ def check_state_dict(saved: Mapping[str, Any], model: nn.Module, name: str, path
             + "; ".join(p for p in parts if p) + ". Pass a model built like the one that was tuned")
 
 
+def compiled_problem(payload: Mapping[str, Any]) -> Optional[str]:
+    """The record of compiled artifacts beside the file (``pipeline.route.compiled``): its form, and backends the
+    route serves."""
+    from pipeline.route import compiled  # which imports this module's CheckpointError
+
+    if "compiled" not in payload:
+        return None
+    problem = compiled.record_problem(payload["compiled"])
+    if problem:
+        return problem
+    routed = {r["backend"] for r in payload["route"]}
+    strays = sorted(set(payload["compiled"]["backends"]) - routed)
+    return f"compiled names backends the route does not serve: {strays}" if strays else None
+
+
 def check(payload: Mapping[str, Any], model: nn.Module, path: Path, trust_options: bool = False) -> None:
     """Raise unless every field of ``payload`` is within the format and its weights fit ``model``."""
     problem = (foreign_object(payload)
@@ -182,7 +197,8 @@ def check(payload: Mapping[str, Any], model: nn.Module, path: Path, trust_option
                or next(filter(None, (backend_problem(n, c) for n, c in payload["backends"].items())), None)
                or (f"{len(payload['backends'])} backends, more than {limits.MAX_BACKENDS}"
                    if len(payload["backends"]) > limits.MAX_BACKENDS else None)
-               or route_problem(payload["route"], payload["backends"], len(payload["batch_sizes"])))
+               or route_problem(payload["route"], payload["backends"], len(payload["batch_sizes"]))
+               or compiled_problem(payload))
     if problem:
         raise CheckpointError(f"{path} is not a checkpoint this tweakpipe can load: {problem}. Nothing was loaded; "
                               f"re-save it with pipeline.save or re-tune")
