@@ -169,7 +169,7 @@ def from_file(path: str, given: Optional[Mapping[str, Mapping[str, Any]]]) -> Tu
     if not isinstance(data, Mapping) or not data or not all(isinstance(k, str) for k in data):
         what = (f"a {type(data).__name__}" if not isinstance(data, Mapping) else "an empty dict" if not data else
                 f"a dict keyed by {type(next(k for k in data if not isinstance(k, str))).__name__}s, not input names")
-        raise ConfigError(f"{where} holds {what}; save a dict of input name (a string) -> tensor, "
+        raise ConfigError(f"{where} holds {what}; save a dict of input name -> tensor, "
                           f"torch.save({{'x': x}}, '{path}')")
     dims = {name: int(s.get("batch_dim", 0)) for name, s in (given or {}).items()}
     try:

@@ -32,7 +32,7 @@ def one_line_naming(message: str, *patterns: str) -> None:
 
 EXAMPLE_FILES = {  # id: (what the file holds, what the message names)
     "no-rows": ({"x": torch.empty(0, 16)}, r"example input 'x' has shape \(0, 16\): no rows along its batch dimension 0"),
-    "empty-dict": ({}, r"holds an empty dict; save a dict of input name \(a string\) -> tensor, torch\.save"),
+    "empty-dict": ({}, r"holds an empty dict; save a dict of input name -> tensor, torch\.save"),
     "int-keys": ({1: torch.randn(2, 16)}, r"holds a dict keyed by ints, not input names; save a dict"),
     "a-list": ([torch.randn(2, 16)], r"holds a list; save a dict of input name"),
 }

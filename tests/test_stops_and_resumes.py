@@ -104,6 +104,32 @@ def test_sigint_and_sigterm_print_one_line_saying_where_the_files_are_and_how_to
         assert record(run_dir)["status"] == "KILLED"
 
 
+AFTER_OPENVINO = """
+import os, signal, sys, tempfile
+from pathlib import Path
+from pipeline.api import compose_config
+from pipeline.runner import run
+run(compose_config(["model=tiny_mlp", "profile=quick", "tracking=off", "backends=[eager,openvino,onnxruntime]",
+                    "model.batch_sizes=[1,4]", "precision=[fp32,bf16]", "stages=[capture]"]), Path(tempfile.mkdtemp()))
+try:
+    os.kill(os.getpid(), signal.SIGINT)
+    signal.pause()
+except KeyboardInterrupt:
+    print("stopped")
+"""
+
+
+@pytest.mark.slow
+def test_a_ctrl_c_after_openvino_backends_were_built_stops_without_a_crash():
+    """OpenVINO's compile swaps the thread's alternate signal stack and can leave it pointing at freed memory:
+    the next signal (a Ctrl-C) then crashed the process with a segmentation fault instead of stopping it."""
+    pytest.importorskip("openvino")
+    pytest.importorskip("onnxruntime")
+    proc = subprocess.run([sys.executable, "-c", AFTER_OPENVINO], cwd=ROOT, env={**clean_env(), "PYTHONPATH": str(ROOT)},
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0 and proc.stdout.strip() == "stopped", (proc.returncode, proc.stderr[-3000:])
+
+
 # ---- one process at a time per run directory -----------------------------------------------------------------
 
 

@@ -5,7 +5,10 @@ copied) and copies the outputs out, since the request's next call overwrites the
 
 from __future__ import annotations
 
-from typing import Any, Dict, List
+import contextlib
+import ctypes
+import sys
+from typing import Any, Dict, Iterator, List
 
 import torch
 
@@ -14,6 +17,32 @@ from pipeline.backends.exported import ExportedBackend
 PERFORMANCE_HINTS = ("LATENCY", "THROUGHPUT")
 # A candidate's precision -> OpenVINO's INFERENCE_PRECISION_HINT (tf32 has no CPU counterpart: skipped).
 HINTS = {"fp32": "f32", "bf16": "bf16", "fp16": "f16"}
+
+
+class SignalStack(ctypes.Structure):
+    """``stack_t`` of ``sigaltstack(2)``."""
+
+    _fields_ = [("ss_sp", ctypes.c_void_p), ("ss_flags", ctypes.c_int), ("ss_size", ctypes.c_size_t)]
+
+
+@contextlib.contextmanager
+def signal_stack_kept() -> Iterator[None]:
+    """Keep the calling thread's alternate signal stack as it was around the block.
+
+    OpenVINO's ``compile_model`` installs a small alternate signal stack on the calling thread and puts
+    back the one it found when that compiled model is freed. With two compiled models freed in another
+    order than they were made, the thread is left pointing at a freed stack, and the next signal handled
+    on it (Ctrl-C, SIGTERM: Python's handlers run on the alternate stack) crashes the process with a
+    segmentation fault. Putting the stack back right after the compile keeps every later swap harmless."""
+    libc = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+    kept = SignalStack()
+    if libc is None or libc.sigaltstack(None, ctypes.byref(kept)) != 0:
+        yield
+        return
+    try:
+        yield
+    finally:
+        libc.sigaltstack(ctypes.byref(kept), None)
 
 
 class OpenVinoBackend(ExportedBackend):
@@ -31,9 +60,10 @@ class OpenVinoBackend(ExportedBackend):
             dims[self.batch_dims.input(name)] = -1
             shapes.append(openvino.PartialShape(dims))
         converted = openvino.convert_model(program, input=shapes)
-        self.compiled = openvino.Core().compile_model(converted, "CPU", {
-            "INFERENCE_NUM_THREADS": self.threads, "PERFORMANCE_HINT": self.cfg["performance_hint"],
-            "INFERENCE_PRECISION_HINT": HINTS[self.precision]})
+        with signal_stack_kept():
+            self.compiled = openvino.Core().compile_model(converted, "CPU", {
+                "INFERENCE_NUM_THREADS": self.threads, "PERFORMANCE_HINT": self.cfg["performance_hint"],
+                "INFERENCE_PRECISION_HINT": HINTS[self.precision]})
         self.request = self.compiled.create_infer_request()
 
     def _run(self, inputs: List[torch.Tensor]) -> List[torch.Tensor]:
