@@ -31,7 +31,7 @@ from typing import Any, Dict, List, Optional, Sequence
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import command_line, runs_argument, runs_dir, write_table  # noqa: E402
+from bench.common import command_line, joined_lanes, runs_argument, runs_dir, write_table  # noqa: E402
 
 WAYS = {"trusted": {"trust": None, "clean": False}, "clean_cache": {"trust": None, "clean": True},
         "untrusted": {"trust": False, "clean": True}}
@@ -122,11 +122,16 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument("--one", type=Path, help=argparse.SUPPRESS)  # the child process: load this checkpoint
     parser.add_argument("--trust", default="null", help=argparse.SUPPRESS)
     runs_argument(parser)
+    parser.add_argument("--combine", nargs="+", type=Path, help="join these calls' JSON instead of running")
     args = parser.parse_args(argv)
     if args.one:
         print(json.dumps(load_once(args.one, json.loads(args.trust)), default=str))
         return
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.combine:
+        meta, rows = joined_lanes(args.combine, ["resnet50", "mlp", "vit_b_16"], ["device", "torch", "python"])
+        print(write_table(args.out, f"load-{args.tag}", meta, rows, summary, markdown))
+        return
     runs = runs_dir(args).resolve()
     checkpoints = [c.resolve() for c in args.checkpoints]
     if args.smoke:

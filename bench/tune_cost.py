@@ -37,7 +37,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import command_line, runs_argument, runs_dir, write_table  # noqa: E402
+from bench.common import command_line, joined_lanes, runs_argument, runs_dir, write_table  # noqa: E402
 
 BEFORE_FILE = ROOT / "bench" / "results" / "precision-h200-rerun.json"
 GPU = ["backends=gpu", "precision=[fp32,tf32,bf16]"]
@@ -163,9 +163,14 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument("--warm", nargs="*", default=["resnet50"], help="models tuned a second time, warm")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--smoke", action="store_true", help="a tiny model on this machine: the path, not numbers")
+    parser.add_argument("--combine", nargs="+", type=Path, help="join these calls' JSON instead of running")
     runs_argument(parser)
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.combine:
+        meta, rows = joined_lanes(args.combine, ["resnet50", "mlp", "vit_b_16"], ["device", "torch", "python", "cpus"])
+        print(write_table(args.out, f"tune-cost-{args.tag}", meta, rows, summary, markdown))
+        return
     args.runs = runs_dir(args).resolve()
     args.overrides = SMOKE["overrides"] if args.smoke else GPU
     args.before = SMOKE["before"] if args.smoke else before_routes(BEFORE_FILE)
