@@ -65,8 +65,10 @@ def run(ctx: RunContext) -> None:
         "ranges": [{**r.to_dict(), "precision": ctx.outcomes[r.backend].precision,
                     "weights": ctx.outcomes[r.backend].weights} for r in route],
         "accuracy_budget": budget_of(rcfg.accuracy_budget),
-        "candidates": [{"backend": n, "precision": o.precision, "weights": o.weights, "error": o.accuracy,
-                        "within_budget": o.within_budget, "status": o.status} for n, o in ctx.outcomes.items()],
+        # score: the budget's metric against fp32 eager at the worst tuned size (a cosine of 1.0 is a perfect match)
+        "candidates": [{"backend": n, "precision": o.precision, "weights": o.weights,
+                        "metric": rcfg.accuracy_budget.metric, "score": o.accuracy, "within_budget": o.within_budget,
+                        "status": o.status} for n, o in ctx.outcomes.items()],
         "profile_medians_ms": {b: {str(bs): ms for bs, ms in per.items()} for b, per in medians.items()},
         "profile_intervals_ms": {b: {str(bs): list(iv) for bs, iv in per.items()} for b, per in intervals.items()},
         "rests_on": [{"backend": b, "batch_size": bs} for b, bs in cells],
