@@ -199,16 +199,16 @@ def markdown(rows: List[Dict[str, Any]], meta: Dict[str, Any]) -> str:
                          f"{c['error']:.6f}{'' if c['within_budget'] else ' (OUTSIDE)'}"
                          f" | {c[f'{PEER}_backend']} | {c['auto']['median_ms']:.3f} | {c[PEER]['median_ms']:.3f} | "
                          f"{c[f'speedup_over_{PEER}']:.2f}x |")
-    lines += ["", "Quantized candidates: status, error against fp32 eager (worst tuned size), within the budget, "
-              "profile median ms at each tuned size.", "", "| model | candidate | status | error | in budget | "
-              "profile ms |", "|---|---|---|---:|---|---|"]
+    lines += ["", "Quantized candidates: status, score against fp32 eager (the budget's metric, worst tuned size), "
+              "within the budget, profile median ms at each tuned size.", "",
+              "| model | candidate | status | score | in budget | profile ms |", "|---|---|---|---:|---|---|"]
     for row in rows:
         for c in row.get("quantized_candidates", []):
             ms = " ".join(f"{bs}:{v:.3f}" for bs, v in c["profile_medians_ms"].items())
             ok = c["status"] == "ok"
             status = c["status"] if ok else f"{c['status']}: {c['reason'][:100]}"
             within = ("yes" if c["within_budget"] else "NO") if ok else ""
-            lines.append(f"| {row['model']} | {c['backend']} | {status} | {c['error']:.6f} | {within} | {ms} |")
+            lines.append(f"| {row['model']} | {c['backend']} | {status} | {c['score']:.6f} | {within} | {ms} |")
     return "\n".join(lines) + "\n"
 
 

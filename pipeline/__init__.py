@@ -1,20 +1,22 @@
 """tweakpipe: tune a PyTorch model for inference by routing each batch size to its fastest backend.
 
 ``tune``, ``save`` and ``load`` are imported on first use, so ``import pipeline`` stays light
-(no torch, Hydra or MLflow until they are needed).
+(no torch, Hydra or MLflow until they are needed); ``dir(pipeline)`` lists them.
 """
 
-from __future__ import annotations
-
-import importlib
-from typing import Any
+import importlib as _importlib
 
 _LAZY = {"tune": "pipeline.api", "save": "pipeline.route.checkpoint", "load": "pipeline.route.checkpoint"}
 
 __all__ = sorted(_LAZY)
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
+        return getattr(_importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'pipeline' has no attribute {name!r}")
+
+
+def __dir__() -> list:
+    """The API, not this module's helpers (PEP 562); subpackages are imported by name (``pipeline.report``)."""
+    return list(__all__)

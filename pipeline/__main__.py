@@ -23,8 +23,9 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from pipeline.config import SHIPPED_CONF
-from pipeline.config.errors import (ConfigError, RunFailed, config_dirs_from_argv, explain_unknown_choices, fail,
-                                    one_line)
+from pipeline.config.errors import (ConfigError, RunFailed, config_dirs_from_argv, explain_unknown_choices,
+                                    explain_unknown_key, fail, one_line)
+from pipeline.config.jobs import SweepRefused
 from pipeline.runner import resumed_config, run
 from pipeline.config.schema import register_configs
 from pipeline import stops
@@ -82,8 +83,10 @@ def entry() -> None:
         if full_error:
             raise
         argv = sys.argv[1:]
-        fail(f"{explain_unknown_choices(argv, config_dirs_from_argv(argv)) or one_line(exc)} "
-             f"(python -m pipeline --help lists every group and option)")
+        why = explain_unknown_choices(argv, config_dirs_from_argv(argv)) or explain_unknown_key(exc) or one_line(exc)
+        fail(f"{why} (python -m pipeline --help lists every group and option)")
+    except SweepRefused as exc:  # a sweep job's config, checked before the sweep starts
+        fail(str(exc))
     except KeyboardInterrupt:  # before the run began (a run logs its own stop and exits 130)
         fail("stopped by SIGINT (Ctrl-C) before the run began; nothing was measured", code=130)
     except BrokenPipeError:  # the reader went away (python -m pipeline --help | head): nothing to report

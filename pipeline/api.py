@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from pipeline.config import SHIPPED_CONF
 import datetime
+import logging
 from pathlib import Path
 from typing import Mapping, Optional, Sequence, Union
 
 from hydra import compose, initialize_config_dir
+from hydra.errors import ConfigCompositionException, OverrideParseException
 from omegaconf import DictConfig
 from torch import nn
 
@@ -22,17 +24,23 @@ from pipeline import runner
 from pipeline.copies import own_copy
 from pipeline.route.checkpoint import load, save
 from pipeline.config import limits
-from pipeline.config.errors import ConfigError
+from pipeline.config.errors import ConfigError, explain_unknown_key, one_line
 from pipeline.examples import Examples, input_spec, pooled, spec_of
 from pipeline.route.served import RoutedModule
 from pipeline.config.schema import InputSpec, register_configs
 
+log = logging.getLogger(__name__)
+
 
 def compose_config(overrides: Sequence[str] = ()) -> DictConfig:
-    """The shipped ``config.yaml`` composed with command-line style overrides, as ``python -m pipeline`` would."""
+    """The shipped ``config.yaml`` composed with command-line style overrides, as ``python -m pipeline`` would;
+    an override Hydra cannot apply is a one-line :class:`ConfigError` (a misspelt key names the closest ones)."""
     register_configs()
     with initialize_config_dir(config_dir=str(SHIPPED_CONF), version_base="1.3", job_name="tweakpipe_api"):
-        return compose(config_name="config", overrides=list(overrides))
+        try:
+            return compose(config_name="config", overrides=list(overrides))
+        except (ConfigCompositionException, OverrideParseException) as exc:
+            raise ConfigError(explain_unknown_key(exc) or one_line(exc)) from None
 
 
 def default_run_dir(name: str) -> Path:
@@ -64,6 +72,9 @@ def tune(model: nn.Module, example_inputs: Examples, overrides: Sequence[str] = 
     ``seq_lens`` tunes the route over lengths too (``pipeline.seqlen``): ``seq_dims`` names each input's length
     dimension (``{"input_ids": 1, "attention_mask": 1}``), ``pad_values`` the value that pads it (the pad id for
     token ids; 0 where not given). The examples are cut to each tuned length, or padded up to it.
+
+    Its progress, the route and the run directory are logged at INFO (on stderr, unless the program
+    set up logging itself).
     """
     if isinstance(overrides, str):  # a string is a sequence too, of one-letter overrides
         raise TypeError(f"overrides={overrides!r} is a string; pass a list of overrides, e.g. overrides=[{overrides!r}]")
@@ -81,8 +92,11 @@ def tune(model: nn.Module, example_inputs: Examples, overrides: Sequence[str] = 
     if not any(o.lstrip("+").startswith("model.name=") for o in overrides):
         cfg.model.name = type(model).__name__
     cfg.model.build = {"_target_": f"{type(model).__module__}.{type(model).__qualname__}"}
-    ctx = runner.run(cfg, Path(run_dir) if run_dir is not None else default_run_dir(cfg.model.name),
-                     model=own_copy(model), examples=examples)
+    with runner.console_log():
+        ctx = runner.run(cfg, Path(run_dir) if run_dir is not None else default_run_dir(cfg.model.name),
+                         model=own_copy(model), examples=examples)
+        log.info("tune: route %s", ctx.routed.extra_repr())
+        log.info("tune: run directory %s", ctx.run_dir)
     return ctx.routed
 
 

@@ -4,9 +4,10 @@ Rows are model x backend plus the routed ``auto``; columns are batch sizes; cell
 latency in ms, marked ``*`` where the profile flagged the cell noisy (``noisy/<backend>/bs<N>``).
 ``auto`` is a measured ``latency_ms/auto/bs<N>`` where a run logged one, otherwise the latency of
 the backend the route picked at that size; a note under the table names each run whose route rests
-on noisy cells (tag ``route.rests_on_noisy``). A run that tuned lengths (``latency_ms/<backend>/bs<N>/len<L>``)
-gives a row per backend and length, and its heatmap follows the table: the backend serving each (batch size,
-length) and its speed-up over eager. The runs come from a sweep (its parent
+on noisy cells (tag ``route.rests_on_noisy``), and each whose routed median is above eager's
+(within both cells' intervals, where the router keeps the owner). A run that tuned lengths
+(``latency_ms/<backend>/bs<N>/len<L>``) gives a row per backend and length, and its heatmap follows the table:
+the backend serving each (batch size, length) and its speed-up over eager. The runs come from a sweep (its parent
 run), an experiment (the newest run of each model) or a list of run ids. The table is printed
 and written as Markdown and CSV::
 
@@ -14,7 +15,7 @@ and written as Markdown and CSV::
     python -m pipeline.report --sweep <parent run id> --out outputs/reports/seed
     python -m pipeline.report --experiment tweakpipe --uri http://127.0.0.1:5000
     python -m pipeline.report --runs <run id> <run id>
-    python -m pipeline.report --experiment tweakpipe --errors  # + precision, error vs fp32 eager, in budget
+    python -m pipeline.report --experiment tweakpipe --accuracy  # + precision, score vs fp32 eager, in budget
 """
 
 from __future__ import annotations
@@ -36,8 +37,13 @@ from pipeline.record.store import check_store
 from pipeline.record.tracker import PARENT_TAG, SWEEP_TAG
 
 METRIC = re.compile(r"^(?P<figure>latency_ms|noisy)/(?P<backend>[^/]+)/bs(?P<bs>\d+)(?:/len(?P<len>\d+))?$")
+SCORE = re.compile(r"^accuracy/(?P<metric>[^/]+)/(?P<backend>[^/]+)$")  # the budget's metric (recorder.capture)
 AUTO = "auto"
 LEGEND = "`*` noisy: the profile flagged this cell (its samples or passes disagreed; profile.csv says why)"
+EAGER = "eager"
+# The router's rule against eager (pipeline.route.policy.owners_with), said where a table seems to break it.
+WITHIN_NOISE = ("the router takes a size from its owner for not beating eager only where eager is faster beyond "
+                "both cells' intervals; here they overlap, so a re-run may as well put auto below eager")
 
 
 @dataclass
@@ -46,9 +52,9 @@ class Row:
     backend: str
     ms: Dict[int, float]
     noisy: Set[int] = field(default_factory=set)  # batch sizes whose cell was flagged noisy
-    # --errors: the candidate's precision and its accuracy-budget metric against fp32 eager (error/<backend>)
+    # --accuracy: the candidate's precision and its score against fp32 eager (accuracy/<metric>/<backend>)
     precision: str = ""
-    error: Optional[float] = None
+    score: Optional[float] = None
     within: Optional[bool] = None
 
 
@@ -58,16 +64,24 @@ class Table:
     rows: List[Row] = field(default_factory=list)
     title: str = "median latency (ms) by batch size"
     notes: List[str] = field(default_factory=list)  # one per run whose route rests on noisy cells
-    errors: bool = False  # show each candidate's precision and error beside its latencies
+    accuracy: bool = False  # show each candidate's precision and score beside its latencies
     heatmaps: List[str] = field(default_factory=list)  # one per run that tuned lengths (Markdown)
 
 
-def error_columns(table: Table, r: Row) -> List[str]:
-    """precision, error and in-budget cells of ``r`` (none without ``--errors``)."""
-    if not table.errors:
+ACCURACY_COLUMNS = ["precision", "score", "in budget"]
+
+
+def accuracy_columns(table: Table, r: Row) -> List[str]:
+    """precision, score and in-budget cells of ``r`` (none without ``--accuracy``)."""
+    if not table.accuracy:
         return []
     within = "" if r.within is None else "yes" if r.within else "NO"
-    return [r.precision, "" if r.error is None else f"{r.error:.6g}", within]
+    return [r.precision, "" if r.score is None else f"{r.score:.6g}", within]
+
+
+def scores(run) -> Dict[str, float]:
+    """backend -> its score against fp32 eager, from a run's ``accuracy/<metric>/<backend>`` metrics."""
+    return {m["backend"]: value for key, value in run.data.metrics.items() if (m := SCORE.match(key))}
 
 
 def per_cell(run, figure: str, lengths: bool = False) -> Dict[str, Dict]:
@@ -106,7 +120,7 @@ def length_rows(run, label: str, table: Table) -> Set[int]:
             auto = {bs: lat[b][(bs, n)] for bs in sorted({bs for per in lat.values() for bs, m in per if m == n})
                     if (b := backend_at(tiles, bs, n)) in lat and (bs, n) in lat[b]}
             table.rows.append(Row(label, f"{AUTO} len={n}", auto))
-    baseline = "eager" if "eager" in lat else next((b for b in order if b.startswith("eager")), None)
+    baseline = EAGER if EAGER in lat else next((b for b in order if b.startswith(EAGER)), None)
     table.heatmaps.append(f"{label}: the backend serving each (batch size, length), and its speed-up over "
                           f"{baseline or 'eager'}\n\n{markdown_grid(lat, tiles, baseline)}")
     return {bs for per in lat.values() for bs, _ in per}
@@ -148,13 +162,13 @@ def labels(runs: Sequence) -> List[str]:
     return [lab if out.count(lab) == 1 else f"{lab} [{run.info.run_id[:8]}]" for lab, run in zip(out, runs)]
 
 
-def build(runs: Sequence, errors: bool = False) -> Table:
-    """The table over ``runs`` in the order given (sweeps: job order); ``errors`` adds each candidate's
-    precision and its accuracy-budget metric (the budget, e.g. ``cosine >= 0.999``, goes in the title)."""
-    table = Table(errors=errors)
+def build(runs: Sequence, accuracy: bool = False) -> Table:
+    """The table over ``runs`` in the order given (sweeps: job order); ``accuracy`` adds each candidate's
+    precision and its score, the budget's metric (the budget, e.g. ``cosine >= 0.999``, goes in the title)."""
+    table = Table(accuracy=accuracy)
     budgets = sorted({r.data.tags["accuracy_budget"] for r in runs if "accuracy_budget" in r.data.tags})
-    if errors and budgets:
-        table.title += f"; error = {' / '.join(budgets)} against fp32 eager (worst tuned size)"
+    if accuracy and budgets:
+        table.title += f"; score against fp32 eager (worst tuned size), budget {' / '.join(budgets)}"
     sizes = set()
     for run, label in zip(runs, labels(runs)):
         lat = latencies(run)
@@ -164,17 +178,20 @@ def build(runs: Sequence, errors: bool = False) -> Table:
         noisy = {b: {bs for bs, flag in per.items() if flag} for b, per in per_cell(run, "noisy").items()}
         order = [b for b in run.data.tags.get("backends", "").split(",") if b in lat]
         order += sorted(b for b in lat if b not in order and b != AUTO)
-        metrics, tags = run.data.metrics, run.data.tags
+        metrics, tags, score = run.data.metrics, run.data.tags, scores(run)
         for backend in order:
             within = metrics.get(f"within_budget/{backend}")
             table.rows.append(Row(label, backend, lat[backend], noisy.get(backend, set()),
-                                  tags.get(f"precision.{backend}", ""), metrics.get(f"error/{backend}"),
+                                  tags.get(f"precision.{backend}", ""), score.get(backend),
                                   None if within is None else bool(within)))
         route = route_of(run)
         auto = auto_row(lat, route)
         if auto:
             served = {bs: backend_for(route, bs) for bs in auto} if route and AUTO not in lat else {}
             table.rows.append(Row(label, AUTO, auto, {bs for bs, b in served.items() if bs in noisy.get(b, ())}))
+        above = [bs for bs in sorted(auto) if auto[bs] > lat.get(EAGER, {}).get(bs, math.inf)]
+        if above and AUTO not in lat and run.data.params.get("route.strategy") == "router":
+            table.notes.append(f"{label}: auto is above {EAGER} at bs {', '.join(map(str, above))}: {WITHIN_NOISE}")
         if run.data.tags.get("route.rests_on_noisy") == "true":
             table.notes.append(f"{label}: the route rests on noisy cells ({run.data.tags.get('route.noisy_cells', '')})")
         sizes.update(bs for per in lat.values() for bs in per)
@@ -195,12 +212,12 @@ def footer(table: Table) -> List[str]:
 
 
 def markdown(table: Table) -> str:
-    extra = ["precision", "error", "in budget"] if table.errors else []
+    extra = ACCURACY_COLUMNS if table.accuracy else []
     head = ["model", "backend", *extra, *map(str, table.sizes)]
     lines = [f"{table.title}\n", "| " + " | ".join(head) + " |",
              "|" + "---|" * (2 + len(extra)) + "---:|" * len(table.sizes)]
     for r in table.rows:
-        lines.append("| " + " | ".join([r.model, r.backend, *error_columns(table, r),
+        lines.append("| " + " | ".join([r.model, r.backend, *accuracy_columns(table, r),
                                          *(cell(r, bs) for bs in table.sizes)]) + " |")
     notes = footer(table)
     heatmaps = [f"\n{h}" for h in table.heatmaps]
@@ -214,11 +231,11 @@ def write(table: Table, stem: Path) -> List[Path]:
     md.write_text(markdown(table))
     with csv_path.open("w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(["model", "backend", *(["precision", "error", "within_budget"] if table.errors else []),
+        writer.writerow(["model", "backend", *(["precision", "score", "within_budget"] if table.accuracy else []),
                          *table.sizes, "noisy"])
         for r in table.rows:
-            extra = [r.precision, "" if r.error is None else r.error, "" if r.within is None else r.within]
-            writer.writerow([r.model, r.backend, *(extra if table.errors else []),
+            extra = [r.precision, "" if r.score is None else r.score, "" if r.within is None else r.within]
+            writer.writerow([r.model, r.backend, *(extra if table.accuracy else []),
                              *(r.ms.get(bs, "") for bs in table.sizes), " ".join(map(str, sorted(r.noisy)))])
     return [md, csv_path]
 
@@ -232,14 +249,14 @@ def show(table: Table) -> None:
     out = RichTable(title=table.title)
     out.add_column("model")
     out.add_column("backend")
-    for name in (["precision", "error", "in budget"] if table.errors else []):
+    for name in (ACCURACY_COLUMNS if table.accuracy else []):
         out.add_column(name)
     for bs in table.sizes:
         out.add_column(str(bs), justify="right")
     for r in table.rows:
         out.add_row(escape(r.model), f"[bold]{r.backend}[/bold]" if r.backend == AUTO else escape(r.backend),
-                    *error_columns(table, r), *(cell(r, bs) for bs in table.sizes))
-    console = Console(width=max(100, 24 + 10 * len(table.sizes) + 36 * table.errors))
+                    *accuracy_columns(table, r), *(cell(r, bs) for bs in table.sizes))
+    console = Console(width=max(100, 24 + 10 * len(table.sizes) + 36 * table.accuracy))
     console.print(out)
     for note in footer(table):
         console.print(escape(note))
@@ -303,7 +320,7 @@ def table_of(args: argparse.Namespace) -> Tuple[Table, str]:
             runs, label = runs_of_sweep(client, sweep), f"sweep-{sweep[:8]}"
     except MlflowException as exc:  # an unknown run id, most often
         raise ConfigError(f"{args.uri}: {one_line(exc)}; list the runs with mlflow ui, or pass --experiment") from None
-    table = build(runs, errors=args.errors)
+    table = build(runs, accuracy=args.accuracy)
     if not table.rows:
         raise ConfigError(f"none of the {len(runs)} run(s) has latency_ms/<backend>/bs<N>[/len<L>] metrics; "
                           f"did their profile stage run?")
@@ -320,7 +337,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     group.add_argument("--runs", nargs="+", metavar="RUN_ID", help="these runs, in this order")
     parser.add_argument("--out", type=Path, default=None, help="folder for report.md and report.csv "
                         "(default: outputs/reports/<sweep id, experiment or first run id>)")
-    parser.add_argument("--errors", action="store_true", help="add each candidate's precision and its error "
+    parser.add_argument("--accuracy", action="store_true", help="add each candidate's precision, its score "
                         "against fp32 eager (the accuracy budget's metric) and whether it is within the budget")
     args = parser.parse_args(argv)
 
@@ -328,7 +345,6 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         table, label = table_of(args)
     except ConfigError as exc:
         fail(str(exc))
-    show(table)
     show(table)
     for path in write(table, (args.out or Path("outputs/reports") / label) / "report"):
         print(f"wrote {path}")

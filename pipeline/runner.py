@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, Optional, Sequence
@@ -31,6 +32,7 @@ from pipeline.context import Earlier, RunContext
 from pipeline.cost import Stopwatch
 from pipeline.measure.references import eager_problem
 from pipeline.record import fingerprint
+from pipeline.record import progress
 from pipeline.record.claim import claimed
 from pipeline.record.recorder import Recorder, earlier_record, earlier_results
 from pipeline.record.tracker import make_tracker
@@ -102,16 +104,10 @@ def build_context(cfg: DictConfig, run_dir: Path, model: Optional[torch.nn.Modul
 
 
 @contextlib.contextmanager
-def run_log(run_dir: Path) -> Iterator[None]:
-    """``tweakpipe.log`` in the run directory: Hydra writes it for command-line runs; for API runs
-    the run writes its own, at INFO, for its duration."""
-    path = (run_dir / LOG_FILE).resolve()
-    root = logging.getLogger()
-    if any(getattr(h, "baseFilename", None) == str(path) for h in root.handlers):
-        yield
-        return
-    handler = logging.FileHandler(path)
+def logging_to(handler: logging.Handler) -> Iterator[None]:
+    """``handler`` on the root logger, and tweakpipe's own loggers at INFO at least, for the duration."""
     handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    root = logging.getLogger()
     ours = [logging.getLogger(name) for name in ("pipeline", "stages")]
     levels = [logger.level for logger in ours]
     root.addHandler(handler)
@@ -125,6 +121,29 @@ def run_log(run_dir: Path) -> Iterator[None]:
         handler.close()
         for logger, level in zip(ours, levels):
             logger.setLevel(level)
+
+
+@contextlib.contextmanager
+def run_log(run_dir: Path) -> Iterator[None]:
+    """``tweakpipe.log`` in the run directory: Hydra writes it for command-line runs; for API runs
+    the run writes its own, at INFO, for its duration."""
+    path = (run_dir / LOG_FILE).resolve()
+    if any(getattr(h, "baseFilename", None) == str(path) for h in logging.getLogger().handlers):
+        yield
+        return
+    with logging_to(logging.FileHandler(path)):
+        yield
+
+
+@contextlib.contextmanager
+def console_log() -> Iterator[None]:
+    """tweakpipe's INFO lines (progress, the route, the run directory) on stderr for the duration,
+    unless the program set up logging itself (the root logger has a handler): then they go there."""
+    if logging.getLogger().handlers:
+        yield
+        return
+    with logging_to(logging.StreamHandler(sys.stderr)):
+        yield
 
 
 def run(cfg: DictConfig, run_dir: Path, model: Optional[torch.nn.Module] = None, resume: bool = False,
@@ -165,7 +184,8 @@ def run(cfg: DictConfig, run_dir: Path, model: Optional[torch.nn.Module] = None,
             for stage in cfg.stages:
                 start = time.perf_counter()
                 try:
-                    functions[stage](ctx)
+                    with progress.scope():  # no progress line outlives its stage
+                        functions[stage](ctx)
                     ctx.stage_seconds[stage] = time.perf_counter() - start
                 except BaseException as exc:
                     stop.caught(exc)  # a stop that reached the run is not raised again while it is recorded

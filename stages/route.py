@@ -87,9 +87,10 @@ def run(ctx: RunContext) -> None:
         ("table" if ctx.lengths else "ranges"): [{**r.to_dict(), "precision": ctx.outcomes[r.backend].precision,
                                                   "weights": ctx.outcomes[r.backend].weights} for r in route],
         "accuracy_budget": budget_of(rcfg.accuracy_budget),
-        "candidates": [{"backend": n, "precision": o.precision, "weights": o.weights, "error": o.accuracy,
-                        "within_budget": o.within_budget, "status": o.status,
-                        **({"padding": o.padding, "any_length": o.any_length} if ctx.lengths else {})}
+        # score: the budget's metric against fp32 eager at the worst tuned size (a cosine of 1.0 is a perfect match)
+        "candidates": [{"backend": n, "precision": o.precision, "weights": o.weights,
+                        "metric": rcfg.accuracy_budget.metric, "score": o.accuracy, "within_budget": o.within_budget,
+                        "status": o.status, **({"padding": o.padding, "any_length": o.any_length} if ctx.lengths else {})}
                        for n, o in ctx.outcomes.items()],
         "profile_medians_ms": {b: by_cell(per) for b, per in medians.items()},
         "profile_intervals_ms": {b: by_cell({k: list(iv) for k, iv in per.items()}) for b, per in intervals.items()},

@@ -116,11 +116,15 @@ def run(ctx: RunContext) -> None:
     ctx.validation = {"ok": all(r["ok"] for r in rows) and not fallbacks, "rows": rows, "fallbacks": fallbacks}
     if "reloaded" in modules:  # how long the reload took, and where: the load report (compiled artifacts used?)
         ctx.validation["reload"] = modules["reloaded"].load_report.to_dict()
-    for r in rows:
-        log.log(logging.INFO if r["ok"] else logging.ERROR,
+    for r in rows:  # each row is in validation.json; a failing one is also an error here
+        log.log(logging.DEBUG if r["ok"] else logging.ERROR,
                 "validate %-8s %-12s %-24s err %.2e (tol %.1e) %d tensors %s", r["check"], row_cell(r),
                 r["backend"], r["max_rel_error"], r["tolerance"], r["tensors"],
                 r["status"] if r["status"] == "ok" else f"{r['status'].upper()}: {r['reason']}")
+    log.info("validate %s: %d of %d checks passed (%s at bs %s), worst err %.2e; rows in validation.json",
+             "ok" if ctx.validation["ok"] else "FAILED", sum(r["ok"] for r in rows), len(rows),
+             " and ".join(modules), ", ".join(str(b) for b in check_sizes(ctx)),
+             max((r["max_rel_error"] for r in rows if r["max_rel_error"] == r["max_rel_error"]), default=0.0))
     if not ctx.validation["ok"]:
         bad = [f"{r['check']} {row_cell(r)} ({r['backend']}, {r['status']})" for r in rows if not r["ok"]]
         bad += [f"{at} ({reason})" for at, reason in fallbacks.items()]

@@ -13,6 +13,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from mlflow.tracking import MlflowClient
 
 from mlflow_helpers import ROOT, SWEEP, init_store, mlflow_server, run_pipeline, sweep_runs
 
@@ -48,11 +49,20 @@ def test_mlflow_ui_shows_the_sweep(tmp_path: Path) -> None:
     template = tmp_path / "template.db"
     init_store(template)
     with mlflow_server(tmp_path / "server", template) as url:
-        run_pipeline(["-m", *SWEEP, "tracking=server", f"tracking.uri={url}",
-                      f"hydra.sweep.dir={tmp_path / 'browser_sweep'}"])
+        proc = run_pipeline(["-m", *SWEEP, "tracking=server", f"tracking.uri={url}",
+                             f"hydra.sweep.dir={tmp_path / 'browser_sweep'}"])
         parent, children = sweep_runs(url)
         experiment = parent.info.experiment_id
         profile = tmp_path / "chromium"
+
+        # A model-runs experiment by MLflow's own tag; the link the run prints opens its runs table, not the
+        # GenAI traces MLflow 3.17's UI starts on (its GenAI / Model training switch decides, not the tag).
+        kind = MlflowClient(tracking_uri=url).get_experiment(experiment).tags.get("mlflow.experimentKind")
+        assert kind == "custom_model_development"
+        links = set(re.findall(r"runs table: (\S+)", proc.stdout))
+        assert links == {f"{url}/#/experiments/{experiment}/runs?workflowType=machine_learning"}, proc.stdout[-3000:]
+        landing = page_text(links.pop(), profile)
+        assert parent.info.run_name in landing and "Run Name" in landing and "Traces 0" not in landing, landing[:3000]
 
         runs_page = page_text(f"{url}/#/experiments/{experiment}/runs", profile)
         assert "tweakpipe" in runs_page and parent.info.run_name in runs_page, runs_page[:3000]

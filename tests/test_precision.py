@@ -30,17 +30,18 @@ def route_json(run_dir):
     return json.loads((run_dir / "route.json").read_text())
 
 
-def test_route_json_lists_every_candidate_its_precision_and_error(compose_cfg, tmp_path):
+def test_route_json_lists_every_candidate_its_precision_and_score(compose_cfg, tmp_path):
     ctx = run(compose_cfg(BF16), tmp_path)
     route = route_json(tmp_path)
     assert route["accuracy_budget"] == {"metric": "cosine", "bound": 0.999}
     by_name = {c["backend"]: c for c in route["candidates"]}
     assert list(by_name) == ["eager", "eager.bf16", "eager.bf16-weights"]  # fp32 keeps the backend's own name
-    assert by_name["eager"]["precision"] == "fp32" and by_name["eager"]["error"] == 1.0  # eager against itself
+    assert all(c["metric"] == "cosine" and "error" not in c for c in route["candidates"])
+    assert by_name["eager"]["precision"] == "fp32" and by_name["eager"]["score"] == 1.0  # eager against itself
     assert by_name["eager.bf16"]["precision"] == "bf16" and by_name["eager.bf16"]["weights"] == "fp32"
     assert by_name["eager.bf16-weights"]["precision"] == by_name["eager.bf16-weights"]["weights"] == "bf16"
     for name in ("eager.bf16", "eager.bf16-weights"):
-        assert 0.999 <= by_name[name]["error"] < 1.0 and by_name[name]["within_budget"]
+        assert 0.999 <= by_name[name]["score"] < 1.0 and by_name[name]["within_budget"]
     assert all(r["precision"] == by_name[r["backend"]]["precision"] and r["weights"] == by_name[r["backend"]]["weights"]
                for r in route["ranges"])
     # every candidate is timed: in the full profile, or in the screen where the screen dropped it
@@ -54,7 +55,8 @@ def test_a_candidate_outside_the_budget_is_timed_and_recorded_but_never_serves(c
     ctx = run(cfg, tmp_path)
     route = route_json(tmp_path)
     bf16 = next(c for c in route["candidates"] if c["backend"] == "eager.bf16")
-    assert not bf16["within_budget"] and bf16["error"] > 1e-6 and bf16["status"] == "ok"
+    assert bf16["metric"] == "max_rel_error" and not bf16["within_budget"] and bf16["score"] > 1e-6
+    assert bf16["status"] == "ok"
     assert "outside the accuracy budget" in route["excluded"]["eager.bf16"]
     screened = route["screened_out"]["eager.bf16"]  # it never serves, so the screen's numbers are all it costs
     assert "outside the accuracy budget" in screened["reason"] and "eager.bf16" not in route["profile_medians_ms"]
@@ -232,12 +234,30 @@ def test_budget_metrics():
     assert not accuracy.within(math.nan, "cosine", 0.9) and accuracy.within(0.01, "max_rel_error", 0.01)
 
 
-def test_report_shows_precision_and_error_beside_latency():
-    table = Table(sizes=[1, 8], errors=True, rows=[Row("mlp", "inductor.bf16", {1: 0.5, 8: 0.7}, precision="bf16",
-                                                           error=0.99, within=False)])
+def test_report_shows_precision_and_score_beside_latency():
+    table = Table(sizes=[1, 8], accuracy=True, rows=[Row("mlp", "inductor.bf16", {1: 0.5, 8: 0.7}, precision="bf16",
+                                                             score=0.99, within=False)])
     lines = markdown(table).splitlines()
-    assert lines[2].split(" | ")[2:5] == ["precision", "error", "in budget"]
+    assert lines[2].split(" | ")[2:5] == ["precision", "score", "in budget"]
     assert "| mlp | inductor.bf16 | bf16 | 0.99 | NO | 0.50 | 0.70 |" in lines
+
+
+def test_mlflow_and_the_report_name_the_score_by_its_metric(compose_cfg, tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    from pipeline import report
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    run(compose_cfg([*BF16, "tracking=sqlite", f"tracking.uri={uri}", "stages=[capture,profile]"]), tmp_path / "run")
+    client = MlflowClient(tracking_uri=uri)
+    (logged,) = client.search_runs([client.get_experiment_by_name("tweakpipe").experiment_id])
+    metrics = logged.data.metrics
+    assert metrics["accuracy/cosine/eager"] == 1.0 and 0.999 <= metrics["accuracy/cosine/eager.bf16"] < 1.0
+    assert not any(k.startswith("error/") for k in metrics)
+    table = report.build([logged], accuracy=True)
+    assert table.title.endswith("; score against fp32 eager (worst tuned size), budget cosine >= 0.999")
+    rows = {r.backend: r.score for r in table.rows if r.backend != "auto"}  # the candidates the profile timed
+    assert "eager" in rows and rows == {n: metrics[f"accuracy/cosine/{n}"] for n in rows}
 
 
 def test_tf32_is_on_only_inside_a_tf32_call_and_restored_exactly():

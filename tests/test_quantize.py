@@ -71,8 +71,8 @@ def test_int8_candidates_record_precision_score_and_budget_verdict(int8_run):
     for name in ("eager.int8_weight_only", "inductor.int8_weight_only"):
         c = by_name[name]
         assert (c["precision"], c["weights"], c["status"]) == ("int8_weight_only", "int8", "ok")
-        assert 0.999 <= c["error"] < 1.0 and c["within_budget"]  # scored against fp32 eager; int8 is not exact
-        assert capture[name]["accuracy"] == c["error"] and capture[name]["within_budget"] is True
+        assert 0.999 <= c["score"] < 1.0 and c["within_budget"]  # scored against fp32 eager; int8 is not exact
+        assert capture[name]["accuracy"] == c["score"] and capture[name]["within_budget"] is True
         assert set(route["profile_medians_ms"][name]) == {"1", "3", "8"}  # timed at every tuned size
     assert ctx.validation["ok"]
     assert unchanged(ctx.model, before)  # quantizing worked on a copy: the user's weights stay fp32 Parameters
@@ -91,18 +91,18 @@ def test_each_quantized_candidate_compiles_its_own_program(int8_run):
 
 
 @needs_torchao
-def test_report_errors_shows_the_quantized_candidates(int8_run, tmp_path):
+def test_report_accuracy_shows_the_quantized_candidates(int8_run, tmp_path):
     from mlflow.tracking import MlflowClient
 
     _, _, uri, _ = int8_run
     client = MlflowClient(tracking_uri=uri)
     (tracked,) = client.search_runs([client.get_experiment_by_name("tweakpipe").experiment_id])
-    report.main(["--uri", uri, "--runs", tracked.info.run_id, "--errors", "--out", str(tmp_path)])
+    report.main(["--uri", uri, "--runs", tracked.info.run_id, "--accuracy", "--out", str(tmp_path)])
     rows = {line.split(" | ")[1]: line.split(" | ")[2:5] for line in (tmp_path / "report.md").read_text().splitlines()
             if line.startswith("| ") and "int8" in line}
     assert set(rows) == {"eager.int8_weight_only", "inductor.int8_weight_only"}
-    for precision_cell, error, within in rows.values():
-        assert precision_cell == "int8_weight_only" and 0.999 <= float(error) < 1.0 and within == "yes"
+    for precision_cell, score, within in rows.values():
+        assert precision_cell == "int8_weight_only" and 0.999 <= float(score) < 1.0 and within == "yes"
 
 
 @needs_torchao
@@ -113,7 +113,7 @@ def test_a_quantized_candidate_outside_the_budget_is_timed_but_never_serves(comp
     route = route_json(tmp_path)
     dynamic = next(c for c in route["candidates"] if c["backend"] == "eager.int8_dynamic")
     assert dynamic["status"] == "ok" and dynamic["weights"] == "int8"
-    assert dynamic["error"] > 1e-6 and not dynamic["within_budget"]
+    assert dynamic["score"] > 1e-6 and not dynamic["within_budget"]
     assert "outside the accuracy budget" in route["excluded"]["eager.int8_dynamic"]
     assert route["screened_out"]["eager.int8_dynamic"]["screen_ms"]  # timed in the screen, which it cannot pass
     assert {r["backend"] for r in route["ranges"]} == {"eager"} and ctx.validation["ok"]

@@ -21,7 +21,7 @@ from mlflow_helpers import ROOT, SWEEP, artifact_names, clean_env, copy_store, i
     run_pipeline, sweep_runs
 from pipeline import report
 from pipeline.measure.measurement import Measurement
-from pipeline.record.plots import latency_figure, latency_plot
+from pipeline.record.plots import latency_figure, latency_plot, spread
 from pipeline.record.progress import Steps
 from pipeline.record.recorder import Recorder
 from pipeline.record.tracker import MlflowTracker
@@ -96,15 +96,25 @@ def test_plot_is_a_png(tmp_path: Path) -> None:
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
 
 
-def test_plot_draws_each_backends_p10_p90_band() -> None:
+def test_plot_reads_at_a_glance_whiskers_noisy_cells_plain_ms_and_who_serves() -> None:
     medians = {"eager": {1: 1.1, 3: 1.7, 8: 3.4}, "inductor": {1: 0.8, 3: 1.3, 8: 2.7}}
     bands = {"eager": {1: (1.0, 1.5), 3: (1.6, 2.0), 8: (3.3, 3.6)}}  # inductor has none
-    ax = latency_figure(medians, None, "m", bands).axes[0]
-    (band,) = [c for c in ax.collections if c.get_label().endswith("p10-p90")]
-    assert band.get_label() == "eager p10-p90"
-    ys = band.get_paths()[0].vertices[:, 1]
-    assert min(ys) == pytest.approx(1.0) and max(ys) == pytest.approx(3.6)
-    assert "eager p10-p90" in [t.get_text() for t in ax.get_legend().get_texts()]
+    route = [Range(1, 1, "inductor"), Range(2, 3, "eager"), Range(4, None, "inductor")]
+    fig = latency_figure(medians, route, "m", bands, noisy={"eager": {3}})
+    fig.canvas.draw()
+    latency, speedup = fig.axes
+    (whiskers,) = latency.containers  # eager's p10-p90, one whisker per cell
+    spans = sorted((seg[:, 1].min(), seg[:, 1].max()) for seg in whiskers.lines[2][0].get_segments())
+    assert spans == [pytest.approx((1.0, 1.5)), pytest.approx((1.6, 2.0)), pytest.approx((3.3, 3.6))]
+    hollow = [line for line in latency.lines if line.get_marker() == "o" and line.get_markerfacecolor() == "white"]
+    assert [(line.get_xdata()[0] / spread("eager", list(medians)), line.get_ydata()[0]) for line in hollow
+            if len(line.get_xdata())] == [pytest.approx((3, 1.7))]  # the one noisy cell
+    labels = {t.get_text() for t in latency.get_yticklabels() if t.get_text()}
+    assert {"1", "2"} <= labels and not any("10^" in lab or "$" in lab for lab in labels)
+    assert [t.get_text() for t in speedup.texts] == ["inductor", "eager", "inductor"]  # each range names its server
+    (auto,) = [line for line in speedup.lines if line.get_label() == "auto (routed)"]
+    assert list(auto.get_ydata()) == pytest.approx([1.1 / 0.8, 1.0, 3.4 / 2.7])
+    assert {t.get_text() for t in speedup.get_yticklabels() if t.get_text()} >= {"1x"}
 
 
 def test_report_marks_noisy_cells_and_routes_that_rest_on_them(tmp_path: Path, template: Path) -> None:
@@ -124,6 +134,33 @@ def test_report_marks_noisy_cells_and_routes_that_rest_on_them(tmp_path: Path, t
     assert report.LEGEND in md and "mlp: the route rests on noisy cells (eager bs=1)" in md
     _, csv_path = report.write(table, tmp_path / "out" / "report")
     assert list(csv.reader(csv_path.open()))[1] == ["mlp", "eager", "1.0", "4.0", "1"]
+
+
+def test_experiments_are_marked_as_model_runs_unless_they_have_a_kind(tmp_path: Path, template: Path) -> None:
+    uri = copy_store(template, tmp_path)
+    client = MlflowClient(tracking_uri=uri)
+    client.create_experiment("older")  # as an earlier tweakpipe made it
+    client.create_experiment("chosen", tags={"mlflow.experimentKind": "genai_development"})
+    kinds = {name: client.get_experiment(open_experiment(uri, name, StoreGuard(uri))).tags["mlflow.experimentKind"]
+             for name in ("tweakpipe", "older", "chosen")}
+    assert kinds == {"tweakpipe": "custom_model_development", "older": "custom_model_development",
+                     "chosen": "genai_development"}  # a kind the user set is theirs
+
+
+def test_report_says_why_auto_may_be_above_eager(tmp_path: Path, template: Path) -> None:
+    """The router keeps a size's owner unless eager is faster beyond both intervals: a footnote says so."""
+    uri = copy_store(template, tmp_path)
+    tracker = MlflowTracker({"uri": uri, "experiment": "tweakpipe"})
+    tracker.start("resnet18", {"route": {"strategy": "router"}}, {
+        "model": "resnet18", "backends": "eager,inductor",
+        "route_json": '[{"lo": 1, "hi": null, "backend": "inductor"}]'})
+    for name, bs, samples in [("eager", 1, [2.30, 2.42, 2.70]), ("inductor", 1, [2.35, 2.60, 2.80]),
+                              ("eager", 8, [9.0, 9.5, 10.0]), ("inductor", 8, [5.0, 5.1, 5.2])]:
+        tracker.log_metrics(Recorder.cell_metrics(name, bs, Measurement(samples_ms=samples * 4)))
+    tracker.finish("FINISHED")
+    md = report.markdown(report.build([MlflowClient(tracking_uri=uri).get_run(tracker.run_id)]))
+    assert "| resnet18 | auto | 2.60 | 5.10 |" in md and "| resnet18 | eager | 2.42 | 9.50 |" in md
+    assert f"resnet18: auto is above eager at bs 1: {report.WITHIN_NOISE}" in md
 
 
 def test_progress_count_never_passes_its_total() -> None:
@@ -201,6 +238,19 @@ def test_sweep_into_sqlite_is_one_parent_with_children(tmp_path: Path, template:
     assert (tmp_path / "sweep" / "mlflow_parent.json").exists()
     assert (tmp_path / "sweep" / "report.md").exists()
     assert parent.data.tags["sweep_dir"] == str(tmp_path / "sweep")
+
+
+@pytest.mark.slow
+def test_a_sweep_with_a_mistake_in_one_job_makes_nothing(tmp_path: Path) -> None:
+    """Every job's config is checked before the sweep directory, the MLflow store or its parent run exist."""
+    proc = subprocess.run([sys.executable, "-m", "pipeline", "-m", *SWEEP, "route.min_gain=0.1,-0.5",
+                           f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
+                          cwd=ROOT, env=clean_env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr[-3000:]
+    assert proc.stderr.startswith("error: sweep job 1 (model=tiny_mlp profile=quick backends=[eager] seed=0 "
+                                  "route.min_gain=-0.5 ")  # job numbers as Hydra counts them
+    assert "route.min_gain=-0.5 must be >= 0" in proc.stderr
+    assert "Launching" not in proc.stdout + proc.stderr and list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.slow

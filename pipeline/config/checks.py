@@ -10,8 +10,9 @@ already checks its own settings (``timing.Settings.of``, ``routing.check_setting
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from pathlib import Path
-from typing import Iterator, List, Optional
+from typing import Iterator, List, Optional, Tuple
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -23,7 +24,7 @@ from pipeline.config import limits
 from pipeline.measure import accuracy
 from pipeline.route import policy as routing
 from pipeline.record import store
-from pipeline.config.errors import ConfigError
+from pipeline.config.errors import ConfigError, unknown_key
 from pipeline.config.paths import writable_problem
 from pipeline.config.schema import STAGE_NAMES
 from pipeline.measure.measurement import Settings
@@ -42,6 +43,18 @@ def reported() -> Iterator[None]:
         raise
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+
+
+def added_keys(node: DictConfig, path: str = "") -> Iterator[Tuple[str, List[str]]]:
+    """Keys that ``+key=value`` put into a section whose schema lacks them (Hydra lets ``+`` past the
+    schema), each with the keys that section has; a dict-valued key such as ``options`` takes any."""
+    kind = OmegaConf.get_type(node)
+    fields = [f.name for f in dataclasses.fields(kind)] if dataclasses.is_dataclass(kind) else None
+    for key, value in node.items_ex(resolve=False):
+        if fields is not None and key not in fields:
+            yield f"{path}{key}", fields
+        elif isinstance(value, DictConfig) and not OmegaConf.is_missing(node, key) and value != None:  # noqa: E711
+            yield from added_keys(value, f"{path}{key}.")
 
 
 def check_stages(stages: List[str]) -> None:
@@ -174,8 +187,11 @@ def check_config(cfg: DictConfig, run_dir: Optional[Path] = None) -> None:
         if not cfg.validate.tolerance_scale > 0:
             raise ConfigError(f"validate.tolerance_scale={cfg.validate.tolerance_scale} must be > 0; "
                               f"e.g. validate.tolerance_scale=1.0")
-        for name, bcfg in cfg.backends.items():
+        for name, bcfg in cfg.backends.items():  # each by its kind's schema, which names the kind
             backend_registry.create(name, OmegaConf.to_container(bcfg, resolve=True))
+        for key, valid in added_keys(cfg):
+            raise ConfigError(f"{unknown_key(key, valid)} (a + adds a key only where its section takes any, "
+                              f"e.g. +backends.inductor.options.<option>=...)")
         device = devices.resolve(cfg.device)
         check_precision(cfg, device)
         check_sizes(cfg, device)

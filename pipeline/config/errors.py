@@ -5,12 +5,14 @@ prints its one-line message and exits 2, keeping tracebacks for tweakpipe's own 
 
 Hydra lists the available options when a single group choice is unknown (``model=resnet1800``),
 but not for a list choice (``backends=[eager,indcutor]``). This names the unknown entries and
-lists what exists, from the same config directories Hydra searched.
+lists what exists, from the same config directories Hydra searched. A misspelt key
+(``profile.budget_m=5``) gets the closest keys its section has, not Hydra's hint to add it with ``+``.
 """
 
 from __future__ import annotations
 
 from pipeline.config import SHIPPED_CONF
+import difflib
 import re
 import sys
 from pathlib import Path
@@ -79,3 +81,24 @@ def explain_unknown_choices(overrides: Sequence[str], config_dirs: Iterable[Path
             problems.append(f"unknown {match['group']} {', '.join(map(repr, unknown))}; "
                             f"available: {', '.join(available)}")
     return "\n".join(problems) or None
+
+
+def unknown_key(full_key: str, valid: Iterable[str]) -> str:
+    """``unknown key a.b_c; closest: a.b_cd`` (or every key of the section where none is close), one line."""
+    section, _, key = full_key.rpartition(".")
+    valid = [k for k in valid if k != "hydra" or section]
+    close = difflib.get_close_matches(key, valid, n=3, cutoff=0.6)
+    where = f"{section}." if section else ""
+    hint = (f"closest: {', '.join(where + k for k in close)}" if close else
+            f"{section or 'the top level'} has {', '.join(valid)}")
+    return f"unknown key {full_key}; {hint}"
+
+
+def explain_unknown_key(exc: BaseException) -> Optional[str]:
+    """:func:`unknown_key` for Hydra's "Could not override" of a key its schema lacks, else None."""
+    cause = exc.__cause__
+    node, key = getattr(cause, "parent_node", None), getattr(cause, "key", None)
+    full_key = getattr(cause, "full_key", None)
+    if not full_key or not isinstance(key, str) or not hasattr(node, "keys") or key in node:
+        return None
+    return unknown_key(str(full_key), [str(k) for k in node.keys()])

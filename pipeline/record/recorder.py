@@ -128,7 +128,6 @@ class Recorder:
     def __init__(self, cfg: DictConfig, run_dir: Path, tracker: NullTracker) -> None:
         self.cfg, self.run_dir, self.tracker = cfg, run_dir, tracker
         self.record: Dict[str, Any] = {}  # run.json, once started
-        self.title = f"{cfg.model.name} ({cfg.device})"
         self.columns = COLUMNS_2D if cfg.model.get("seq_lens") else COLUMNS
 
     def start(self, fingerprint: Mapping[str, Any], resume: bool = False) -> None:
@@ -192,16 +191,17 @@ class Recorder:
         path = write_atomic(self.run_dir / "capture.json",
                             json.dumps({n: o.to_dict() for n, o in ctx.outcomes.items()}, indent=2))
         metrics: Dict[str, float] = {}
+        budget = self.cfg.route.accuracy_budget
         for name, o in ctx.outcomes.items():
             if o.status in ("ok", "unverified"):
                 metrics.update(self.cost_metrics(name, o))
-                # error/<candidate>: the accuracy budget's metric against fp32 eager (worst tuned size)
+                # accuracy/<metric>/<candidate>: the budget's metric against fp32 eager (worst tuned size)
                 metrics.update({f"max_rel_error/{name}": o.max_rel_error,
-                                f"peak_memory_mb/{name}": o.peak_memory_bytes / 2**20, f"error/{name}": o.accuracy,
+                                f"peak_memory_mb/{name}": o.peak_memory_bytes / 2**20,
+                                f"accuracy/{budget.metric}/{name}": o.accuracy,
                                 f"within_budget/{name}": float(o.within_budget)})
                 metrics.update({f"dynamo_{k}/{name}": v for k, v in o.compile.items()})
         self.tracker.log_metrics(metrics)
-        budget = self.cfg.route.accuracy_budget
         self.tracker.set_tags({**{f"backend_status.{n}": f"{o.status}: {o.reason}" for n, o in ctx.outcomes.items()},
                                **{f"precision.{n}": o.precision for n, o in ctx.outcomes.items()},
                                "accuracy_budget": describe(budget.metric, budget.bound)})
@@ -274,23 +274,26 @@ class Recorder:
         self.tracker.log_artifact(path)
 
     def plot(self, ctx: RunContext) -> None:
-        """``latency.png``: medians, p10-p90 bands, and the routed ranges shaded once there is a route; where
-        lengths are tuned, the heatmap of the chosen backend and its speed-up over eager (``record.heatmap``)."""
+        """``latency.png``: medians with p10-p90 whiskers and noisy cells marked, speed-up over eager, and
+        the routed ranges named once there is a route; where lengths are tuned, the heatmap of the backend
+        serving each (batch size, length) and its speed-up over eager (``record.heatmap``)."""
         medians = ctx.medians()
         if not any(medians.values()):
             return
+        title = f"{self.cfg.model.name} ({ctx.device})"
         if ctx.lengths:
             from pipeline.record.heatmap import heatmap_plot
             from pipeline.route.decision import baseline
 
             self.tracker.log_artifact(heatmap_plot(medians, ctx.route or None, baseline(ctx),
-                                                   self.run_dir / "latency.png", self.title))
+                                                   self.run_dir / "latency.png", title))
             return
         from pipeline.record.plots import latency_plot
 
         bands = ctx.cell_figures(lambda m: (m.quantile(0.10), m.quantile(0.90)))
-        self.tracker.log_artifact(latency_plot(medians, ctx.route or None, self.run_dir / "latency.png", self.title,
-                                               bands))
+        noisy = {b: {bs for bs, flag in per.items() if flag} for b, per in ctx.cell_figures(lambda m: m.noisy).items()}
+        self.tracker.log_artifact(latency_plot(medians, ctx.route or None, self.run_dir / "latency.png", title,
+                                               bands, noisy))
 
     def tuned(self, ctx: RunContext, tune_s: float) -> None:
         """The run's own cost: ``tune_s`` (from the first build to the end of its last stage), each stage's and

@@ -35,6 +35,8 @@ T = TypeVar("T")
 SERVER_HINT = ("many processes writing one SQLite file: run a tracking server instead, e.g.\n"
                "  mlflow server --backend-store-uri sqlite:///outputs/mlflow.db --host 0.0.0.0 --port 5000\n"
                "  python -m pipeline -m tracking=server tracking.uri=http://HOST:5000 ...   (conf/tracking/server.yaml)")
+# MLflow's experiment-kind tag: tweakpipe's runs are model runs to compare, not GenAI traces.
+EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
 # Tables every MLflow SQLite store has; a database with tables but not these belongs to something else.
 MLFLOW_TABLES = {"alembic_version", "experiments", "runs"}
 # A probe of the server waits this long; MLflow's own client retries a dead server for minutes.
@@ -284,7 +286,7 @@ class StoreGuard:
 
 
 def open_experiment(uri: str, name: str, guard: StoreGuard) -> str:
-    """The experiment's id, created if missing.
+    """The experiment's id, created if missing, marked with :data:`EXPERIMENT_KIND` unless it has a kind.
 
     A SQLite store keeps its artifacts beside the database (``<db dir>/mlartifacts``) instead of
     MLflow's default ``./mlruns`` under whatever directory the job started in.
@@ -303,10 +305,12 @@ def open_experiment(uri: str, name: str, guard: StoreGuard) -> str:
         client = MlflowClient(tracking_uri=uri)
         found = client.get_experiment_by_name(name)
         if found is not None:
+            if EXPERIMENT_KIND[0] not in found.tags:  # made by an earlier tweakpipe, or by hand
+                client.set_experiment_tag(found.experiment_id, *EXPERIMENT_KIND)
             return found.experiment_id
         location = (db.parent.resolve() / "mlartifacts").as_uri() if db is not None else None
         try:
-            return client.create_experiment(name, artifact_location=location)
+            return client.create_experiment(name, artifact_location=location, tags=dict([EXPERIMENT_KIND]))
         except MlflowException:  # created meanwhile by another process sharing a server
             found = client.get_experiment_by_name(name)
             if found is None:

@@ -21,7 +21,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from pipeline.record.store import StoreGuard, open_experiment, process_tags
-from pipeline.record.tracker import PARENT_FILE, SWEEP_TAG
+from pipeline.record.tracker import PARENT_FILE, SWEEP_TAG, runs_table
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,8 @@ class MlflowSweep(Callback):
         (sweep_dir / PARENT_FILE).write_text(json.dumps(
             {"run_id": self.run_id, "experiment_id": experiment_id, "tracking_uri": tcfg.uri}, indent=2))
         atexit.register(self.close, "FAILED")
-        log.info("mlflow: sweep parent run %s in %s", self.run_id, tcfg.uri)
+        log.info("mlflow: sweep parent run %s in %s; runs table: %s", self.run_id, tcfg.uri,
+                 runs_table(tcfg.uri, experiment_id))
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         if self.run_id is None:

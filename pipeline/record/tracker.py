@@ -32,6 +32,7 @@ PARENT_TAG = "mlflow.parentRunId"
 SWEEP_TAG = "tweakpipe.sweep"
 MAX_PARAM = 6000  # MLflow's limit on a param value's length
 MAX_PARAMS_TAGS, MAX_METRICS = 100, 1000  # MLflow's limits per batch
+LOCAL_UI = "http://127.0.0.1:5000"  # where `mlflow ui` serves by default
 FINAL_WAIT_S = 10.0  # after the store was given up on, how long the final status waits for it
 T = TypeVar("T")
 
@@ -76,6 +77,16 @@ def hydra_job_tags(uri: str) -> Dict[str, str]:
     else:
         tags[PARENT_TAG] = parent["run_id"]
     return tags
+
+
+def runs_table(uri: str, experiment_id: str) -> str:
+    """The UI page of the experiment's runs table. MLflow 3.17's UI picks its pages by its own
+    GenAI / Model training switch (remembered by the browser), not by the experiment's kind tag, and
+    starts on GenAI traces; ``workflowType=machine_learning`` opens the runs."""
+    served = uri.startswith(("http://", "https://"))
+    page = f"{uri.rstrip('/') if served else LOCAL_UI}/#/experiments/{experiment_id}/runs"
+    page += "?workflowType=machine_learning"
+    return page if served else f"{page} (after mlflow ui --backend-store-uri {uri})"
 
 
 def device_tags() -> Dict[str, str]:
@@ -160,8 +171,9 @@ class MlflowTracker(NullTracker):
                                 MAX_PARAMS_TAGS):
                 self.write(self.client.log_batch, self.run_id, params=chunk)
         self.set_tags(tags)
-        log.info("mlflow: run %s in %s%s", self.run_id, self.uri,
-                 f" (child of {tags[PARENT_TAG]})" if PARENT_TAG in tags else "")
+        log.info("mlflow: run %s in %s%s; runs table: %s", self.run_id, self.uri,
+                 f" (child of {tags[PARENT_TAG]})" if PARENT_TAG in tags else "",
+                 runs_table(self.uri, self.experiment_id))
 
     def _reopen(self, run_id: str) -> bool:
         """Mark an interrupted run RUNNING again; False where the store no longer has it."""

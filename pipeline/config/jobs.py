@@ -1,0 +1,65 @@
+"""A Hydra callback that composes and checks every job of a multirun sweep before the sweep starts.
+
+A config mistake in one job (``device=cuda`` on a CPU machine, a bad value in a list of values)
+would otherwise surface only when that job runs: after the sweep directory, the MLflow parent run
+and every job before it. ``on_multirun_start`` runs before all of them (``check_jobs`` comes first
+in ``hydra.callbacks``): each job's config is composed as the launcher will compose it and goes
+through the same checks as a single run (``pipeline.runner.run``); the first mistake stops the
+sweep, naming the job (:class:`SweepRefused`: Hydra turns a callback's ``Exception`` into a warning
+and launches the sweep anyway).
+
+Only Hydra's basic sweeper lists its jobs up front; under another sweeper each job is checked as it starts.
+"""
+
+from __future__ import annotations
+
+from typing import Any, List
+
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from pipeline import inputs as model_inputs
+from pipeline.config.checks import check_config
+from pipeline.config.errors import ConfigError
+
+BASIC_SWEEPER = f"{BasicSweeper.__module__}.{BasicSweeper.__name__}"
+
+
+class SweepRefused(BaseException):
+    """A sweep job's :class:`ConfigError`; ``python -m pipeline`` prints it in one line and exits 2."""
+
+
+def job_overrides(sweep: DictConfig) -> List[List[str]]:
+    """Each job's overrides, in job order, as the basic sweeper expands them (``hydra.sweeper.params``,
+    then the command line's)."""
+    params = sweep.hydra.sweeper.get("params") or {}
+    arguments = [f"{key}={value}" for key, value in params.items()]
+    arguments += OmegaConf.to_container(sweep.hydra.overrides.task, resolve=False)
+    parsed = OverridesParser.create().parse_overrides(arguments)
+    return [job for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
+
+
+def job_config(sweep: DictConfig, overrides: List[str]) -> DictConfig:
+    """The config one job's ``main`` will get (Hydra's own node left out)."""
+    cfg = GlobalHydra.instance().config_loader().load_sweep_config(sweep, overrides)
+    with open_dict(cfg):
+        del cfg["hydra"]
+    return cfg
+
+
+class CheckJobs(Callback):
+    """Every job's config checked before the sweep makes anything."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if config.hydra.sweeper._target_ != BASIC_SWEEPER:
+            return
+        for num, overrides in enumerate(job_overrides(config)):
+            cfg = job_config(config, overrides)
+            try:
+                model_inputs.complete(cfg)
+                check_config(cfg)
+            except ConfigError as exc:
+                raise SweepRefused(f"sweep job {num} ({' '.join(overrides)}): {exc}; nothing was run") from None
