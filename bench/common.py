@@ -119,6 +119,30 @@ def row_or_error(model: str, bench_model: Callable[[str], Dict[str, Any]]) -> Di
         return {"model": model, "error": "".join(traceback.format_exception_only(type(exc), exc)).strip()[-2000:]}
 
 
+def within_budget(args: argparse.Namespace, bench_model: Callable[[str], Dict[str, Any]]) -> Callable[[str], Dict]:
+    """``bench_model`` (each failure a row, :func:`row_or_error`), unless the slowest model so far would end past
+    ``args.budget_s``: then the row says so (``not_run``), and a second call runs the rest (``--combine``)."""
+    start, slowest = time.perf_counter(), [0.0]
+
+    def one(model: str) -> Dict[str, Any]:
+        began = time.perf_counter()
+        if began - start + slowest[0] > args.budget_s:
+            return {"model": model, "not_run": f"{began - start:.0f} s in, and the slowest model so far took "
+                                               f"{slowest[0]:.0f} s: past --budget-s {args.budget_s:.0f}"}
+        row = row_or_error(model, bench_model)
+        slowest[0] = max(slowest[0], time.perf_counter() - began)
+        return row
+
+    return one
+
+
+def unfinished(row: Dict[str, Any]) -> Optional[str]:
+    """What a table says of a model that failed or was not run (:func:`row_or_error`, :func:`within_budget`)."""
+    if "error" in row:
+        return f"failed: {row['error'].splitlines()[-1][:120]}"
+    return f"not run: {row['not_run']}" if "not_run" in row else None
+
+
 def write_table(out: Path, stem: str, meta: Dict[str, Any], rows: List[Dict[str, Any]],
                 summary: Callable[[List[Dict]], Dict[str, Any]],
                 markdown: Callable[[List[Dict], Dict[str, Any]], str]) -> str:

@@ -46,7 +46,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import command_line, joined_lanes, lane_arguments, row_or_error, run_lane, tune_and_load, write_table  # noqa: E402
+from bench.common import (command_line, joined_lanes, lane_arguments, run_lane, tune_and_load,  # noqa: E402
+                          unfinished, within_budget, write_table)
 from bench.seed_table import MODELS as SEED_MODELS, SIZES as SEED_SIZES  # noqa: E402
 from pipeline import devices  # noqa: E402
 from pipeline.backends import precision as precisions  # noqa: E402
@@ -189,8 +190,8 @@ def markdown(rows: List[Dict[str, Any]], meta: Dict[str, Any]) -> str:
              f"| model | batch | backend | precision | weights | error | {PEER} backend | auto ms | {PEER} ms | speed-up |",
              "|---|---:|---|---|---|---:|---|---:|---:|---:|"]
     for row in rows:
-        if "error" in row or "not_run" in row:
-            why = f"failed: {row['error'].splitlines()[-1][:120]}" if "error" in row else f"not run: {row['not_run']}"
+        why = unfinished(row)
+        if why:
             lines.append(f"| {row['model']} | | {why} | | | | | | | |")
         for c in row.get("cells", []):
             lines.append(f"| {row['model']} | {c['batch_size']}{'*' if c['matmul_bound'] else ''} | {c['backend']} | "
@@ -224,22 +225,6 @@ def combine(parts: List[Path], out: Path, tag: str) -> None:
     print(write(out, tag, meta, [r for r in rows if "not_run" not in r or r["model"] not in ran]))
 
 
-def within_budget(args: argparse.Namespace) -> Any:
-    """bench_model, unless the slowest model so far would end past ``--budget-s``: then the row says so."""
-    start, slowest = time.perf_counter(), [0.0]
-
-    def one(model: str) -> Dict[str, Any]:
-        began = time.perf_counter()
-        if began - start + slowest[0] > args.budget_s:
-            return {"model": model, "not_run": f"{began - start:.0f} s in, and the slowest model so far took "
-                                               f"{slowest[0]:.0f} s: past --budget-s {args.budget_s:.0f}"}
-        row = row_or_error(model, lambda m: bench_model(m, args))
-        slowest[0] = max(slowest[0], time.perf_counter() - began)
-        return row
-
-    return one
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     lane_arguments(parser, MODELS, profile="quick")
@@ -264,7 +249,7 @@ def main() -> None:
                 "precisions": args.precisions, "restricted": args.restricted, "smoke": args.smoke,
                 "command": command_line()}
 
-    run_lane(args, meta, within_budget(args), write, combine)
+    run_lane(args, meta, within_budget(args, lambda m: bench_model(m, args)), write, combine)
 
 
 if __name__ == "__main__":

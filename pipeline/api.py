@@ -23,6 +23,7 @@ from torch import nn
 from pipeline import runner
 from pipeline.copies import own_copy
 from pipeline.route.checkpoint import load, save
+from pipeline.config import limits
 from pipeline.config.errors import ConfigError, explain_unknown_key, one_line
 from pipeline.examples import Examples, input_spec, pooled, spec_of
 from pipeline.route.served import RoutedModule
@@ -52,7 +53,9 @@ def default_run_dir(name: str) -> Path:
 
 
 def tune(model: nn.Module, example_inputs: Examples, overrides: Sequence[str] = (),
-         run_dir: Optional[Union[str, Path]] = None, batch_dims: Optional[Mapping[str, int]] = None) -> RoutedModule:
+         run_dir: Optional[Union[str, Path]] = None, batch_dims: Optional[Mapping[str, int]] = None,
+         seq_dims: Optional[Mapping[str, int]] = None, seq_lens: Optional[Sequence[int]] = None,
+         pad_values: Optional[Mapping[str, float]] = None) -> RoutedModule:
     """Run the configured stages on ``model`` in-process and return the routed module.
 
     ``example_inputs`` is real data: one batch (a tensor, a tuple of tensors in ``forward``'s order, or a
@@ -65,6 +68,11 @@ def tune(model: nn.Module, example_inputs: Examples, overrides: Sequence[str] = 
     weights and buffers): tuning works on a copy, which the returned module serves. The run directory
     (default ``outputs/api/<timestamp>_<name>``) holds the same files as a command-line run,
     ``model.tweak`` included (without the examples: loading warms up on random fills of the spec).
+
+    ``seq_lens`` tunes the route over lengths too (``pipeline.seqlen``): ``seq_dims`` names each input's length
+    dimension (``{"input_ids": 1, "attention_mask": 1}``), ``pad_values`` the value that pads it (the pad id for
+    token ids; 0 where not given). The examples are cut to each tuned length, or padded up to it.
+
     Its progress, the route and the run directory are logged at INFO (on stderr, unless the program
     set up logging itself).
     """
@@ -74,7 +82,13 @@ def tune(model: nn.Module, example_inputs: Examples, overrides: Sequence[str] = 
     if "route" not in cfg.stages:
         raise ConfigError(f"tune returns the routed model, so stages must include route; got {list(cfg.stages)}")
     examples = pooled(model, example_inputs, batch_dims)
-    cfg.model.inputs = {name: InputSpec(**entry) for name, entry in spec_of(examples, batch_dims).items()}
+    spec = spec_of(examples, batch_dims, seq_dims, pad_values)
+    cfg.model.inputs = {name: InputSpec(**entry) for name, entry in spec.items()}
+    if seq_lens is not None:
+        problem = limits.lengths_problem(list(seq_lens), "seq_lens")
+        if problem:
+            raise ConfigError(problem)
+        cfg.model.seq_lens = list(seq_lens)
     if not any(o.lstrip("+").startswith("model.name=") for o in overrides):
         cfg.model.name = type(model).__name__
     cfg.model.build = {"_target_": f"{type(model).__module__}.{type(model).__qualname__}"}

@@ -55,7 +55,8 @@ def program_key(name: str, cfg: Mapping[str, Any]) -> str:
     numerics = {k: settings.get(k) for k in ("precision", "cast_weights", "autocast_enabled", "autocast_dtype")}
     inductor = InductorBackend(name, settings)
     compile_args = {k: v for k, v in inductor.compile_kwargs().items() if k not in ("mode", "options")}
-    return json.dumps({"compile": compile_args, "options": inductor.effective_options(), **numerics},
+    return json.dumps({"compile": compile_args, "options": inductor.effective_options(), **numerics,
+                       "per_length": bool(settings.get("per_length"))},
                       sort_keys=True, default=str)  # mode=default and no mode are one program
 
 
@@ -92,7 +93,7 @@ def _start_worker(setup_path: str, cache_cfg: Dict[str, Any], compile_threads: i
 
 
 def _compile(name: str, cfg: Dict[str, Any]) -> Dict[str, Any]:
-    """Build ``name`` as capture will and call it at every tuned size: its programs enter the cache."""
+    """Build ``name`` as capture will and call it at every tuned cell: its programs enter the cache."""
     import torch
 
     from pipeline import backends, compile_cache, devices
@@ -104,8 +105,8 @@ def _compile(name: str, cfg: Dict[str, Any]) -> Dict[str, Any]:
     backend = backends.create(name, cfg)
     backend.build(w["model"], sample, device, w["servable"], w["tuned"], w["dims"])
     with backend.watched(), torch.inference_mode():
-        for bs in w["tuned"]:
-            backend(**{n: t.to(device) for n, t in inputs[bs].items()})
+        for cell in inputs.values():
+            backend(**{n: t.to(device) for n, t in cell.items()})
     devices.synchronize(device)
     after = compile_cache.counts()
     return {"seconds": watch.seconds, "cache_hits": after["cache_hits"] - before["cache_hits"],
@@ -158,8 +159,8 @@ class CompileAhead:
         self.pool = None
 
 
-def model_file(model: Any, inputs: Mapping[int, Mapping[str, Any]], directory: Path, **setup: Any) -> Optional[str]:
-    """The worker's setup file (the model, its inputs at every tuned size), or None with the reason logged."""
+def model_file(model: Any, inputs: Mapping[Any, Mapping[str, Any]], directory: Path, **setup: Any) -> Optional[str]:
+    """The worker's setup file (the model, its inputs at every tuned cell), or None with the reason logged."""
     import torch
 
     path = directory / "setup.pt"
@@ -175,7 +176,7 @@ def model_file(model: Any, inputs: Mapping[int, Mapping[str, Any]], directory: P
 
 @contextlib.contextmanager
 def started(candidates: Mapping[str, Mapping[str, Any]], order: Sequence[str], model: Any,
-            inputs: Mapping[int, Mapping[str, Any]], device: Any, servable: List[int], tuned: List[int], dims: Any,
+            inputs: Mapping[Any, Mapping[str, Any]], device: Any, servable: List[int], tuned: List[int], dims: Any,
             threads: Optional[int], cache_cfg: Mapping[str, Any], workers: Optional[int]) -> Iterator[CompileAhead]:
     """Workers compiling ``candidates``' programs, jobs submitted in capture's ``order``; stopped on exit."""
     jobs = plan({n: candidates[n] for n in order if n in candidates})

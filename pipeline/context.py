@@ -11,11 +11,13 @@ from omegaconf import DictConfig
 from torch import nn
 
 from pipeline.backends import Backend, precision
+from pipeline.batching import BatchDims
 from pipeline.cost import CandidateCost
 from pipeline.measure import accuracy
 from pipeline.route.policy import Range
 from pipeline.measure.measurement import Measurement
 from pipeline.measure.references import InputSource, input_sources
+from pipeline.seqlen import Key, SeqDims, cells
 
 T = TypeVar("T")
 
@@ -47,6 +49,14 @@ class BackendOutcome:
     accuracy: float = float("nan")
     within_budget: bool = True
     cost: CandidateCost = field(default_factory=CandidateCost)  # what it cost the tune (pipeline.cost)
+    # Where lengths are tuned (pipeline.seqlen): "ok" once capture proved that padded calls answer as eager does at
+    # the exact length (pipeline.measure.padding), else why not ("" without tuned lengths); and whether it runs
+    # untuned lengths unpadded. A candidate that does neither serves its tuned lengths alone.
+    padding: str = ""
+    any_length: bool = True
+    # A graph backend's recorded graphs and the memory pool they take (0 for other backends).
+    graphs: int = 0
+    pool_mb: float = 0.0
 
     def to_dict(self) -> Dict[str, Any]:
         return {**asdict(self), "cost": self.cost.to_dict()}
@@ -64,8 +74,8 @@ class Earlier:
     only the cells that are missing."""
 
     outcomes: Dict[str, BackendOutcome] = field(default_factory=dict)
-    cells: Dict[str, Dict[int, Measurement]] = field(default_factory=dict)
-    screen: Dict[str, Dict[int, Measurement]] = field(default_factory=dict)
+    cells: Dict[str, Dict[Key, Measurement]] = field(default_factory=dict)
+    screen: Dict[str, Dict[Key, Measurement]] = field(default_factory=dict)
 
 
 @dataclass
@@ -90,12 +100,13 @@ class RunContext:
     on_cell: Callable[[str, int, Measurement, str], None] = lambda name, bs, m, phase: None
     # capture
     output_batch_dims: Dict[str, Optional[int]] = field(default_factory=dict)  # pipeline.batching
+    output_seq_dims: Dict[str, Optional[int]] = field(default_factory=dict)  # pipeline.seqlen, with tuned lengths
     backends: Dict[str, Backend] = field(default_factory=dict)
     outcomes: Dict[str, BackendOutcome] = field(default_factory=dict)
     # profile: the screen's cells, the candidates it screened out (and why), then the profile's cells
-    screen: Dict[str, Dict[int, Measurement]] = field(default_factory=dict)
+    screen: Dict[str, Dict[Key, Measurement]] = field(default_factory=dict)
     screened_out: Dict[str, str] = field(default_factory=dict)
-    profile: Dict[str, Dict[int, Measurement]] = field(default_factory=dict)
+    profile: Dict[str, Dict[Key, Measurement]] = field(default_factory=dict)  # cells: pipeline.seqlen.Key
     # route
     route: List[Range] = field(default_factory=list)
     route_info: Dict[str, Any] = field(default_factory=dict)  # route.json: the rule, ranges, medians, exclusions
@@ -130,6 +141,21 @@ class RunContext:
     def batch_sizes(self) -> List[int]:
         return sorted(set(int(b) for b in self.cfg.model.batch_sizes))
 
+    @property
+    def lengths(self) -> List[int]:
+        """The tuned sequence lengths (``model.seq_lens``), ascending; empty without a length dimension."""
+        return sorted(set(int(n) for n in self.cfg.model.seq_lens))
+
+    @property
+    def cells(self) -> List[Key]:
+        """Every tuned cell: the batch sizes, or (batch size, length) pairs where lengths are tuned."""
+        return cells(self.batch_sizes, self.lengths)
+
+    def dims(self) -> BatchDims:
+        """Where the batch, and the length where lengths are tuned, lie in every input and output."""
+        return BatchDims.of(self.inputs, self.output_batch_dims,
+                            SeqDims.of(self.inputs, self.lengths, self.output_seq_dims))
+
     def exclude(self, name: str, reason: str) -> None:
         """Fail a captured backend after the fact (it fell back to eager): it neither serves nor keeps timings."""
         self.outcomes[name].status, self.outcomes[name].reason = "failed", reason
@@ -157,14 +183,14 @@ class RunContext:
         """Backends capture could neither prove right nor wrong."""
         return [n for n, o in self.outcomes.items() if o.status == "unverified"]
 
-    def cell_figures(self, figure: Callable[[Measurement], T]) -> Dict[str, Dict[int, T]]:
-        """The profile as backend -> batch size -> ``figure(cell)``, over the cells with samples."""
+    def cell_figures(self, figure: Callable[[Measurement], T]) -> Dict[str, Dict[Key, T]]:
+        """The profile as backend -> cell -> ``figure(cell)``, over the cells with samples."""
         return {b: {bs: figure(m) for bs, m in per.items() if m.count} for b, per in self.profile.items()}
 
-    def medians(self) -> Dict[str, Dict[int, float]]:
-        """The profile as backend -> batch size -> median ms (the router's input)."""
+    def medians(self) -> Dict[str, Dict[Key, float]]:
+        """The profile as backend -> cell -> median ms (the router's input)."""
         return self.cell_figures(lambda m: m.median)
 
-    def intervals(self) -> Dict[str, Dict[int, Tuple[float, float]]]:
-        """The profile as backend -> batch size -> the median's interval in ms (the router's other input)."""
+    def intervals(self) -> Dict[str, Dict[Key, Tuple[float, float]]]:
+        """The profile as backend -> cell -> the median's interval in ms (the router's other input)."""
         return self.cell_figures(lambda m: m.interval)

@@ -128,10 +128,34 @@ def pooled(model: nn.Module, example_inputs: Examples, batch_dims: Optional[Mapp
     return {name: torch.cat([p[name].to(first[name].device) for p in parts], dims.get(name, 0)) for name in first}
 
 
-def spec_of(examples: Mapping[str, torch.Tensor], batch_dims: Optional[Mapping[str, int]] = None
+def seq_spec(examples: Mapping[str, torch.Tensor], batch_dims: Mapping[str, int], seq_dims: Mapping[str, int],
+             pad_values: Mapping[str, float]) -> Dict[str, Dict[str, Any]]:
+    """Each input's length dimension (``seq_dims``, in the full tensor) and pad value (``pad_values``, 0 where
+    not given), checked against the examples."""
+    unknown = sorted((set(seq_dims) | set(pad_values)) - set(examples))
+    if unknown:
+        raise ValueError(f"seq_dims or pad_values name {unknown}, which are not inputs; the inputs are "
+                         f"{sorted(examples)}")
+    out = {}
+    for name, dim in seq_dims.items():
+        t, batch = examples[name], batch_dims.get(name, 0)
+        if isinstance(dim, bool) or not isinstance(dim, int) or not 0 <= dim < t.dim() or dim == batch:
+            raise ValueError(f"seq_dims[{name!r}]={dim!r} is not a dimension of its {tuple(t.shape)} tensor other than "
+                             f"its batch dimension {batch}; e.g. seq_dims={{{name!r}: 1}} for batch-first token ids")
+        out[name] = {"seq_dim": dim, "pad": pad_values.get(name, 0)}
+    missing = sorted(set(pad_values) - set(seq_dims))
+    if missing:
+        raise ValueError(f"pad_values names {missing}, which seq_dims gives no length dimension")
+    return out
+
+
+def spec_of(examples: Mapping[str, torch.Tensor], batch_dims: Optional[Mapping[str, int]] = None,
+            seq_dims: Optional[Mapping[str, int]] = None, pad_values: Optional[Mapping[str, float]] = None
             ) -> Dict[str, Dict[str, Any]]:
     """The ``model.inputs`` entries examples imply: per-sample shape, dtype, the random fill that resembles
-    them (for warming up a loaded checkpoint), and the batch dimension where it is not the first."""
+    them (for warming up a loaded checkpoint), the batch dimension where it is not the first, and the length
+    dimension and pad value of each input ``seq_dims`` names."""
+    lengths = seq_spec(examples, batch_dims or {}, seq_dims or {}, pad_values or {})
     spec: Dict[str, Dict[str, Any]] = {}
     for name, t in examples.items():
         dim = (batch_dims or {}).get(name, 0)
@@ -144,7 +168,7 @@ def spec_of(examples: Mapping[str, torch.Tensor], batch_dims: Optional[Mapping[s
             entry.update(fill="randint", high=max(int(t.max()) + 1, 1) if t.numel() else 2)  # draws in [0, high)
         if dim:
             entry["batch_dim"] = dim
-        spec[name] = entry
+        spec[name] = {**entry, **lengths.get(name, {})}
     return spec
 
 

@@ -16,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 from pipeline import examples as user_examples
 from pipeline.config.errors import ConfigError
 from pipeline.config.schema import InputSpec
+from pipeline.seqlen import spec_at
 
 MISSING_SHAPE = "???"
 Spec = Dict[str, Dict[str, Any]]
@@ -68,3 +69,17 @@ def complete(cfg: DictConfig) -> Dict[str, torch.Tensor]:
             entry["shape"] = derived[name]["shape"]
     mcfg.inputs = {name: InputSpec(**entry) for name, entry in inputs.items()}
     return examples
+
+
+def at_longest(cfg: DictConfig) -> None:
+    """With tuned lengths (``model.seq_lens``), every input's length dimension at the longest of them: the spec
+    then describes the largest call, which the memory checks and the graph buffers are sized for. Lengths
+    without an input that has a length dimension are a ConfigError."""
+    from pipeline.config.checks import check_lengths
+
+    check_lengths(cfg)
+    lengths = list(cfg.model.seq_lens)
+    if not lengths:
+        return
+    spec = OmegaConf.to_container(cfg.model.inputs, resolve=True)
+    cfg.model.inputs = {name: InputSpec(**entry) for name, entry in spec_at(spec, max(lengths)).items()}

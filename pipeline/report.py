@@ -5,7 +5,9 @@ latency in ms, marked ``*`` where the profile flagged the cell noisy (``noisy/<b
 ``auto`` is a measured ``latency_ms/auto/bs<N>`` where a run logged one, otherwise the latency of
 the backend the route picked at that size; a note under the table names each run whose route rests
 on noisy cells (tag ``route.rests_on_noisy``), and each whose routed median is above eager's
-(within both cells' intervals, where the router keeps the owner). The runs come from a sweep (its parent
+(within both cells' intervals, where the router keeps the owner). A run that tuned lengths
+(``latency_ms/<backend>/bs<N>/len<L>``) gives a row per backend and length, and its heatmap follows the table:
+the backend serving each (batch size, length) and its speed-up over eager. The runs come from a sweep (its parent
 run), an experiment (the newest run of each model) or a list of run ids. The table is printed
 and written as Markdown and CSV::
 
@@ -34,7 +36,7 @@ from pipeline.route.policy import Range, backend_for
 from pipeline.record.store import check_store
 from pipeline.record.tracker import PARENT_TAG, SWEEP_TAG
 
-METRIC = re.compile(r"^(?P<figure>latency_ms|noisy)/(?P<backend>[^/]+)/bs(?P<bs>\d+)$")
+METRIC = re.compile(r"^(?P<figure>latency_ms|noisy)/(?P<backend>[^/]+)/bs(?P<bs>\d+)(?:/len(?P<len>\d+))?$")
 SCORE = re.compile(r"^accuracy/(?P<metric>[^/]+)/(?P<backend>[^/]+)$")  # the budget's metric (recorder.capture)
 AUTO = "auto"
 LEGEND = "`*` noisy: the profile flagged this cell (its samples or passes disagreed; profile.csv says why)"
@@ -63,6 +65,7 @@ class Table:
     title: str = "median latency (ms) by batch size"
     notes: List[str] = field(default_factory=list)  # one per run whose route rests on noisy cells
     accuracy: bool = False  # show each candidate's precision and score beside its latencies
+    heatmaps: List[str] = field(default_factory=list)  # one per run that tuned lengths (Markdown)
 
 
 ACCURACY_COLUMNS = ["precision", "score", "in budget"]
@@ -81,14 +84,46 @@ def scores(run) -> Dict[str, float]:
     return {m["backend"]: value for key, value in run.data.metrics.items() if (m := SCORE.match(key))}
 
 
-def per_cell(run, figure: str) -> Dict[str, Dict[int, float]]:
-    """backend -> batch size -> value from a run's ``<figure>/<backend>/bs<N>`` metrics (``latency_ms``, ``noisy``)."""
-    out: Dict[str, Dict[int, float]] = {}
+def per_cell(run, figure: str, lengths: bool = False) -> Dict[str, Dict]:
+    """backend -> batch size -> value from a run's ``<figure>/<backend>/bs<N>`` metrics (``latency_ms``, ``noisy``);
+    with ``lengths``, backend -> (batch size, length) -> value from its ``.../bs<N>/len<L>`` metrics."""
+    out: Dict[str, Dict] = {}
     for key, value in run.data.metrics.items():
         m = METRIC.match(key)
-        if m and m["figure"] == figure and not math.isnan(value):
-            out.setdefault(m["backend"], {})[int(m["bs"])] = value
+        if m and m["figure"] == figure and not math.isnan(value) and (m["len"] is not None) == lengths:
+            cell = (int(m["bs"]), int(m["len"])) if lengths else int(m["bs"])
+            out.setdefault(m["backend"], {})[cell] = value
     return out
+
+
+def length_rows(run, label: str, table: Table) -> Set[int]:
+    """A run that tuned lengths: a row per backend and length (``auto`` from its table), and its heatmap; the batch
+    sizes it profiled (none for a run without such metrics)."""
+    from pipeline.record.heatmap import markdown_grid
+    from pipeline.route.table import Tile, backend_at
+
+    lat, noisy = per_cell(run, "latency_ms", True), per_cell(run, "noisy", True)
+    if not lat:
+        return set()
+    text = run.data.tags.get("route_table_json")
+    tiles = [Tile(**t) for t in json.loads(text)] if text else None
+    order = [b for b in run.data.tags.get("backends", "").split(",") if b in lat]
+    order += sorted(b for b in lat if b not in order)
+    lengths = sorted({n for per in lat.values() for _, n in per})
+    for n in lengths:
+        for backend in order:
+            ms = {bs: v for (bs, m), v in lat[backend].items() if m == n}
+            if ms:
+                table.rows.append(Row(label, f"{backend} len={n}", ms,
+                                      {bs for (bs, m), flag in noisy.get(backend, {}).items() if m == n and flag}))
+        if tiles:
+            auto = {bs: lat[b][(bs, n)] for bs in sorted({bs for per in lat.values() for bs, m in per if m == n})
+                    if (b := backend_at(tiles, bs, n)) in lat and (bs, n) in lat[b]}
+            table.rows.append(Row(label, f"{AUTO} len={n}", auto))
+    baseline = EAGER if EAGER in lat else next((b for b in order if b.startswith(EAGER)), None)
+    table.heatmaps.append(f"{label}: the backend serving each (batch size, length), and its speed-up over "
+                          f"{baseline or 'eager'}\n\n{markdown_grid(lat, tiles, baseline)}")
+    return {bs for per in lat.values() for bs, _ in per}
 
 
 def latencies(run) -> Dict[str, Dict[int, float]]:
@@ -138,6 +173,7 @@ def build(runs: Sequence, accuracy: bool = False) -> Table:
     for run, label in zip(runs, labels(runs)):
         lat = latencies(run)
         if not lat:
+            sizes.update(length_rows(run, label, table))
             continue
         noisy = {b: {bs for bs, flag in per.items() if flag} for b, per in per_cell(run, "noisy").items()}
         order = [b for b in run.data.tags.get("backends", "").split(",") if b in lat]
@@ -184,7 +220,8 @@ def markdown(table: Table) -> str:
         lines.append("| " + " | ".join([r.model, r.backend, *accuracy_columns(table, r),
                                          *(cell(r, bs) for bs in table.sizes)]) + " |")
     notes = footer(table)
-    return "\n".join(lines + ([""] + [f"{n}  " for n in notes] if notes else [])) + "\n"
+    heatmaps = [f"\n{h}" for h in table.heatmaps]
+    return "\n".join(lines + ([""] + [f"{n}  " for n in notes] if notes else []) + heatmaps) + "\n"
 
 
 def write(table: Table, stem: Path) -> List[Path]:
@@ -223,6 +260,8 @@ def show(table: Table) -> None:
     console.print(out)
     for note in footer(table):
         console.print(escape(note))
+    for heatmap in table.heatmaps:
+        console.print(escape(heatmap))
 
 
 def runs_of_sweep(client, parent_id: str) -> list:
@@ -283,7 +322,7 @@ def table_of(args: argparse.Namespace) -> Tuple[Table, str]:
         raise ConfigError(f"{args.uri}: {one_line(exc)}; list the runs with mlflow ui, or pass --experiment") from None
     table = build(runs, accuracy=args.accuracy)
     if not table.rows:
-        raise ConfigError(f"none of the {len(runs)} run(s) has latency_ms/<backend>/bs<N> metrics; "
+        raise ConfigError(f"none of the {len(runs)} run(s) has latency_ms/<backend>/bs<N>[/len<L>] metrics; "
                           f"did their profile stage run?")
     return table, label
 

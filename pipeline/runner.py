@@ -36,6 +36,7 @@ from pipeline.record import progress
 from pipeline.record.claim import claimed
 from pipeline.record.recorder import Recorder, earlier_record, earlier_results
 from pipeline.record.tracker import make_tracker
+from pipeline.seqlen import declared
 
 log = logging.getLogger(__name__)
 LOG_FILE = "tweakpipe.log"
@@ -97,7 +98,7 @@ def build_context(cfg: DictConfig, run_dir: Path, model: Optional[torch.nn.Modul
     torch.manual_seed(cfg.seed)
     api = model is not None
     model = (instantiate(cfg.model.build) if model is None else model).eval().to(device)
-    inputs = OmegaConf.to_container(cfg.model.inputs, resolve=True)
+    inputs = declared(OmegaConf.to_container(cfg.model.inputs, resolve=True), list(cfg.model.seq_lens))
     return RunContext(cfg=cfg, run_dir=run_dir, device=device, model=model, inputs=inputs, api=api,
                       earlier=earlier or Earlier(), examples={n: t.to(device) for n, t in (examples or {}).items()})
 
@@ -155,6 +156,7 @@ def run(cfg: DictConfig, run_dir: Path, model: Optional[torch.nn.Module] = None,
     """
     if examples is None:
         examples = model_inputs.complete(cfg)
+    model_inputs.at_longest(cfg)
     check_config(cfg, run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     with claimed(run_dir), run_log(run_dir), stops.stoppable() as stop, devices.cpu_threads(cfg.threads) as threads, \

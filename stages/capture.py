@@ -6,6 +6,11 @@ and the run goes on. A resumed run keeps the earlier run's failed and skipped ou
 rebuilds the others (compiled code does not outlive its process). Where eager's output cannot tell right from wrong on any input tried, the
 backend is recorded as unverified, and profiled and routed only with ``validate.allow_unverified=true``.
 
+Where lengths are tuned (``model.seq_lens``, :mod:`pipeline.seqlen`), every check runs at every (batch size,
+length) cell, and padding is proved per backend (``pipeline.measure.padding``): calls at untuned lengths,
+padded to the tuned one above and cut back, against eager at the exact length. A backend that fails it stays
+ok for its tuned cells; ``padding`` in capture.json says why.
+
 Every backend competes once per entry of ``precision`` (``pipeline.backends.precision``), and every candidate's
 output is scored against fp32 eager's by ``route.accuracy_budget`` at each tuned size (``pipeline.measure.accuracy``):
 one outside the budget stays ok and is profiled, but the route never serves it. Reduced-precision candidates
@@ -30,13 +35,14 @@ from pipeline.backends.precision import precision_of
 from pipeline.cost import Stopwatch, compiles_into
 from pipeline.record import progress
 from pipeline.backends import BackendUnsupported
-from pipeline.measure import accuracy
+from pipeline.measure import accuracy, padding
 from pipeline.measure.compare import combine, judge, tolerance
 from pipeline.context import ALLOW_HINT, BackendOutcome, RunContext
-from pipeline.batching import BatchDims, output_batch_dims
+from pipeline.batching import output_batch_dims, output_seq_dims
 from pipeline.config.errors import ConfigError, RunFailed
 from pipeline.measure.references import Reference, reference_at
 from pipeline.route import compiled
+from pipeline.seqlen import PROBE_BATCH, Key, label, padding_probes, words
 
 log = logging.getLogger(__name__)
 
@@ -45,22 +51,29 @@ OUTCOMES = {"ok": ("ok", ""), "mismatch": ("failed", "output differs from eager:
             "uninformative": ("unverified", "could not be checked against eager: ")}
 
 
-def reference_outputs(ctx: RunContext, compute_dtype: Optional[torch.dtype]) -> Dict[int, Reference]:
-    """Eager's outputs at every tuned batch size, each from the first inputs whose output can judge a
-    backend computing in ``compute_dtype``: the truth every backend is held to."""
+def probe_cells(ctx: RunContext) -> List[Key]:
+    """The untuned cells padding is proved at: every tuned batch size at each band's probe length (none
+    without tuned lengths)."""
+    return [(bs, probe) for bs in ctx.batch_sizes for probe in padding_probes(ctx.lengths).values()]
+
+
+def reference_outputs(ctx: RunContext, compute_dtype: Optional[torch.dtype]) -> Dict[Key, Reference]:
+    """Eager's outputs at every tuned cell (and every padding probe), each from the first inputs whose output
+    can judge a backend computing in ``compute_dtype``: the truth every backend is held to."""
     sources = ctx.input_sources()
-    references = {bs: reference_at(ctx.model, bs, sources, compute_dtype, ctx.cfg.validate.tolerance_scale)
-                  for bs in ctx.batch_sizes}
-    unproved = {bs: ref.uninformative for bs, ref in references.items() if ref.uninformative}
+    references = {key: reference_at(ctx.model, key, sources, compute_dtype, ctx.cfg.validate.tolerance_scale)
+                  for key in ctx.cells + probe_cells(ctx)}
+    unproved = {key: ref.uninformative for key, ref in references.items() if ref.uninformative}
     if unproved:
         log.warning("capture: on every input tried, eager's output cannot tell a wrong backend from a right one at "
-                    "batch size %s (%s); backends will be recorded unverified",
-                    ", ".join(map(str, unproved)), next(iter(unproved.values())))
+                    "%s (%s); backends will be recorded unverified",
+                    ", ".join(map(label, unproved)), next(iter(unproved.values())))
     return references
 
 
+
 def capture_one(ctx: RunContext, name: str, cfg: dict,
-                references: Callable[[Optional[torch.dtype]], Dict[int, Reference]]) -> BackendOutcome:
+                references: Callable[[Optional[torch.dtype]], Dict[Key, Reference]]) -> BackendOutcome:
     """Build and check one backend; never raises for the backend's own failures."""
     backend = backend_registry.create(name, cfg)
     outcome = BackendOutcome(name=name, kind=str(cfg.get("kind")), precision=backend.precision,
@@ -73,23 +86,27 @@ def capture_one(ctx: RunContext, name: str, cfg: dict,
     scale = ctx.cfg.validate.tolerance_scale
     outcome.tolerance = tolerance(backend.compute_dtype, scale)
     refs = references(backend.compute_dtype)
+    tuned, probes = {k: refs[k] for k in ctx.cells}, {k: refs[k] for k in probe_cells(ctx)}
+    dims = ctx.dims()
     devices.reset_peak_memory(ctx.device)
     cost, start = outcome.cost, time.perf_counter()
     try:
         largest = max(ctx.batch_sizes)
-        # Every size up to the largest tuned one may be served, tuned or not.
-        sample = refs[largest].inputs
+        # Every size up to the largest tuned one may be served, tuned or not; the sample is the largest cell.
+        sample = refs[max(ctx.cells)].inputs
         with compiles_into(cost), compiled.recorded(compile_ahead.compiles(cfg)) as artifacts:
-            backend.build(ctx.model, sample, ctx.device, list(range(1, largest + 1)), ctx.batch_sizes,
-                          BatchDims.of(ctx.inputs, ctx.output_batch_dims))
+            backend.build(ctx.model, sample, ctx.device, list(range(1, largest + 1)), ctx.batch_sizes, dims)
             cost.build_s, checking = time.perf_counter() - start, Stopwatch()
-            scores = []  # the accuracy budget's metric against fp32 eager, at each tuned size
+            scores = []  # the accuracy budget's metric against fp32 eager, at each tuned cell
             with backend.watched():  # every compile is this backend's; a recompile limit hit fails it
                 checks = backend.self_check(ctx.model, sample, scale)  # variants the tuned sizes miss, e.g. each graph
-                for bs, ref in refs.items():
+                for key, ref in tuned.items():
                     out = backend(**ref.inputs)
-                    checks[f"batch size {bs}"] = judge(out, ref.output, backend.compute_dtype, scale)
+                    checks[words(key)] = judge(out, ref.output, backend.compute_dtype, scale)
                     scores.append(accuracy.score(out, ref.output, budget.metric))
+                if dims.seq:
+                    outcome.padding = padding.check(backend, probes, dims.seq,
+                                                    OmegaConf.to_container(budget, resolve=True), scale)
                 devices.synchronize(ctx.device)
             cost.check_s = checking.seconds
     except BackendUnsupported as exc:
@@ -99,7 +116,10 @@ def capture_one(ctx: RunContext, name: str, cfg: dict,
         log.debug("backend %s failed:\n%s", name, traceback.format_exc())
         outcome.status, outcome.reason = "failed", f"{type(exc).__name__}: {exc}".strip()[:2000]
         return outcome
-    cost.record_s = float(backend.stats().get("record_seconds", 0.0))
+    stats = backend.stats()
+    cost.record_s = float(stats.get("record_seconds", 0.0))
+    outcome.graphs, outcome.pool_mb = int(stats.get("graphs", 0)), float(stats.get("pool_bytes", 0)) / 2**20
+    outcome.any_length = backend.any_length
     backend.artifacts = artifacts  # its programs, for the checkpoint's compiled artifacts
     outcome.build_seconds = time.perf_counter() - start
     outcome.peak_memory_bytes = devices.peak_memory_bytes(ctx.device)
@@ -168,9 +188,14 @@ def budget_skip(ctx: RunContext, name: str, cfg: Mapping[str, Any]) -> Optional[
 
 
 def run(ctx: RunContext) -> None:
-    label, inputs_at = ctx.input_sources()[0]
-    log.info("capture: batches are made of %s", label)
-    ctx.output_batch_dims = output_batch_dims(ctx.model, inputs_at)
+    source, inputs_at = ctx.input_sources()[0]
+    log.info("capture: batches are made of %s", source)
+    if ctx.lengths:  # batch dimensions at the shortest length, length dimensions at two batch rows
+        shortest = ctx.lengths[0]
+        ctx.output_batch_dims = output_batch_dims(ctx.model, lambda bs: inputs_at((bs, shortest)))
+        ctx.output_seq_dims = output_seq_dims(ctx.model, lambda n: inputs_at((PROBE_BATCH, n)), ctx.lengths)
+    else:
+        ctx.output_batch_dims = output_batch_dims(ctx.model, inputs_at)
     references = functools.lru_cache(maxsize=None)(functools.partial(reference_outputs, ctx))  # per compute dtype
     candidates = ctx.candidates
     order = capture_order(candidates)
@@ -178,9 +203,8 @@ def run(ctx: RunContext) -> None:
                                           in ("failed", "skipped"))]
     supported = [n for n in pending if not backend_registry.create(n, candidates[n]).unsupported_reason(ctx.device)]
     largest, cache = max(ctx.batch_sizes), ctx.cfg.compile_cache
-    with compile_ahead.started(candidates, supported, ctx.model, {bs: r.inputs for bs, r in references(None).items()},
-                               ctx.device, list(range(1, largest + 1)), ctx.batch_sizes,
-                               BatchDims.of(ctx.inputs, ctx.output_batch_dims), ctx.cfg.threads,
+    with compile_ahead.started(candidates, supported, ctx.model, {k: references(None)[k].inputs for k in ctx.cells},
+                               ctx.device, list(range(1, largest + 1)), ctx.batch_sizes, ctx.dims(), ctx.cfg.threads,
                                OmegaConf.to_container(cache, resolve=True), cache.workers) as ahead:
         for name in progress.track(order, "capture", len(order)):
             earlier = ctx.earlier.outcomes.get(name)
@@ -220,4 +244,8 @@ def log_outcome(ctx: RunContext, outcome: BackendOutcome) -> None:
                               f"{outcome.accuracy:.6g}{'' if outcome.within_budget else ' (OUTSIDE the budget)'}"
             + (f", {outcome.compile['graphs']} Dynamo graph(s), {outcome.compile['graph_breaks']} graph break(s), "
                f"compile cache {cost.cache_hits} hit(s) {cost.cache_misses} miss(es)"
-               if outcome.compile else ""))
+               if outcome.compile else "")
+            + (f", {outcome.graphs} device graphs in {outcome.pool_mb:.0f} MB" if outcome.graphs else "")
+            + ("" if outcome.padding in ("", padding.PROVED) or outcome.status != "ok" else
+               f"; padding NOT proved, so untuned lengths go to "
+               f"{'it unpadded' if outcome.any_length else 'others'}: {outcome.padding}"))

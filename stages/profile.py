@@ -13,6 +13,10 @@ by a tuned size T costs at most what T measured (it pads to a recorded size no l
 time and peak memory are capture's; this stage records each size's first call apart
 (``first_call_ms``) and reports the median, its interval, p10/p90, sample count and a ``noisy`` flag
 with its reason for every cell.
+
+Where lengths are tuned (``model.seq_lens``), a cell is a (batch size, length) pair: the screen looks at its
+three batch sizes at three lengths (the shortest, a middle and the longest), and the profile measures every
+tuned batch size at each tuned length, one length after another.
 """
 
 from __future__ import annotations
@@ -21,24 +25,26 @@ import logging
 from typing import Any, Callable, Dict, List, Sequence, Tuple
 
 from pipeline.context import RunContext
-from pipeline.measure.interleaved import measure_interleaved, profile_sizes
+from pipeline.measure.interleaved import measure_interleaved, profile_cells
 from pipeline.measure.measurement import Measurement, Settings
 from pipeline.measure.screening import screen_settings, screen_sizes, screened_out
 from pipeline.record import progress
 from pipeline.route.decision import baseline, contested, decide
+from pipeline.seqlen import Key, label
 
 log = logging.getLogger(__name__)
 OUTSIDE_BUDGET = "screened out: outside the accuracy budget, so it never serves (timed in the screen only)"
 
-Calls = Callable[[int, Sequence[str]], Dict[str, Callable[[], Any]]]
+Calls = Callable[[Key, Sequence[str]], Dict[str, Callable[[], Any]]]
 
 
 def calls_for(ctx: RunContext) -> Calls:
-    """``calls(bs, names)``: each named backend's call on the batch of ``bs`` rows capture checked."""
+    """``calls(cell, names)``: each named backend's call on the batch of the cell (its rows, at its length) that
+    capture checked."""
     _, inputs_at = ctx.input_sources()[0]
 
-    def calls(bs: int, names: Sequence[str]) -> Dict[str, Callable[[], Any]]:
-        inputs = inputs_at(bs)
+    def calls(key: Key, names: Sequence[str]) -> Dict[str, Callable[[], Any]]:
+        inputs = inputs_at(key)
         return {name: (lambda b=ctx.backends[name]: b(**inputs)) for name in names}
 
     return calls
@@ -61,17 +67,17 @@ def screen(ctx: RunContext, calls: Calls) -> List[str]:
     failures, keep = ctx.failures(), kept_by_rule(ctx)
     if not pcfg.screen or all(n in keep for n in names):
         return names
-    sizes = screen_sizes(ctx.batch_sizes)
+    sizes, lengths = screen_sizes(ctx.batch_sizes), screen_sizes(ctx.lengths) if ctx.lengths else []
     known = {n: per for n, per in ctx.earlier.screen.items() if n in ctx.backends}
 
-    def on_cell(name: str, bs: int, m: Measurement) -> None:
-        ctx.screen.setdefault(name, {})[bs] = m
-        ctx.on_cell(name, bs, m, "screen")
+    def on_cell(name: str, key: Key, m: Measurement) -> None:
+        ctx.screen.setdefault(name, {})[key] = m
+        ctx.on_cell(name, key, m, "screen")
 
-    with progress.steps("screen", len(sizes)) as bar:
-        ctx.screen.update(profile_sizes(lambda bs: calls(bs, names), sizes, ctx.device, screen_settings(pcfg),
-                                        known=known, on_cell=on_cell,
-                                        on_step=lambda p, bs: bar.next(f"bs={bs} ({len(names)} candidates)")))
+    with progress.steps("screen", len(sizes) * max(1, len(lengths))) as bar:
+        ctx.screen.update(profile_cells(lambda key: calls(key, names), sizes, lengths, ctx.device,
+                                        screen_settings(pcfg), known=known, on_cell=on_cell,
+                                        on_step=lambda p, key: bar.next(f"{label(key)} ({len(names)} candidates)")))
     servable = [n for n in names if n not in failures]
     ctx.screened_out = {**screened_out(ctx.screen, servable, keep, pcfg.screen_margin),
                         **{n: OUTSIDE_BUDGET for n in names if n in failures and n not in keep}}
@@ -83,7 +89,7 @@ def screen(ctx: RunContext, calls: Calls) -> List[str]:
     return [n for n in names if n not in ctx.screened_out]
 
 
-def remeasure_contested(ctx: RunContext, calls: Calls, on_cell: Callable[[str, int, Measurement], None]) -> int:
+def remeasure_contested(ctx: RunContext, calls: Calls, on_cell: Callable[[str, Key, Measurement], None]) -> int:
     """Another window, up to ``max_repeats`` rounds, for the noisy cells the route rests on at sizes where it is
     contested (another candidate's interval overlaps the owner's); the windows taken."""
     pcfg = ctx.cfg.profile
@@ -93,16 +99,16 @@ def remeasure_contested(ctx: RunContext, calls: Calls, on_cell: Callable[[str, i
             cells = decide(ctx).rests_on
         except (ValueError, RuntimeError):
             return taken  # no route to rest on: the route stage says why
-        todo = {bs: noisy for bs, names in contested(cells).items()
-                if (noisy := [n for n in names if ctx.profile[n][bs].noisy])}
+        todo = {key: noisy for key, names in contested(cells).items()
+                if (noisy := [n for n in names if ctx.profile[n][key].noisy])}
         if not todo:
             break
-        for bs, names in sorted(todo.items()):
-            measured = measure_interleaved(calls(bs, names), ctx.device, {**pcfg, "max_repeats": 0},
+        for key, names in sorted(todo.items()):
+            measured = measure_interleaved(calls(key, names), ctx.device, {**pcfg, "max_repeats": 0},
                                            pass_index=s.passes - 1)
             for name, m in measured.items():
-                ctx.profile[name][bs].absorb(m, s)
-                on_cell(name, bs, ctx.profile[name][bs])
+                ctx.profile[name][key].absorb(m, s)
+                on_cell(name, key, ctx.profile[name][key])
                 taken += 1
     return taken
 
@@ -116,16 +122,16 @@ def run(ctx: RunContext) -> None:
     checked = ([n for n in timed if not ctx.backends[n].records_cuda_graphs]
                if pcfg.device_check and ctx.device.type == "cuda" else [])
 
-    def on_cell(name: str, bs: int, m: Measurement) -> None:
-        ctx.profile.setdefault(name, {})[bs] = m
-        ctx.on_cell(name, bs, m, "profile")
+    def on_cell(name: str, key: Key, m: Measurement) -> None:
+        ctx.profile.setdefault(name, {})[key] = m
+        ctx.on_cell(name, key, m, "profile")
 
     known = {n: per for n, per in ctx.earlier.cells.items() if n in timed}
-    with progress.steps("profile", pcfg.passes * len(sizes)) as bar:
-        ctx.profile.update(profile_sizes(
-            lambda bs: calls(bs, timed), sizes, ctx.device, {**pcfg, "max_repeats": 0}, device_check=checked,
-            known=known, on_cell=on_cell,
-            on_step=lambda p, bs: bar.next(f"pass {p + 1}/{pcfg.passes} bs={bs} ({', '.join(timed)})")))
+    with progress.steps("profile", pcfg.passes * len(ctx.cells)) as bar:
+        ctx.profile.update(profile_cells(
+            lambda key: calls(key, timed), sizes, ctx.lengths, ctx.device, {**pcfg, "max_repeats": 0},
+            device_check=checked, known=known, on_cell=on_cell,
+            on_step=lambda p, key: bar.next(f"pass {p + 1}/{pcfg.passes} {label(key)} ({', '.join(timed)})")))
     repeats = remeasure_contested(ctx, calls, on_cell)
     for name, backend in list(ctx.backends.items()):
         fallback = backend.fallback_reason()
@@ -136,26 +142,27 @@ def run(ctx: RunContext) -> None:
         outcome.cost.screen_s = sum(m.spent_ms for m in ctx.screen.get(name, {}).values()) / 1e3
         outcome.cost.profile_s = sum(m.spent_ms for m in ctx.profile.get(name, {}).values()) / 1e3
     for name, per in ctx.profile.items():
-        for bs, m in sorted(per.items()):
+        for key, m in sorted(per.items()):
             s = m.summary()
-            log.info("profile %-24s bs=%-4d median %.4f ms (%.4f-%.4f)  p10 %.4f  p90 %.4f  n=%-4d first %.1f ms%s%s",
-                     name, bs, m.median, s["ci_lo_ms"], s["ci_hi_ms"], s["p10_ms"], s["p90_ms"], m.count,
+            log.info("profile %-24s %-12s median %.4f ms (%.4f-%.4f)  p10 %.4f  p90 %.4f  n=%-4d first %.1f ms%s%s",
+                     name, label(key), m.median, s["ci_lo_ms"], s["ci_hi_ms"], s["p10_ms"], s["p90_ms"], m.count,
                      m.first_call_ms, f"  device {m.device_ms:.4f} ms" if m.device_ms == m.device_ms else "",
                      f"  NOISY: {m.noise}" if m.noisy else "")
-    noisy = [(name, bs, m) for name, per in ctx.profile.items() for bs, m in sorted(per.items()) if m.noisy]
+    noisy = [(name, key, m) for name, per in ctx.profile.items() for key, m in sorted(per.items()) if m.noisy]
     if noisy:
         total = sum(len(per) for per in ctx.profile.values())
         log.debug("profile: %d of %d cells stayed noisy (%d window(s) re-measured where the route rests on them):\n%s",
                   len(noisy), total, repeats, noise_table(noisy))
 
 
-def noise_table(cells: List[Tuple[str, int, Measurement]]) -> str:
-    """One line per noisy cell: backend, batch size, median, interval and the first reason (and how many more)."""
+def noise_table(cells: List[Tuple[str, Key, Measurement]]) -> str:
+    """One line per noisy cell: backend, cell, median, interval and the first reason (and how many more)."""
     width = max(len("backend"), *(len(name) for name, _, _ in cells))
-    lines = [f"  {'backend':<{width}}  {'bs':>5}  {'median ms':>10}  {'interval ms':<21}  why"]
-    for name, bs, m in cells:
+    lines = [f"  {'backend':<{width}}  {'cell':>12}  {'median ms':>10}  {'interval ms':<21}  why"]
+    for name, key, m in cells:
         lo, hi = m.interval
         reasons = m.noise.split("; ")
         more = f" (+{len(reasons) - 1} more)" if len(reasons) > 1 else ""
-        lines.append(f"  {name:<{width}}  {bs:>5}  {m.median:>10.4g}  {f'{lo:.4g}-{hi:.4g}':<21}  {reasons[0]}{more}")
+        lines.append(f"  {name:<{width}}  {label(key):>12}  {m.median:>10.4g}  {f'{lo:.4g}-{hi:.4g}':<21}  "
+                     f"{reasons[0]}{more}")
     return "\n".join(lines)

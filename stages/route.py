@@ -2,7 +2,8 @@
 
 The route and what it rests on land on the context (``route_info``); the recorder writes
 ``route.json`` and the checkpoint. A route that rests on noisy cells is shipped with a warning, or
-refused under ``route.require_confident``."""
+refused under ``route.require_confident``. Where lengths are tuned, the route is a (batch range x length
+range) table (``pipeline.route.table``): route.json's ``table`` instead of ``ranges``, its cells by length."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ from pipeline.config.errors import RunFailed
 from pipeline.context import RunContext
 from pipeline.route.served import RoutedModule, TuneRecord
 from pipeline.measure.accuracy import budget_of
+from pipeline.measure.padding import PROVED
 from pipeline.route.decision import contested, decide
+from pipeline.seqlen import Key, label
 
 log = logging.getLogger(__name__)
 
@@ -26,24 +29,41 @@ class RouteNotConfident(RunFailed):
     """``route.require_confident`` is set and the route rests on cells the profile flagged noisy."""
 
 
-def screen_cells(ctx: RunContext, name: str) -> Dict[str, Dict[str, Any]]:
-    """A candidate's screen numbers by batch size: median and interval in ms."""
-    return {str(bs): {"median": m.median, "interval": list(m.interval), "noisy": m.noisy}
-            for bs, m in sorted(ctx.screen.get(name, {}).items())}
+def by_cell(values: Dict[Key, Any]) -> Dict[str, Any]:
+    """A backend's figures for route.json: by batch size, or by length and then batch size where lengths are tuned."""
+    out: Dict[str, Any] = {}
+    for key, value in sorted(values.items()):
+        if isinstance(key, int):
+            out[str(key)] = value
+        else:
+            out.setdefault(str(key[1]), {})[str(key[0])] = value
+    return out
+
+
+def cell_entry(key: Key) -> Dict[str, int]:
+    """A cell as route.json names it: its batch size, and its length where lengths are tuned."""
+    return {"batch_size": key} if isinstance(key, int) else {"batch_size": key[0], "seq_len": key[1]}
+
+
+def screen_cells(ctx: RunContext, name: str) -> Dict[str, Any]:
+    """A candidate's screen numbers by cell: median and interval in ms."""
+    return by_cell({key: {"median": m.median, "interval": list(m.interval), "noisy": m.noisy}
+                    for key, m in ctx.screen.get(name, {}).items()})
 
 
 def warn_if_noise_could_change(ctx: RunContext, at: Dict[int, List[str]]) -> None:
     """One warning where noisy cells could change the route (a challenger within the owner's noise), with the
     next step; every noisy cell is in route.json and profile.csv, and a noisy owner that no one comes near is not
     worth the user's attention."""
-    shaky = {bs: names for bs, names in at.items() if any(ctx.profile[n][bs].noisy for n in names)}
+    shaky = {key: names for key, names in at.items() if any(ctx.profile[n][key].noisy for n in names)}
     if not shaky:
         log.info("route   every cell the route rests on is settled, or no other candidate comes within its noise")
         return
-    where = "; ".join(f"bs={bs}: {' vs '.join(names)}" for bs, names in sorted(shaky.items()))
-    log.warning("route   noise could change the choice at %d batch size(s) (%s): the cells are flagged noisy and "
+    where = "; ".join(f"{label(key)}: {' vs '.join(names)}" for key, names in sorted(shaky.items()))
+    log.warning("route   noise could change the choice at %d %s (%s): the cells are flagged noisy and "
                 "within each other's intervals. To settle it: profile=thorough, a quieter host, or threads=N below "
-                "the core count (route.json: noisy_cells)", len(shaky), where)
+                "the core count (route.json: noisy_cells)", len(shaky), "cell(s)" if ctx.lengths else "batch size(s)",
+                where)
 
 
 def run(ctx: RunContext) -> None:
@@ -54,24 +74,27 @@ def run(ctx: RunContext) -> None:
         raise NoRoute(f"route: {exc}; see capture.json and profile.csv") from None
     route, failures, cells = decision.route, decision.failures, decision.rests_on
     medians, intervals = ctx.medians(), ctx.intervals()
-    noisy: List[Dict[str, Any]] = [{"backend": b, "batch_size": bs, "reason": ctx.profile[b][bs].noise}
-                                   for b, bs in cells if ctx.profile[b][bs].noisy]
+    noisy: List[Dict[str, Any]] = [{"backend": b, **cell_entry(key), "reason": ctx.profile[b][key].noise}
+                                   for b, key in cells if ctx.profile[b][key].noisy]
     routed_names = {r.backend for r in route}
     unverified = sorted(routed_names & set(ctx.unverified()))
+    lengths = {"seq_lens": ctx.lengths} if ctx.lengths else {}
     ctx.route_info = {
         "strategy": rcfg.strategy,
         "min_gain": rcfg.min_gain,
         "never_slower_than": decision.baseline if rcfg.strategy == "router" else None,  # only the router applies it
-        "ranges": [{**r.to_dict(), "precision": ctx.outcomes[r.backend].precision,
-                    "weights": ctx.outcomes[r.backend].weights} for r in route],
+        **lengths,
+        ("table" if ctx.lengths else "ranges"): [{**r.to_dict(), "precision": ctx.outcomes[r.backend].precision,
+                                                  "weights": ctx.outcomes[r.backend].weights} for r in route],
         "accuracy_budget": budget_of(rcfg.accuracy_budget),
         # score: the budget's metric against fp32 eager at the worst tuned size (a cosine of 1.0 is a perfect match)
         "candidates": [{"backend": n, "precision": o.precision, "weights": o.weights,
                         "metric": rcfg.accuracy_budget.metric, "score": o.accuracy, "within_budget": o.within_budget,
-                        "status": o.status} for n, o in ctx.outcomes.items()],
-        "profile_medians_ms": {b: {str(bs): ms for bs, ms in per.items()} for b, per in medians.items()},
-        "profile_intervals_ms": {b: {str(bs): list(iv) for bs, iv in per.items()} for b, per in intervals.items()},
-        "rests_on": [{"backend": b, "batch_size": bs} for b, bs in cells],
+                        "status": o.status, **({"padding": o.padding, "any_length": o.any_length} if ctx.lengths else {})}
+                       for n, o in ctx.outcomes.items()],
+        "profile_medians_ms": {b: by_cell(per) for b, per in medians.items()},
+        "profile_intervals_ms": {b: by_cell({k: list(iv) for k, iv in per.items()}) for b, per in intervals.items()},
+        "rests_on": [{"backend": b, **cell_entry(key)} for b, key in cells],
         "noisy_cells": noisy,
         "rests_on_noisy": bool(noisy),
         "excluded": failures,
@@ -81,10 +104,11 @@ def run(ctx: RunContext) -> None:
                  "stage_s": dict(ctx.stage_seconds)},
     }
     for r in route:
-        log.info("route   batch %s..%s -> %s (%s)", r.lo, r.hi if r.hi is not None else "inf", r.backend,
-                 ctx.outcomes[r.backend].precision)
+        log.info("route   %sbatch %s..%s -> %s (%s)", f"length {r.len_lo}..{r.len_hi} " if ctx.lengths else "",
+                 r.lo, r.hi if r.hi is not None else "inf", r.backend, ctx.outcomes[r.backend].precision)
     if noisy:
-        names = ", ".join(f"{c['backend']} bs={c['batch_size']}" for c in noisy)
+        names = ", ".join(f"{c['backend']} bs={c['batch_size']}" + (f" len={c['seq_len']}" if "seq_len" in c else "")
+                          for c in noisy)
         if rcfg.require_confident:
             raise RouteNotConfident(
                 f"the route rests on {len(noisy)} cell(s) the profile flagged noisy ({names}; route.json says why) "
@@ -96,5 +120,6 @@ def run(ctx: RunContext) -> None:
                     ", ".join(unverified))
     ctx.route = route
     record = TuneRecord(ctx.cfg.model.name, ctx.model, ctx.inputs, ctx.batch_sizes, ctx.device, api=ctx.api,
-                        output_batch_dims=ctx.output_batch_dims)
+                        output_batch_dims=ctx.output_batch_dims, seq=ctx.dims().seq,
+                        padded=sorted(n for n in routed_names if ctx.outcomes[n].padding == PROVED))
     ctx.routed = RoutedModule({n: ctx.backends[n] for n in routed_names}, route, record)

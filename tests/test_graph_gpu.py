@@ -99,7 +99,7 @@ def test_outputs_match_eager_padded_and_chunked(cfg, model_name, device):
         out = backend(**inputs)
         assert judge(out, expected).ok, f"batch {bs}"
         if model_name == "two_inputs" and bs == 17:  # padded through the 24 graph with zeros
-            for buf in backend._static.values():
+            for buf in backend._static[None].values():  # keyed by length: None without tuned lengths
                 assert buf[17:24].eq(0).all()
 
 
@@ -184,7 +184,7 @@ def test_a_sequence_first_model_is_padded_and_chunked_along_its_batch_dimension(
             expected = model(**at(bs))
         assert judge(backend(**at(bs)), expected).ok, f"batch {bs}"
     backend(**at(17))  # padded through the 24 graph: its rows 17..23 are zeros, in dimension 1
-    assert backend._static["x"][:, 17:24].eq(0).all()
+    assert backend._static[None]["x"][:, 17:24].eq(0).all()
 
 
 def test_tune_serves_a_sequence_first_model_through_the_graph_backends(tmp_path, device):
@@ -200,3 +200,39 @@ def test_tune_serves_a_sequence_first_model_through_the_graph_backends(tmp_path,
         for bs in (1, 3, 9, 40):
             x = sequence_first(bs).to(device)
             assert judge(tuned(x), model(x)).ok, f"batch {bs}"
+
+
+LENGTH_SPEC = {"input_ids": {"shape": [32], "dtype": "int64", "fill": "randint", "high": 50, "seq_dim": 1, "pad": 0},
+               "attention_mask": {"shape": [32], "dtype": "int64", "fill": "mask", "seq_dim": 1, "pad": 0}}
+
+
+@pytest.mark.parametrize("cfg", [GRAPH, GRAPH_INDUCTOR, {**GRAPH_INDUCTOR, "per_length": True}],
+                         ids=["graph", "graph_inductor", "graph_inductor_per_length"])
+def test_graphs_are_recorded_over_the_batch_grid_at_every_tuned_length_in_one_pool(cfg, device):
+    """Issue 31: (batch grid x tuned lengths) graphs, counted in stats (capture.json's graphs and pool_mb); a call
+    at a recorded length pads its batch as before; an untuned length is refused (the routed model pads it)."""
+    from pipeline.seqlen import SeqDims
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = TwoInputs().eval().to(device)
+    seq = SeqDims.of(LENGTH_SPEC, [8, 32], {"output.logits": None, "output.hidden": 1})
+    dims = BatchDims.of(LENGTH_SPEC, {"output.logits": 0, "output.hidden": 0}, seq)
+    backend = backend_registry.create("g", cfg)
+    backend.build(model, make_inputs(LENGTH_SPEC, 8, device), device, range(1, 9), [1, 8], dims)
+    stats = backend.stats()
+    assert stats["graphs"] == 2 * len(graph_plan.grid(8)) and stats["recorded_lengths"] == [8, 32]
+    assert combine(backend.self_check(model, make_inputs(LENGTH_SPEC, 8, device))).ok
+    for bs in (1, 3, 8, 11):
+        for length in (8, 32):
+            inputs = seq.resized(make_inputs(LENGTH_SPEC, bs, device, seed=2), length)
+            with torch.inference_mode():
+                assert judge(backend(**inputs), model(**inputs)).ok, (bs, length)
+    with pytest.raises(ValueError, match="recorded at lengths \\[8, 32\\], not 20"):
+        backend(**seq.resized(make_inputs(LENGTH_SPEC, 2, device), 20))
+    capped = backend_registry.create("g", {**cfg, "max_graphs": 3})
+    with pytest.raises(RuntimeError, match="make 8 graphs, above max_graphs=3"):
+        capped.build(model, make_inputs(LENGTH_SPEC, 8, device), device, range(1, 9), [1, 8], dims)
+    small_pool = backend_registry.create("g", {**cfg, "max_pool_mb": 1e-6})
+    with pytest.raises(RuntimeError, match="above max_pool_mb=1e-06"):
+        small_pool.build(model, make_inputs(LENGTH_SPEC, 8, device), device, range(1, 9), [1, 8], dims)

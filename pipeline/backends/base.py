@@ -94,6 +94,12 @@ class Backend:
         """Whether a call replays a device graph: it cannot be captured again (profile's cross-check)."""
         return False
 
+    @property
+    def any_length(self) -> bool:
+        """Where lengths are tuned: whether it runs untuned lengths as they are (unpadded), as the model does;
+        backends that record or compile per tuned length serve those alone."""
+        return True
+
     def autocast(self) -> contextlib.AbstractContextManager:
         """The numerics of a call: autocast (a backend's own ``autocast_*``), TF32 matmuls (tf32, restored
         after), or a no-op (fp32, and bf16/fp16, which the wrapped model applies itself)."""

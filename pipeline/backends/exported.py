@@ -6,7 +6,8 @@ OpenVINO converts an ExportedProgram, and ONNX's dynamo exporter (``torch.onnx.e
 dynamo=True)``) translates one. It is the tracer torch supports on 2.11 and 2.14 alike; the
 TorchScript routes (``torch.jit.trace`` under OpenVINO's module conversion, the legacy ONNX exporter
 with ``dynamic_axes``) are deprecated since torch 2.9 and warn on every export. The batch dimension
-is ``Dim.DYNAMIC``, so an export fails rather than yield a graph that runs only at the traced size.
+is ``Dim.DYNAMIC``, and so is every length dimension where lengths are tuned (:mod:`pipeline.seqlen`): an
+export fails rather than yield a graph that runs only at the traced size, and the graph runs any length.
 
 The model is exported behind :class:`FlatModel`: inputs positional in the config's order, the output
 as the flat tuple of its tensors in pytree order. A runtime's outputs therefore map back one to one,
@@ -53,14 +54,20 @@ def output_spec(model: nn.Module, sample: Dict[str, torch.Tensor]) -> pytree.Tre
 def export(model: nn.Module, sample: Dict[str, torch.Tensor], batch_dims: BatchDims = BatchDims()
            ) -> torch.export.ExportedProgram:
     """``model`` as a graph over its inputs in ``sample``'s order, each with a dynamic batch dimension
-    (where ``batch_dims`` puts it).
+    (where ``batch_dims`` puts it), and a dynamic length where it has one (:func:`dynamic_dims`).
 
     A batch of one is doubled for tracing: torch.export specialises dimensions of size 1.
     """
     dims = [batch_dims.input(name) for name in sample]
     example = tuple(t if t.shape[d] > 1 else torch.cat([t, t], dim=d) for t, d in zip(sample.values(), dims))
-    dynamic = tuple({d: torch.export.Dim.DYNAMIC} for d in dims)
+    dynamic = tuple({d: torch.export.Dim.DYNAMIC for d in dynamic_dims(name, batch_dims)} for name in sample)
     return torch.export.export(FlatModel(model, list(sample)), example, dynamic_shapes=(dynamic,))
+
+
+def dynamic_dims(name: str, batch_dims: BatchDims) -> List[int]:
+    """The dimensions of input ``name`` an exported graph leaves dynamic: its batch, and its length if it has one."""
+    seq = batch_dims.seq.inputs.get(name)
+    return [batch_dims.input(name)] + ([seq] if seq is not None else [])
 
 
 class ExportedBackend(Backend):

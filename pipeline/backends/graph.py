@@ -7,7 +7,9 @@ copies its rows into the buffers, zero-pads to the smallest recorded size that h
 returns only its real rows. Rows lie along each input's and output's batch dimension
 (:mod:`pipeline.batching`), the first unless the model says otherwise. ``compile_with_inductor``
 records the kernels Inductor generates, compiled once for a dynamic batch dimension rather than
-once per size.
+once per size. Where lengths are tuned (:mod:`pipeline.seqlen`), graphs are recorded over the batch grid at
+every tuned length, in the same pool, with one static buffer per input and length; ``max_graphs`` and
+``max_pool_mb`` cap how many and how much memory (capture.json says both).
 
 ``clone_outputs: false`` hands out views of the graphs' static outputs (no copy). They stay valid
 only until the next call of this backend: any later replay may overwrite them.
@@ -15,13 +17,11 @@ only until the next call of this backend: any later replay may overwrite them.
 
 from __future__ import annotations
 
-import copy
 import logging
 import time
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
-import torch.utils._pytree as pytree
 from torch import nn
 
 from pipeline import devices
@@ -30,9 +30,9 @@ from pipeline.backends import graph_plan
 from pipeline.backends.base import Backend
 from pipeline.batching import BatchDims, per_sample, tile
 from pipeline.backends.inductor import InductorBackend
-from pipeline.backends.program import Program, dynamo_counts
+from pipeline.backends.program import dynamo_counts
 from pipeline.measure.compare import Verdict, judge
-from pipeline.measure.leaves import ROOT, key_name
+from pipeline.measure.leaves import map_outputs
 
 log = logging.getLogger(__name__)
 
@@ -40,26 +40,6 @@ log = logging.getLogger(__name__)
 WARMUP_CALLS = 2
 # More compiles than this mean the batch dimension did not stay dynamic.
 EXPECTED_COMPILES = 3
-
-
-def map_outputs(fn: Callable[..., torch.Tensor], *outs: Any, path: str = ROOT) -> Any:
-    """Apply ``fn(path, *tensors)`` to the matching tensors of parallel outputs, keeping their structure: a
-    tensor, tuple (named too), list, or mapping (dict, transformers ModelOutput). ``path`` names each tensor
-    as :func:`pipeline.measure.leaves.tensor_leaves` does. Other leaves pass through."""
-    first = outs[0]
-    if isinstance(first, torch.Tensor):
-        return fn(path, *outs)
-    if isinstance(first, Mapping):
-        new = copy.copy(first)
-        for key in first.keys():
-            new[key] = map_outputs(fn, *(o[key] for o in outs), path=path + key_name(pytree.MappingKey(key)))
-        return new
-    if isinstance(first, (tuple, list)):
-        fields = getattr(first, "_fields", None)
-        segments = [f".{f}" for f in fields] if fields else [f"[{i}]" for i in range(len(first))]
-        items = [map_outputs(fn, *parts, path=path + seg) for seg, parts in zip(segments, zip(*outs))]
-        return type(first)(*items) if fields else type(first)(items)
-    return first
 
 
 def take_rows(out: Any, rows: int, size: int, clone: bool, dims: BatchDims = BatchDims()) -> Any:
@@ -115,8 +95,9 @@ class GraphBackend(Backend):
         self._inductor = InductorBackend(name, cfg) if self.cfg["compile_with_inductor"] else None
         self._api: Any = None
         self._model: Optional[nn.Module] = None
-        self._static: Dict[str, torch.Tensor] = {}
-        self._graphs: Dict[int, tuple] = {}
+        # By length (None without tuned lengths): one static buffer per input, and a graph per recorded size.
+        self._static: Dict[Optional[int], Dict[str, torch.Tensor]] = {}
+        self._graphs: Dict[Tuple[int, Optional[int]], tuple] = {}
         self._recorded: List[int] = []
         self._pad: Dict[int, int] = {}
         self._stats: Dict[str, Any] = {}
@@ -124,6 +105,11 @@ class GraphBackend(Backend):
     @property
     def records_cuda_graphs(self) -> bool:
         return True
+
+    @property
+    def any_length(self) -> bool:
+        """Graphs are recorded at the tuned lengths only."""
+        return False
 
     def unsupported_reason(self, device: torch.device) -> Optional[str]:
         if device.type == "xpu" and not hasattr(torch.xpu, "XPUGraph"):
@@ -136,33 +122,47 @@ class GraphBackend(Backend):
     def _compiled(self, model: nn.Module) -> Any:
         if self._inductor is None:
             return model
-        self.program = Program(model, self.name, self._inductor.compile_kwargs(), self.device)
+        self._inductor.device, self._inductor.batch_dims = self.device, self.batch_dims
+        self.program = self._inductor.program_for(model)
         return self.program
+
+    def plan(self, batch_sizes: Sequence[int]) -> Tuple[List[int], Tuple[Optional[int], ...]]:
+        """The batch sizes and lengths (None without tuned lengths) to record, within ``max_graphs``."""
+        recorded = graph_plan.sizes_to_record(batch_sizes, self.cfg["max_recorded_batch_size"], self.cfg["grid"],
+                                              self.exact_sizes)
+        lengths = self.batch_dims.seq.lengths or (None,)
+        if len(recorded) * len(lengths) > self.cfg["max_graphs"]:
+            raise RuntimeError(f"{len(recorded)} batch sizes x {len(lengths)} lengths make "
+                               f"{len(recorded) * len(lengths)} graphs, above max_graphs={self.cfg['max_graphs']}; set a smaller grid "
+                               f"(grid=[...]), fewer model.seq_lens, or raise max_graphs")
+        return recorded, lengths
 
     def _build(self, model: nn.Module, sample: Dict[str, torch.Tensor], batch_sizes: list) -> None:
         device = self.device
         api = self._api = getattr(torch, device.type)  # torch.cuda or torch.xpu: the same graph API
         graph_class = api.CUDAGraph if device.type == "cuda" else api.XPUGraph
-        recorded = graph_plan.sizes_to_record(batch_sizes, self.cfg["max_recorded_batch_size"], self.cfg["grid"],
-                                              self.exact_sizes)
-        # Static buffers live outside the graph pool; every graph records on a prefix view of them.
-        dim = self.batch_dims.input
-        self._static = {name: tile(t.to(device), recorded[-1], dim(name)) for name, t in sample.items()}
-        views = {size: {name: buf.narrow(dim(name), 0, size) for name, buf in self._static.items()} for size in recorded}
+        recorded, lengths = self.plan(batch_sizes)
+        # Static buffers live outside the graph pool, one set per length; every graph records on a prefix view.
+        dim, seq = self.batch_dims.input, self.batch_dims.seq
+        self._static = {n: {name: tile(t.to(device), recorded[-1], dim(name))
+                            for name, t in (seq.resized(sample, n) if n else sample).items()} for n in lengths}
+        views = {(size, n): {name: buf.narrow(dim(name), 0, size) for name, buf in self._static[n].items()}
+                 for n in lengths for size in recorded}
+        # largest first: smaller graphs reuse its memory in the pool
+        order = sorted(views, key=lambda key: (key[0] * (key[1] or 1), key), reverse=True)
         fn = self._compiled(model)
-        if self._inductor and self.cfg["dynamic"] is None:
-            for inputs in views.values():  # one dynamic batch dimension: a few compiles, not one per size
-                for name, t in inputs.items():
-                    torch._dynamo.maybe_mark_dynamic(t, dim(name))
+        if self._inductor:
+            for inputs in views.values():  # dynamic dimensions: a few compiles, not one per size
+                self._inductor.mark_dynamic(inputs)
 
         with self.watched():
             graphs_before, start = dynamo_counts()["graphs"], time.perf_counter()
             side = api.Stream(device=device)  # warm up off the default stream, as graph capture requires
             side.wait_stream(api.current_stream(device))
             with api.stream(side), self.autocast():
-                for size in reversed(recorded):
+                for key in order:
                     for _ in range(WARMUP_CALLS):
-                        fn(**views[size])
+                        fn(**views[key])
             api.current_stream(device).wait_stream(side)
             devices.synchronize(device)
             warmup_seconds, compiles = time.perf_counter() - start, dynamo_counts()["graphs"] - graphs_before
@@ -172,11 +172,12 @@ class GraphBackend(Backend):
             reserved = api.memory_reserved(device)
             pool = api.graph_pool_handle()
             start = time.perf_counter()
-            for size in reversed(recorded):  # largest first: smaller graphs reuse its memory in the pool
+            for key in order:
                 graph = graph_class()
                 with devices.graph_capture_workspace(device), api.graph(graph, pool=pool), self.autocast():
-                    out = fn(**views[size])
-                self._graphs[size] = (graph, out)
+                    out = fn(**views[key])
+                self._graphs[key] = (graph, out)
+                self.check_pool(api.memory_reserved(device) - reserved, len(self._graphs), len(order))
             devices.synchronize(device)
             record_seconds = time.perf_counter() - start
             api.empty_cache()
@@ -184,58 +185,85 @@ class GraphBackend(Backend):
         self._model, self._fn = model, fn  # keep the weights and compiled kernels the graphs point at alive
         self._recorded = recorded
         self._pad = graph_plan.padding_table(recorded)
+        pool_bytes = api.memory_reserved(device) - reserved
         self._stats = {
             "recorded_sizes": recorded,
-            "graphs": len(recorded),
+            **({"recorded_lengths": list(lengths)} if seq else {}),
+            "graphs": len(self._graphs),
             "compile_seconds": warmup_seconds,  # warm-up runs, which hold every Inductor compile
             "record_seconds": record_seconds,
             "compiles": compiles,
-            "pool_bytes": api.memory_reserved(device) - reserved,
-            "static_input_bytes": sum(b.numel() * b.element_size() for b in self._static.values()),
+            "pool_bytes": pool_bytes,
+            "static_input_bytes": sum(b.numel() * b.element_size()
+                                      for per in self._static.values() for b in per.values()),
         }
-        if self._stats["compiles"] > EXPECTED_COMPILES:
-            log.warning("backend %s: %d compiles for %d graphs: the model specialises on the batch size, so graphs "
-                        "past Dynamo's recompile_limit fail the backend; set a smaller grid", self.name,
-                        self._stats["compiles"], len(recorded))
+        expected = EXPECTED_COMPILES * (len(lengths) if self._inductor and self._inductor.per_length else 1)
+        if self._stats["compiles"] > expected:
+            log.warning("backend %s: %d compiles for %d graphs: the model specialises on the batch size or length, so "
+                        "graphs past Dynamo's recompile_limit fail the backend; set a smaller grid", self.name,
+                        self._stats["compiles"], len(self._graphs))
 
-    def _replay(self, inputs: Mapping[str, torch.Tensor], start: int, rows: int, size: int, clone: bool) -> Any:
-        stage_inputs(self._static, inputs, start, rows, size, self.batch_dims)
-        graph, out = self._graphs[size]
+    def check_pool(self, used: int, recorded: int, total: int) -> None:
+        """Past ``max_pool_mb``, the backend fails with the figures (the graphs so far go with it)."""
+        cap = self.cfg["max_pool_mb"]
+        if cap is not None and used > cap * 2**20:
+            raise RuntimeError(f"the graph pool takes {used / 2**20:.0f} MB after {recorded} of {total} graphs, above "
+                               f"max_pool_mb={cap:g}; set a smaller grid, fewer model.seq_lens, or raise max_pool_mb")
+
+    def _replay(self, inputs: Mapping[str, torch.Tensor], start: int, rows: int, size: int, length: Optional[int],
+                clone: bool) -> Any:
+        stage_inputs(self._static[length], inputs, start, rows, size, self.batch_dims)
+        graph, out = self._graphs[(size, length)]
         graph.replay()
         if self.device.type == "xpu":
             self._api.current_stream(self.device).synchronize()  # the stream, never the device (driver crash)
         return take_rows(out, rows, size, clone, self.batch_dims)
 
+    def length(self, inputs: Mapping[str, torch.Tensor]) -> Optional[int]:
+        """A call's length where lengths are tuned (it must be one of them), else None."""
+        seq = self.batch_dims.seq
+        if not seq:
+            return None
+        length = seq.length(inputs)
+        if length not in self._static:
+            raise ValueError(f"graphs were recorded at lengths {sorted(self._static)}, not {length}; pad the call to "
+                             f"one of them (the routed model does)")
+        return length
+
     def __call__(self, **inputs: torch.Tensor) -> Any:
         name, first = next(iter(inputs.items()))
         batch = int(first.shape[self.batch_dims.input(name)])
-        size = self._pad.get(batch)
+        size, length = self._pad.get(batch), self.length(inputs)
         with torch.inference_mode():
             if size is not None:
-                return self._replay(inputs, 0, batch, size, self._clone)
+                return self._replay(inputs, 0, batch, size, length, self._clone)
             plan = graph_plan.chunk_plan(batch, self._recorded)
             parts, start = [], 0
             for rows, size in plan:  # each chunk is cloned: the next replay overwrites the static outputs
-                parts.append(self._replay(inputs, start, rows, size, clone=True))
+                parts.append(self._replay(inputs, start, rows, size, length, clone=True))
                 start += rows
             return concat_chunks(parts, [rows for rows, _ in plan], self.batch_dims)
 
     def self_check(self, model: nn.Module, sample: Dict[str, torch.Tensor],
                    tolerance_scale: float = 1.0) -> Dict[str, Verdict]:
-        """Every recorded graph against eager: eager runs once on the largest recorded batch, then each
-        graph is compared with the matching prefix of that output, full and padded (17 rows through 24)."""
+        """Every recorded graph against eager: eager runs once on the largest recorded batch (at each length),
+        then each graph is compared with the matching prefix of that output, full and padded (17 rows through 24)."""
         largest = self._recorded[-1]
-        dim = self.batch_dims.input
-        inputs = {name: tile(t.to(self.device), largest, dim(name)) for name, t in sample.items()}
-        with torch.inference_mode():
-            reference = model(**inputs)
+        dim, seq = self.batch_dims.input, self.batch_dims.seq
         verdicts: Dict[str, Verdict] = {}
-        for i, size in enumerate(self._recorded):
-            smallest = self._recorded[i - 1] + 1 if i else 1  # the fewest rows this graph serves
-            for rows in sorted({size, smallest}, reverse=True):
-                out = self(**{name: t.narrow(dim(name), 0, rows) for name, t in inputs.items()})
-                expected = take_rows(reference, rows, largest, False, self.batch_dims)
-                verdicts[f"graph {size} with {rows} rows"] = judge(out, expected, self.compute_dtype, tolerance_scale)
+        for length in self._static:
+            at = seq.resized(sample, length) if length else sample
+            inputs = {name: tile(t.to(self.device), largest, dim(name)) for name, t in at.items()}
+            with torch.inference_mode():
+                reference = model(**inputs)
+            for i, size in enumerate(self._recorded):
+                smallest = self._recorded[i - 1] + 1 if i else 1  # the fewest rows this graph serves
+                for rows in sorted({size, smallest}, reverse=True):
+                    out = self(**{name: t.narrow(dim(name), 0, rows) for name, t in inputs.items()})
+                    expected = take_rows(reference, rows, largest, False, self.batch_dims)
+                    where = f" at length {length}" if length else ""
+                    verdicts[f"graph {size} with {rows} rows{where}"] = judge(out, expected, self.compute_dtype,
+                                                                                tolerance_scale)
         worst = max(verdicts, key=lambda label: verdicts[label].error)
         self._stats["self_check_worst"] = {"check": worst, "max_rel_error": verdicts[worst].error}
         return verdicts

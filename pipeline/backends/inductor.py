@@ -4,6 +4,9 @@ Options reach torch only through ``torch.compile(options=...)``, which patches I
 for this model's compiles alone; the global ``torch._inductor.config`` is never touched. A
 template is resolved to its options when the backend is created, and ``describe()`` stores those
 options, so a checkpoint rebuilds the same backend without the config tree.
+
+Where lengths are tuned (:mod:`pipeline.seqlen`), ``per_length`` picks between one program with the length
+dynamic too, which also runs untuned lengths unpadded, and one program per tuned length (``PerLength``).
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ from torch.utils._pytree import tree_map_only
 from pipeline.config import inductor_options
 from pipeline.backends import rules
 from pipeline.backends.base import Backend
-from pipeline.backends.program import Program
+from pipeline.backends.program import PerLength, Program
+from pipeline.batching import BatchDims
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +44,37 @@ class InductorBackend(Backend):
     def records_cuda_graphs(self) -> bool:
         """Whether Inductor records CUDA graphs for this backend (mode or triton.cudagraphs)."""
         return bool(self.effective_options().get("triton.cudagraphs"))
+
+    @property
+    def per_length(self) -> bool:
+        """One program per tuned length (``per_length: true``, where lengths are tuned)."""
+        return bool(self.cfg.get("per_length")) and bool(self.batch_dims.seq)
+
+    @property
+    def any_length(self) -> bool:
+        """A program of a dynamic length serves untuned lengths unpadded; programs per length or of static shapes
+        (``dynamic: false``) would compile again at each."""
+        return not self.cfg.get("per_length") and self.cfg["dynamic"] is not False
+
+    def program_for(self, model: nn.Module, records_cuda_graphs: bool = False) -> Any:
+        """The compiled program: one :class:`Program`, or one per tuned length (:class:`PerLength`)."""
+        kwargs = self.compile_kwargs()
+        if not self.per_length:
+            return Program(model, self.name, kwargs, self.device, records_cuda_graphs)
+        seq = self.batch_dims.seq
+        return PerLength({n: Program(model, f"{self.name}@len{n}", kwargs, self.device, records_cuda_graphs)
+                          for n in seq.lengths}, seq.length)
+
+    def mark_dynamic(self, inputs: Dict[str, torch.Tensor]) -> None:
+        """With ``dynamic: null``: the batch dimension dynamic from the first compile (one program for every
+        size but 1, Dynamo specialises 1), and the length too unless compiled per length."""
+        if self.cfg["dynamic"] is not None:
+            return
+        seq = self.batch_dims.seq
+        for name, t in inputs.items():
+            torch._dynamo.maybe_mark_dynamic(t, self.batch_dims.input(name))
+            if name in seq.inputs and not self.per_length:
+                torch._dynamo.maybe_mark_dynamic(t, seq.inputs[name])
 
     def unsupported_reason(self, device: torch.device) -> Optional[str]:
         numerics = super().unsupported_reason(device)
@@ -75,13 +110,15 @@ class InductorBackend(Backend):
                 log.info("backend %s: %s already at Inductor's current value (kept as pins)", self.name, pins)
         self._graphs = self.records_cuda_graphs and self.device.type == "cuda"
         self._clone = self._graphs and self.cfg["clone_outputs"]
-        self.program = self._fn = Program(model, self.name, self.compile_kwargs(), self.device, self._graphs)
-        if self.cfg["dynamic"] is None:  # one program for every batch size but 1 (Dynamo specialises 1)
-            sample = {name: t.detach() for name, t in sample.items()}  # the mark stays on this backend's tensors
-            for name, t in sample.items():
-                torch._dynamo.maybe_mark_dynamic(t, self.batch_dims.input(name))
+        self.program = self._fn = self.program_for(model, self._graphs)
+        seq = self.batch_dims.seq
+        # the mark stays on this backend's tensors; per length, the sample cut to each length compiles its program
+        samples = [seq.resized(sample, n) for n in seq.lengths] if self.per_length else [sample]
         with self.program.watched():
-            self(**sample)  # compile now, so build_seconds holds the compile time
+            for one in samples:
+                one = {name: t.detach() for name, t in one.items()}
+                self.mark_dynamic(one)
+                self(**one)  # compile now, so build_seconds holds the compile time
 
     def __call__(self, **inputs: torch.Tensor) -> Any:
         if not self._graphs:

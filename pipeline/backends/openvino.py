@@ -1,7 +1,7 @@
 """OpenVINO on the CPU: the model's exported graph converted by ``openvino.convert_model`` (every
-dimension fixed but the batch) and compiled by the CPU plugin with the backend's threads,
-performance hint and precision. A call runs one infer request on the caller's tensors (shared, not
-copied) and copies the outputs out, since the request's next call overwrites them."""
+dimension fixed but the batch, and the length where lengths are tuned) and compiled by the CPU plugin with the
+backend's threads, performance hint and precision. A call runs one infer request on the caller's tensors (shared,
+not copied) and copies the outputs out, since the request's next call overwrites them."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any, Dict, Iterator, List
 
 import torch
 
-from pipeline.backends.exported import ExportedBackend
+from pipeline.backends.exported import ExportedBackend, dynamic_dims
 
 PERFORMANCE_HINTS = ("LATENCY", "THROUGHPUT")
 # A candidate's precision -> OpenVINO's INFERENCE_PRECISION_HINT (tf32 has no CPU counterpart: skipped).
@@ -55,9 +55,10 @@ class OpenVinoBackend(ExportedBackend):
         import openvino
 
         shapes = []
-        for name, t in sample.items():  # every dimension as traced but the batch
+        for name, t in sample.items():  # every dimension as traced but the batch (and the length)
             dims = list(t.shape)
-            dims[self.batch_dims.input(name)] = -1
+            for d in dynamic_dims(name, self.batch_dims):
+                dims[d] = -1
             shapes.append(openvino.PartialShape(dims))
         converted = openvino.convert_model(program, input=shapes)
         with signal_stack_kept():

@@ -14,7 +14,9 @@ checkpoint rebuilds it.
 
 A candidate is named ``<backend>`` at fp32 (a run without ``precision`` is unchanged),
 ``<backend>.<precision>`` under autocast or quantized, and ``<backend>.<precision>-weights`` with cast
-weights (MLflow allows no ``@`` in metric and tag names).
+weights (MLflow allows no ``@`` in metric and tag names). Where lengths are tuned (``model.seq_lens``), an
+Inductor backend that leaves ``per_length`` and ``dynamic`` unset competes twice more: with the length dynamic
+under its own name, and compiled per tuned length as ``<candidate>.per_length``.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ PRECISIONS = ("fp32", "tf32", "bf16", "fp16", *quantize.RECIPES)
 AUTOCAST = {"bf16": "bfloat16", "fp16": "float16"}  # precision -> autocast dtype name
 SEPARATOR = "."
 CAST_SUFFIX = "-weights"  # the candidate whose weights are cast to its precision's dtype
+PER_LENGTH = ".per_length"  # the candidate compiled once per tuned length
 
 
 def candidate_name(backend: str, precision: str, cast_weights: bool = False) -> str:
@@ -96,9 +99,16 @@ def precisions_problem(precisions: Sequence[Any]) -> Optional[str]:
     return None
 
 
-def candidates(backends: Mapping[str, Mapping[str, Any]], precisions: Sequence[str]) -> Dict[str, Dict[str, Any]]:
+def splits_by_length(cfg: Mapping[str, Any]) -> bool:
+    """Whether an Inductor backend competes twice where lengths are tuned: the length dynamic, and per length."""
+    return cfg.get("kind") == "inductor" and cfg.get("per_length") is None and cfg.get("dynamic") is None
+
+
+def candidates(backends: Mapping[str, Mapping[str, Any]], precisions: Sequence[str],
+               lengths: bool = False) -> Dict[str, Dict[str, Any]]:
     """Candidate name -> backend config, precision by precision (in the order given), backend by backend;
-    at bf16 and fp16 the autocast candidates, then those with cast weights.
+    at bf16 and fp16 the autocast candidates, then those with cast weights; with tuned ``lengths``, an Inductor
+    backend's two (:func:`splits_by_length`).
 
     A backend that sets its own autocast, precision or cast weights keeps them when ``precision`` is
     ``[fp32]`` (the default); beside a longer list it is an error (:func:`conflict`). So is a backend
@@ -115,10 +125,14 @@ def candidates(backends: Mapping[str, Mapping[str, Any]], precisions: Sequence[s
                     if cast:
                         body["cast_weights"] = True
                 candidate = candidate_name(str(name), precision, cast)
-                if candidate in out:
-                    raise ConfigError(f"backend {candidate!r} has the name of a {SEPARATOR}<precision> candidate; "
-                                      f"rename it")
-                out[candidate] = body
+                split = lengths and splits_by_length(cfg)
+                named = {candidate: {**body, "per_length": False}, candidate + PER_LENGTH: {**body, "per_length": True}
+                         } if split else {candidate: body}
+                taken = [n for n in named if n in out]
+                if taken:
+                    raise ConfigError(f"backend {taken[0]!r} has the name of a {SEPARATOR}<precision> candidate"
+                                      f"{f' or a {PER_LENGTH} one' if split else ''}; rename it")
+                out.update(named)
     return out
 
 
@@ -126,7 +140,8 @@ def of_config(cfg: Any) -> Dict[str, Dict[str, Any]]:
     """A run config's candidates (``cfg.backends`` x ``cfg.precision``), as plain dicts."""
     from omegaconf import OmegaConf
 
-    return candidates(OmegaConf.to_container(cfg.backends, resolve=True), [str(p) for p in cfg.precision])
+    return candidates(OmegaConf.to_container(cfg.backends, resolve=True), [str(p) for p in cfg.precision],
+                      bool(cfg.model.get("seq_lens")))
 
 
 def conflict(name: str, cfg: Mapping[str, Any], precisions: Sequence[str]) -> Optional[str]:

@@ -187,3 +187,41 @@ class Program:
         if self.evidence.frames and not self.evidence.graphs:
             return "Dynamo compiled no graph for the model, so every call runs it eagerly"
         return None
+
+
+class PerLength:
+    """One :class:`Program` per tuned length, each compiled for its length alone (its batch dynamic): Inductor's
+    kernels for a static length, where one program over a dynamic length serves them all. A call runs the
+    program of its length; an untuned length has none (the routed model pads it to a tuned one)."""
+
+    def __init__(self, programs: Mapping[int, Program], length_of: Callable[[Mapping[str, torch.Tensor]], int]) -> None:
+        self.programs = dict(programs)
+        self._length_of = length_of
+
+    def __call__(self, **inputs: torch.Tensor) -> Any:
+        length = self._length_of(inputs)
+        program = self.programs.get(length)
+        if program is None:
+            raise ValueError(f"this backend compiled lengths {sorted(self.programs)} only, not {length}; pad the call "
+                             f"to one of them (the routed model does)")
+        return program(**inputs)
+
+    @contextlib.contextmanager
+    def watched(self) -> Iterator[None]:
+        """Every program watched (:meth:`Program.watched`)."""
+        with contextlib.ExitStack() as stack:
+            for program in self.programs.values():
+                stack.enter_context(program.watched())
+            yield
+
+    def fallback_reason(self) -> Optional[str]:
+        return next((f"length {n}: {why}" for n, p in self.programs.items() if (why := p.fallback_reason())), None)
+
+    @property
+    def evidence(self) -> CompileEvidence:
+        """The programs' evidence, summed."""
+        total = CompileEvidence()
+        for program in self.programs.values():
+            for key, value in program.evidence.to_dict().items():
+                setattr(total, key, getattr(total, key) + value)
+        return total

@@ -75,6 +75,12 @@ def check_graph(name: str, cfg: Mapping[str, Any]) -> None:
     problem = graph_sizes_problem(name, cfg)
     if problem:
         raise ConfigError(problem)
+    if not limits.is_int(cfg["max_graphs"]) or not 1 <= cfg["max_graphs"] <= limits.MAX_GRAPHS:
+        raise ConfigError(f"backend {name!r}: max_graphs={cfg['max_graphs']!r} must be an integer from 1 to "
+                          f"{limits.MAX_GRAPHS}")
+    cap = cfg["max_pool_mb"]
+    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, float)) or not cap > 0):
+        raise ConfigError(f"backend {name!r}: max_pool_mb={cap!r} must be a positive number of MB, or null for no cap")
 
 
 def graph_sizes_problem(name: str, cfg: Mapping[str, Any]) -> Optional[str]:

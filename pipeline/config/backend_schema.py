@@ -60,6 +60,10 @@ class InductorSettings(TorchSettings):
     # inductor and graph_inductor compile the same one), other dimensions as torch decides; true: every
     # dimension; false: a static program per batch size.
     dynamic: Optional[bool] = None
+    # Where lengths are tuned (model.seq_lens), with dynamic null: false compiles one program with the length
+    # dynamic too (it also runs untuned lengths unpadded), true one program per tuned length (the batch dynamic);
+    # null competes both (inductor: <name> and <name>.per_length; a graph backend takes false).
+    per_length: Optional[bool] = None
     mode: Optional[str] = None
     options: Dict[str, Any] = field(default_factory=dict)  # empty = not set
     template: Optional[str] = None
@@ -80,6 +84,10 @@ class GraphSettings(InductorSettings):
     max_recorded_batch_size: int = 256
     # The recorded sizes besides the tuned ones; null = 1, 2, 4 and every multiple of 8 up to the cap.
     grid: Optional[List[int]] = None
+    # Caps over the (batch grid x tuned lengths) graphs of one backend: how many it records, and the MB its pool
+    # may take (null: no cap); past either the backend fails with the figures.
+    max_graphs: int = 512
+    max_pool_mb: Optional[float] = None
 
 
 @dataclass

@@ -120,6 +120,24 @@ def check_sizes(cfg: DictConfig, device: torch.device) -> None:
                 raise ConfigError(f"{problem}; e.g. {key}={EXAMPLE_SIZES}")
 
 
+def check_lengths(cfg: DictConfig) -> None:
+    """``model.seq_lens``: tuned lengths in bounds, and the inputs that carry them (well-formed specs first)."""
+    lengths = list(cfg.model.seq_lens)
+    if not lengths:
+        return
+    problem = limits.lengths_problem(lengths, "model.seq_lens")
+    if problem:
+        raise ConfigError(problem)
+    spec = OmegaConf.to_container(cfg.model.inputs, resolve=True)
+    problem = limits.inputs_problem(spec)
+    if problem:
+        raise ConfigError(f"model.inputs: {problem}")
+    if not any(s.get("seq_dim") is not None for s in spec.values()):
+        first = next(iter(spec), "input_ids")
+        raise ConfigError(f"model.seq_lens={lengths} needs an input with a length dimension, and none of "
+                          f"{sorted(spec)} names one; e.g. model.inputs.{first}.seq_dim=1")
+
+
 def check_run_dir(run_dir: Path, resuming: bool = False) -> None:
     problem = writable_problem(run_dir)
     if problem:
@@ -157,6 +175,7 @@ def check_config(cfg: DictConfig, run_dir: Optional[Path] = None) -> None:
         problem = limits.inputs_problem(OmegaConf.to_container(cfg.model.inputs, resolve=True))
         if problem:
             raise ConfigError(f"model.inputs: {problem}")
+        check_lengths(cfg)
         problem = precision.precisions_problem(list(cfg.precision))
         if problem:
             raise ConfigError(problem)

@@ -26,6 +26,11 @@ MAX_THREADS = 1024  # CPU threads of a run (top-level threads) or of one backend
 MAX_OUTPUT_TENSORS = 4096  # tensors in one output whose batch dimension a checkpoint records
 MAX_TENSOR_DIMS = 64  # a batch dimension is below this
 MAX_PATH_CHARS = 1000  # an output tensor's path (output.hidden_states[3])
+# The longest sequence length tweakpipe tunes or serves (the router keeps a table entry per length up to the
+# largest tuned one), and how many lengths one run tunes.
+MAX_SEQ_LEN = 1 << 16
+MAX_TUNED_LENGTHS = 64
+MAX_GRAPHS = 1 << 16  # device graphs one graph backend records (max_graphs)
 # A run holds two batches of inputs at the largest size at once (capture's sample and the batch it checks).
 INPUT_COPIES = 2
 
@@ -42,6 +47,19 @@ def batch_size_problem(value: Any, where: str) -> Optional[str]:
     return None
 
 
+def lengths_problem(lengths: Any, where: str, ascending: bool = False) -> Optional[str]:
+    """Why ``lengths`` are not tuned sequence lengths (1 to MAX_TUNED_LENGTHS integers from 1 to MAX_SEQ_LEN,
+    distinct; ``ascending`` where a checkpoint holds them), or None."""
+    if not isinstance(lengths, (list, tuple)) or not 1 <= len(lengths) <= MAX_TUNED_LENGTHS:
+        return f"{where} must list 1 to {MAX_TUNED_LENGTHS} sequence lengths, e.g. {where}=[32,128,512]"
+    for i, n in enumerate(lengths):
+        if not is_int(n) or not 1 <= n <= MAX_SEQ_LEN:
+            return f"{where}[{i}]={n!r} is not a sequence length (an integer from 1 to {MAX_SEQ_LEN})"
+    if len(set(lengths)) != len(lengths) or (ascending and list(lengths) != sorted(lengths)):
+        return f"{where}={list(lengths)} must be {'ascending and ' if ascending else ''}without repeats"
+    return None
+
+
 def threads_problem(value: Any, where: str) -> Optional[str]:
     """Why ``value`` is not a thread count (null, or an integer in 1..MAX_THREADS), or None."""
     if value is not None and (not is_int(value) or not 1 <= value <= MAX_THREADS):
@@ -51,10 +69,11 @@ def threads_problem(value: Any, where: str) -> Optional[str]:
 
 def input_problem(name: str, spec: Mapping[str, Any]) -> Optional[str]:
     """Why one input spec (``{shape, dtype, fill, high, batch_dim}``) cannot make sample inputs, or None."""
-    extra = sorted(set(spec) - {"shape", "dtype", "fill", "high", "batch_dim"})
+    extra = sorted(set(spec) - {"shape", "dtype", "fill", "high", "batch_dim", "seq_dim", "pad"})
     shape = spec.get("shape")
     if extra:
-        return f"input {name!r} has unknown keys {extra}; an input spec holds shape, dtype, fill, high and batch_dim"
+        return (f"input {name!r} has unknown keys {extra}; an input spec holds shape, dtype, fill, high, batch_dim, "
+                f"seq_dim and pad")
     if not isinstance(shape, (list, tuple)) or len(shape) > MAX_INPUT_DIMS \
             or not all(is_int(d) and d >= 0 for d in shape):
         return (f"input {name!r}: shape={shape!r} must be a list of at most {MAX_INPUT_DIMS} non-negative integers "
@@ -72,18 +91,32 @@ def input_problem(name: str, spec: Mapping[str, Any]) -> Optional[str]:
     if not is_int(dim) or not 0 <= dim <= len(shape):
         return (f"input {name!r}: batch_dim={dim!r} must be an integer from 0 to {len(shape)} (where the batch goes "
                 f"among the {len(shape)} per-sample dimensions of shape={list(shape)}; 0 is batch-first)")
+    return seq_problem(name, spec, len(shape), dim)
+
+
+def seq_problem(name: str, spec: Mapping[str, Any], dims: int, batch_dim: int) -> Optional[str]:
+    """Why an input's length dimension (``seq_dim``, in the full tensor of ``dims + 1`` dimensions) or its
+    ``pad`` value is not one, or None."""
+    seq, pad = spec.get("seq_dim"), spec.get("pad", 0)
+    if seq is not None and (not is_int(seq) or not 0 <= seq <= dims or seq == batch_dim):
+        return (f"input {name!r}: seq_dim={seq!r} must be a dimension of the full tensor (0 to {dims}) other than "
+                f"its batch_dim {batch_dim}, e.g. seq_dim=1 for batch-first token ids")
+    if (isinstance(pad, bool) or not isinstance(pad, (int, float)) or not math.isfinite(pad)
+            or abs(pad) > MAX_RANDINT_HIGH):
+        return f"input {name!r}: pad={pad!r} must be a finite number (the value a padded call fills in: the pad id, 0)"
     return None
 
 
-def output_dims_problem(dims: Any) -> Optional[str]:
-    """Why ``dims`` (output tensor path -> batch dimension or None) is not what a tuned model found, or None."""
+def output_dims_problem(dims: Any, where: str = "output_batch_dims") -> Optional[str]:
+    """Why ``dims`` (output tensor path -> batch, or length, dimension or None) is not what a tuned model found,
+    or None."""
     if not isinstance(dims, Mapping) or len(dims) > MAX_OUTPUT_TENSORS:
-        return f"output_batch_dims must map at most {MAX_OUTPUT_TENSORS} output tensor paths to batch dimensions"
+        return f"{where} must map at most {MAX_OUTPUT_TENSORS} output tensor paths to dimensions"
     for path, dim in dims.items():
         if not isinstance(path, str) or not path.startswith("output") or len(path) > MAX_PATH_CHARS:
-            return f"output_batch_dims key {str(path)[:80]!r} is not an output tensor's path (output.logits, output[0])"
+            return f"{where} key {str(path)[:80]!r} is not an output tensor's path (output.logits, output[0])"
         if dim is not None and (not is_int(dim) or not 0 <= dim < MAX_TENSOR_DIMS):
-            return f"output_batch_dims[{path!r}]={dim!r} must be a dimension from 0 to {MAX_TENSOR_DIMS - 1}, or null"
+            return f"{where}[{path!r}]={dim!r} must be a dimension from 0 to {MAX_TENSOR_DIMS - 1}, or null"
     return None
 
 

@@ -36,6 +36,10 @@ class InputSpec:
     high: int = 2
     # The batch's place in the full tensor: 0 is batch-first; 1 for (time, batch, features).
     batch_dim: int = 0
+    # The length's place in the full tensor (1 for batch-first token ids), routed at model.seq_lens: a call is
+    # padded with ``pad`` (the pad id; 0 for masks) up to the next tuned length. null: no length dimension.
+    seq_dim: Optional[int] = None
+    pad: float = 0.0
 
 
 @dataclass
@@ -67,6 +71,9 @@ class ModelConfig:
     # Left out (or an input's shape left ???), they are derived from hf, timm or examples.
     inputs: Dict[str, InputSpec] = MISSING
     batch_sizes: List[int] = MISSING
+    # The tuned lengths of the inputs that name a seq_dim: the route is a (batch range x length range) table.
+    # Empty: no length dimension (every input at its shape).
+    seq_lens: List[int] = field(default_factory=list)
     # A torch.save'd dict of input name -> tensor: the data every tuned batch is built from.
     examples: Optional[str] = None
     hf: Optional[HFModel] = None

@@ -275,3 +275,27 @@ def profile_sizes(make_fns: Callable[[int], Mapping[str, Callable[[], Any]]], si
                     log.info("profile: %s saturated at batch size %d (throughput grew < %.0f%% over %d sizes)",
                              name, bs, cutoff * 100, backoff)
     return profile
+
+
+def profile_cells(make_fns: Callable[[Any], Mapping[str, Callable[[], Any]]], batch_sizes: Sequence[int],
+                  lengths: Sequence[int], device: torch.device, cfg: Mapping[str, Any], *,
+                  device_check: Collection[str] = (), known: Optional[Mapping[str, Mapping[Any, Measurement]]] = None,
+                  on_cell: Optional[Callable[[str, Any, Measurement], None]] = None,
+                  on_step: Optional[Callable[[int, Any], None]] = None) -> Dict[str, Dict[Any, Measurement]]:
+    """:func:`profile_sizes` over cells: the batch sizes alone without ``lengths``; with them, every batch size at
+    each length, one length after another (each in its passes, its own saturation), keyed ``(batch size, length)``
+    (``pipeline.seqlen``). ``make_fns``, ``known``, ``on_cell`` and ``on_step`` take and give those keys."""
+    report = on_cell or (lambda name, key, m: None)
+    step = on_step or (lambda pass_index, key: None)
+    if not lengths:
+        return profile_sizes(make_fns, batch_sizes, device, cfg, device_check=device_check, known=known,
+                             on_cell=report, on_step=step)
+    out: Dict[str, Dict[Any, Measurement]] = {}
+    for n in sorted(set(lengths)):
+        part = profile_sizes(
+            lambda bs: make_fns((bs, n)), batch_sizes, device, cfg, device_check=device_check,
+            known={name: {key[0]: m for key, m in per.items() if key[1] == n} for name, per in (known or {}).items()},
+            on_cell=lambda name, bs, m: report(name, (bs, n), m), on_step=lambda p, bs: step(p, (bs, n)))
+        for name, per in part.items():
+            out.setdefault(name, {}).update({(bs, n): m for bs, m in per.items()})
+    return out

@@ -9,7 +9,8 @@ objects, whose key/value tensors sit in attributes of their layers rather than i
 from __future__ import annotations
 
 import sys
-from typing import Any, Dict, List, Mapping, Optional, Set, Tuple
+import copy
+from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple
 
 import torch
 import torch.utils._pytree as pytree
@@ -80,3 +81,23 @@ def walk(obj: Any, path: str, found: Dict[str, torch.Tensor], in_cache: bool, se
         seen.add(id(obj))
         for name, value in public_state(obj).items():
             walk(value, f"{path}.{name}", found, True, seen)
+
+
+def map_outputs(fn: Callable[..., torch.Tensor], *outs: Any, path: str = ROOT) -> Any:
+    """Apply ``fn(path, *tensors)`` to the matching tensors of parallel outputs, keeping their structure: a
+    tensor, tuple (named too), list, or mapping (dict, transformers ModelOutput). ``path`` names each tensor
+    as :func:`tensor_leaves` does. Other leaves pass through."""
+    first = outs[0]
+    if isinstance(first, torch.Tensor):
+        return fn(path, *outs)
+    if isinstance(first, Mapping):
+        new = copy.copy(first)
+        for key in first.keys():
+            new[key] = map_outputs(fn, *(o[key] for o in outs), path=path + key_name(pytree.MappingKey(key)))
+        return new
+    if isinstance(first, (tuple, list)):
+        fields = getattr(first, "_fields", None)
+        segments = [f".{f}" for f in fields] if fields else [f"[{i}]" for i in range(len(first))]
+        items = [map_outputs(fn, *parts, path=path + seg) for seg, parts in zip(segments, zip(*outs))]
+        return type(first)(*items) if fields else type(first)(items)
+    return first

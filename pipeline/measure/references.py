@@ -11,7 +11,6 @@ the data it is tuned for, and random fills that happen to give finite outputs wo
 
 from __future__ import annotations
 
-import functools
 import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -23,14 +22,16 @@ from pipeline.batching import PROBE_SIZES, tile
 from pipeline.batching import layout as layout_of
 from pipeline.measure.compare import UNCHECKABLE, judge, uninformative
 from pipeline.models import make_inputs
+from pipeline.seqlen import Key, batch_of, length_of, resized, spec_at
+from pipeline.seqlen import label as cell_label
 
 log = logging.getLogger(__name__)
 
 RANDOM_SEEDS = 3  # seeds of the random fills tried: the run's seed and the two after it
 OWN_ROWS = "your example inputs"  # the label of the user's rows
 
-# A label for logs and reasons, and batch size -> inputs.
-InputSource = Tuple[str, Callable[[int], Dict[str, torch.Tensor]]]
+# A label for logs and reasons, and cell (a batch size, or (batch size, length)) -> inputs.
+InputSource = Tuple[str, Callable[[Key], Dict[str, torch.Tensor]]]
 
 
 @dataclass(frozen=True)
@@ -43,17 +44,31 @@ class Reference:
     uninformative: str
 
 
+def random_fill(spec: Mapping[str, Any], device: torch.device, seed: int) -> Callable[[Key], Dict[str, torch.Tensor]]:
+    """Cell -> the random fill of ``spec`` (``model.inputs``) at ``seed``, at the cell's length where it has one."""
+    def fill(key: Key) -> Dict[str, torch.Tensor]:
+        return make_inputs(spec_at(spec, length_of(key)), batch_of(key), device, seed)
+
+    return fill
+
+
 def random_fills(spec: Mapping[str, Any], device: torch.device, seed: int,
                  count: int = RANDOM_SEEDS) -> List[InputSource]:
     """The random fills of ``spec`` (``model.inputs``) at ``seed`` and the ``count - 1`` seeds after it."""
-    return [(f"random inputs of seed {s}", functools.partial(make_inputs, spec, device=device, seed=s))
-            for s in range(seed, seed + count)]
+    return [(f"random inputs of seed {s}", random_fill(spec, device, s)) for s in range(seed, seed + count)]
 
 
 def example_rows(examples: Mapping[str, torch.Tensor], spec: Mapping[str, Any], start: int = 0) -> InputSource:
-    """Batches of the user's example rows, from row ``start`` on and cycled, along each input's batch dimension."""
-    def rows(batch_size: int) -> Dict[str, torch.Tensor]:
-        return {name: tile(t, batch_size, int(spec[name].get("batch_dim", 0)), start) for name, t in examples.items()}
+    """Batches of the user's example rows, from row ``start`` on and cycled, along each input's batch dimension;
+    at a cell's length, each input with a length dimension cut to it or padded with its pad value."""
+    def rows(key: Key) -> Dict[str, torch.Tensor]:
+        out = {name: tile(t, batch_of(key), int(spec[name].get("batch_dim", 0)), start) for name, t in examples.items()}
+        length = length_of(key)
+        if length is None:
+            return out
+        return {name: t if spec[name].get("seq_dim") is None
+                else resized(t, length, int(spec[name]["seq_dim"]), spec[name].get("pad", 0))
+                for name, t in out.items()}
 
     return (f"{OWN_ROWS} (from row {start})", rows)
 
@@ -105,22 +120,23 @@ def eager_problem(model: nn.Module, spec: Mapping[str, Any], source: InputSource
     return ""
 
 
-def reference_at(model: nn.Module, batch_size: int, sources: Sequence[InputSource],
+def reference_at(model: nn.Module, key: Key, sources: Sequence[InputSource],
                  compute_dtype: Optional[torch.dtype] = None, tolerance_scale: float = 1.0) -> Reference:
-    """Eager's output at ``batch_size`` from the first source whose output can judge a backend computing in
-    ``compute_dtype``; when none can, the last one tried (``sources`` holds at least one), with the reason."""
+    """Eager's output at the cell ``key`` (a batch size, or (batch size, length)) from the first source whose
+    output can judge a backend computing in ``compute_dtype``; when none can, the last one tried (``sources``
+    holds at least one), with the reason."""
     first = None
-    for label, make in sources:
-        inputs = make(batch_size)
+    for source, make in sources:
+        inputs = make(key)
         with torch.inference_mode():
             output = model(**inputs)
-        reference = Reference(inputs, output, label, uninformative(output, compute_dtype, tolerance_scale))
+        reference = Reference(inputs, output, source, uninformative(output, compute_dtype, tolerance_scale))
         first = first or reference
-        if UNCHECKABLE in reference.uninformative and label.startswith(OWN_ROWS):
+        if UNCHECKABLE in reference.uninformative and source.startswith(OWN_ROWS):
             break  # NaN or inf on the user's own data is the model's answer there: not replaced by random fills
         if not reference.uninformative:
             if reference is not first:
-                log.info("eager's output at batch size %d proves nothing on %s (%s); checking on %s instead",
-                         batch_size, first.source, first.uninformative, label)
+                log.info("eager's output at %s proves nothing on %s (%s); checking on %s instead",
+                         cell_label(key), first.source, first.uninformative, source)
             break
     return reference

@@ -20,6 +20,7 @@ from typing import Any, Collection, Dict, List, Mapping, Sequence
 
 from pipeline.config.schema import ProfileConfig
 from pipeline.measure.measurement import Measurement
+from pipeline.seqlen import words
 
 
 def screen_sizes(sizes: Sequence[int]) -> List[int]:
@@ -64,6 +65,6 @@ def screened_out(cells: Mapping[str, Mapping[int, Measurement]], servable: Colle
             ratios[bs] = (per[bs].median / cells[best[bs]][bs].median, best[bs])
         else:
             out[name] = "screened out: " + ", ".join(
-                f"{ratio:.2f}x slower than {by} at batch size {bs}" for bs, (ratio, by) in ratios.items()) + (
+                f"{ratio:.2f}x slower than {by} at {words(key)}" for key, (ratio, by) in ratios.items()) + (
                 f" (beyond both intervals; screen margin {margin:g}x)")
     return out

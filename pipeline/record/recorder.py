@@ -9,7 +9,8 @@ earlier. Every file is written whatever the tracking setting, for command-line a
 - ``profile.csv``: one row per backend and batch size, appended as each cell is measured and
   rewritten whole when the profile ends; ``cells.jsonl`` keeps every cell's raw windows, so an
   interrupted profile resumes where it stopped;
-- ``route.json``, ``model.tweak`` (the checkpoint), ``validation.json``, ``latency.png``;
+- ``route.json``, ``model.tweak`` (the checkpoint), ``validation.json``, ``latency.png`` (where lengths are
+  tuned, a heatmap of the chosen backend and its speed-up over eager per (batch size, length));
 - ``cost.json``: the tune's own cost, per stage and per candidate, and ``tune_s`` (once every stage ran);
 - ``tweakpipe.log``: the run's log (Hydra writes it for command-line runs; the runner for API runs);
 - ``run.json``: what the run measures (its fingerprint), the stages it finished and how it ended.
@@ -32,6 +33,7 @@ from pipeline.measure.accuracy import describe
 from pipeline.measure.measurement import Measurement
 from pipeline.measure.statistics import samples_per_second
 from pipeline.record.tracker import NullTracker
+from pipeline.seqlen import Key, metric_suffix
 
 log = logging.getLogger(__name__)
 
@@ -44,11 +46,26 @@ RECORD_FILE = "run.json"  # what the run measures (pipeline.record.fingerprint),
 APPENDED = ("profile.csv", "cells.jsonl", RUN_FILE)
 
 
-def profile_row(name: str, bs: int, m: Measurement) -> Dict[str, Any]:
+# Where lengths are tuned, each cell's length follows its batch size.
+COLUMNS_2D = COLUMNS[:2] + ["seq_len"] + COLUMNS[2:]
+
+
+def cell_fields(key: Key) -> Dict[str, int]:
+    """A cell's columns and JSON fields: ``batch_size``, and ``seq_len`` where lengths are tuned."""
+    return {"batch_size": key} if isinstance(key, int) else {"batch_size": key[0], "seq_len": key[1]}
+
+
+def key_of(row: Mapping[str, Any]) -> Key:
+    """A row's cell back from :func:`cell_fields`."""
+    bs = int(row["batch_size"])
+    return (bs, int(row["seq_len"])) if row.get("seq_len") is not None else bs
+
+
+def profile_row(name: str, key: Key, m: Measurement) -> Dict[str, Any]:
     """One cell as a ``profile.csv`` row; throughput is derived here, next to the measurement, once."""
     summary = m.summary()
-    return {"backend": name, "batch_size": bs, **{k: summary[k] for k in COLUMNS if k in summary},
-            "throughput_per_s": samples_per_second(bs, m.median)}
+    return {"backend": name, **cell_fields(key), **{k: summary[k] for k in COLUMNS if k in summary},
+            "throughput_per_s": samples_per_second(key if isinstance(key, int) else key[0], m.median)}
 
 
 def write_atomic(path: Path, text: str) -> Path:
@@ -92,7 +109,7 @@ def earlier_results(run_dir: Path) -> Earlier:
         try:
             row = json.loads(line)
             found = earlier.screen if row.get("phase") == "screen" else earlier.cells
-            found.setdefault(str(row["backend"]), {})[int(row["batch_size"])] = Measurement.from_dict(row["cell"])
+            found.setdefault(str(row["backend"]), {})[key_of(row)] = Measurement.from_dict(row["cell"])
         except json.JSONDecodeError:
             if number == len(lines):
                 continue  # the last line of a run killed mid-write
@@ -111,6 +128,7 @@ class Recorder:
     def __init__(self, cfg: DictConfig, run_dir: Path, tracker: NullTracker) -> None:
         self.cfg, self.run_dir, self.tracker = cfg, run_dir, tracker
         self.record: Dict[str, Any] = {}  # run.json, once started
+        self.columns = COLUMNS_2D if cfg.model.get("seq_lens") else COLUMNS
 
     def start(self, fingerprint: Mapping[str, Any], resume: bool = False) -> None:
         """The resolved config, ``run.json`` (what the run measures), and the MLflow run (the earlier one
@@ -133,30 +151,32 @@ class Recorder:
             write_atomic(earlier, json.dumps({"run_id": self.tracker.run_id, "tracking_uri": cfg.tracking.uri}))
         self.tracker.log_artifact(self.run_dir / "config.yaml")
 
-    def cell(self, name: str, bs: int, m: Measurement, phase: str = "profile") -> None:
+    def cell(self, name: str, key: Key, m: Measurement, phase: str = "profile") -> None:
         """A cell as soon as it is measured: appended to ``cells.jsonl``, and a profile cell to ``profile.csv``;
-        a screen cell goes to MLflow as ``screen_ms/<candidate>/bs<N>``."""
+        a screen cell goes to MLflow as ``screen_ms/<candidate>/bs<N>`` (``.../bs<N>/len<L>`` with lengths)."""
         with (self.run_dir / "cells.jsonl").open("a") as f:
-            f.write(json.dumps({"backend": name, "batch_size": bs, "phase": phase, "cell": m.to_dict()}) + "\n")
+            f.write(json.dumps({"backend": name, **cell_fields(key), "phase": phase, "cell": m.to_dict()}) + "\n")
         if phase == "screen":
-            self.tracker.log_metrics({f"screen_ms/{name}/bs{bs}": m.median})
+            self.tracker.log_metrics({f"screen_ms/{name}/{metric_suffix(key)}": m.median})
             return
         csv_path = self.run_dir / "profile.csv"
         fresh = not csv_path.exists()
         with csv_path.open("a", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=COLUMNS)
+            writer = csv.DictWriter(f, fieldnames=self.columns)
             if fresh:
                 writer.writeheader()
-            writer.writerow(profile_row(name, bs, m))
-        self.tracker.log_metrics(self.cell_metrics(name, bs, m))
+            writer.writerow(profile_row(name, key, m))
+        self.tracker.log_metrics(self.cell_metrics(name, key, m))
 
     @staticmethod
-    def cell_metrics(name: str, bs: int, m: Measurement) -> Dict[str, float]:
-        """The median, its interval, throughput and the noisy flag (1.0 or 0.0), which the report marks."""
-        lo, hi = m.interval
-        return {f"latency_ms/{name}/bs{bs}": m.median, f"latency_lo_ms/{name}/bs{bs}": lo,
-                f"latency_hi_ms/{name}/bs{bs}": hi, f"throughput/{name}/bs{bs}": samples_per_second(bs, m.median),
-                f"noisy/{name}/bs{bs}": float(m.noisy)}
+    def cell_metrics(name: str, key: Key, m: Measurement) -> Dict[str, float]:
+        """The median, its interval, throughput and the noisy flag (1.0 or 0.0), which the report marks; named
+        ``<figure>/<backend>/bs<N>``, and ``.../bs<N>/len<L>`` where lengths are tuned."""
+        lo, hi, cell = *m.interval, metric_suffix(key)
+        bs = key if isinstance(key, int) else key[0]
+        return {f"latency_ms/{name}/{cell}": m.median, f"latency_lo_ms/{name}/{cell}": lo,
+                f"latency_hi_ms/{name}/{cell}": hi, f"throughput/{name}/{cell}": samples_per_second(bs, m.median),
+                f"noisy/{name}/{cell}": float(m.noisy)}
 
     def stage_ended(self, stage: str, ctx: RunContext) -> None:
         """Whatever ``stage`` put on the context, finished or not (a failing stage's partial results too)."""
@@ -201,7 +221,7 @@ class Recorder:
         rows = [profile_row(name, bs, m) for name, bs, m in cells_of(ctx.profile)]
         path = self.run_dir / "profile.csv"
         with path.with_name("profile.csv.tmp").open("w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=COLUMNS)
+            writer = csv.DictWriter(f, fieldnames=self.columns)
             writer.writeheader()
             writer.writerows(rows)
         os.replace(path.with_name("profile.csv.tmp"), path)
@@ -224,15 +244,22 @@ class Recorder:
         self.tracker.set_tags({
             "route.rests_on_noisy": str(ctx.route_info["rests_on_noisy"]).lower(),
             "route.noisy_cells": ", ".join(f"{c['backend']} bs={c['batch_size']}"
+                                           + (f" len={c['seq_len']}" if "seq_len" in c else "")
                                            for c in ctx.route_info["noisy_cells"]),
         })
         self.tracker.log_artifact(path)
         if ctx.routed is None:  # refused (route.require_confident): route.json says why, nothing ships
             return
-        self.tracker.set_tags({
-            "route": "; ".join(f"{r.lo}-{r.hi or 'inf'}:{r.backend}" for r in ctx.route),
-            "route_json": json.dumps([r.to_dict() for r in ctx.route]),
-        })
+        if ctx.lengths:  # the table (pipeline.route.table); the report's 1-D route_json stays away
+            from pipeline.route.table import describe
+
+            self.tracker.set_tags({"route": describe(ctx.route),
+                                   "route_table_json": json.dumps([t.to_dict() for t in ctx.route])})
+        else:
+            self.tracker.set_tags({
+                "route": "; ".join(f"{r.lo}-{r.hi or 'inf'}:{r.backend}" for r in ctx.route),
+                "route_json": json.dumps([r.to_dict() for r in ctx.route]),
+            })
         ctx.checkpoint_path = checkpoint.save(ctx.routed, self.run_dir / self.cfg.route.checkpoint_name)
         log.info("route   checkpoint %s", ctx.checkpoint_path)
         if self.cfg.tracking.log_checkpoint:
@@ -248,15 +275,23 @@ class Recorder:
 
     def plot(self, ctx: RunContext) -> None:
         """``latency.png``: medians with p10-p90 whiskers and noisy cells marked, speed-up over eager, and
-        the routed ranges named once there is a route."""
+        the routed ranges named once there is a route; where lengths are tuned, the heatmap of the backend
+        serving each (batch size, length) and its speed-up over eager (``record.heatmap``)."""
         medians = ctx.medians()
         if not any(medians.values()):
+            return
+        title = f"{self.cfg.model.name} ({ctx.device})"
+        if ctx.lengths:
+            from pipeline.record.heatmap import heatmap_plot
+            from pipeline.route.decision import baseline
+
+            self.tracker.log_artifact(heatmap_plot(medians, ctx.route or None, baseline(ctx),
+                                                   self.run_dir / "latency.png", title))
             return
         from pipeline.record.plots import latency_plot
 
         bands = ctx.cell_figures(lambda m: (m.quantile(0.10), m.quantile(0.90)))
         noisy = {b: {bs for bs, flag in per.items() if flag} for b, per in ctx.cell_figures(lambda m: m.noisy).items()}
-        title = f"{self.cfg.model.name} ({ctx.device})"
         self.tracker.log_artifact(latency_plot(medians, ctx.route or None, self.run_dir / "latency.png", title,
                                                bands, noisy))
 
@@ -279,8 +314,8 @@ class Recorder:
         self.tracker.finish(status)
 
 
-def cells_of(profile: Mapping[str, Mapping[int, Measurement]]) -> Iterator[Tuple[str, int, Measurement]]:
-    """Every cell of a profile, backend by backend, in ascending batch size."""
+def cells_of(profile: Mapping[str, Mapping[Key, Measurement]]) -> Iterator[Tuple[str, Key, Measurement]]:
+    """Every cell of a profile, backend by backend, in ascending batch size (then length)."""
     for name, per in profile.items():
         for bs, m in sorted(per.items()):
             yield name, bs, m

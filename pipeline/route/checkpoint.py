@@ -11,7 +11,9 @@ backend registry, never by import path), the model's state dict, the input spec 
 batch dimension), each output tensor's batch dimension, the tuned batch sizes, the versions and the
 device it was tuned on. It holds no example data: loading warms the backends up on random fills
 of the input spec. A quantized backend holds only its recipe's name beside the model's own weights,
-and is quantized again on load: no tensor subclass is ever written. It is read with
+and is quantized again on load: no tensor subclass is ever written. Where lengths were tuned, ``seq``
+holds them, each output's length dimension and the backends whose padding capture proved, and the route
+is a table of (batch range x length range) tiles (``pipeline.route.table``). It is read with
 ``torch.load(weights_only=True)`` only after its SHA-256 matches, and every field is checked
 (``pipeline.route.payload``) before anything is built; the backends are built on a copy of the
 caller's model holding the file's tensors, and the caller's model gets the weights only once all of
@@ -30,7 +32,7 @@ import platform
 import time
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 from omegaconf import OmegaConf
@@ -48,6 +50,8 @@ from pipeline.models import make_inputs
 from pipeline.route.payload import CheckpointError, StateDictMismatch, UntrustedOptions  # noqa: F401 (callers catch them here)
 from pipeline.route.served import RoutedModule, TuneRecord
 from pipeline.route.policy import Range, sizes_owned
+from pipeline.route.table import Tile
+from pipeline.seqlen import SeqDims
 
 log = logging.getLogger(__name__)
 
@@ -55,9 +59,10 @@ MAGIC = b"TWEAKPIPE-CHECKPOINT"
 # 2: each backend's config holds the keys of its kind's schema only; 3: and its precision; 4: and cast_weights;
 # 5: a precision may name a quantization recipe (pipeline.backends.quantize: the fp32 weights are stored, and
 # load quantizes them again), and versions then records torchao's; 6: compiled, the record of the compiled
-# artifacts beside the file (pipeline.route.compiled)
-FORMAT = 6
-READS = (2, 3, 4, 5, 6)  # older files are format-6 files whose backends leave the newer keys at their defaults
+# artifacts beside the file (pipeline.route.compiled); 7: seq (tuned lengths, pipeline.seqlen) with a route of tiles,
+# inputs' seq_dim and pad, backends' per_length and graph caps
+FORMAT = 7
+READS = (2, 3, 4, 5, 6, 7)  # older files are format-7 files without seq, their backends' newer keys at their defaults
 KEYS = ("name", "route", "backends", "state_dict", "inputs", "batch_sizes", "max_batch_size", "versions", "device")
 # The seed of the sample inputs used to build and warm the backends on load.
 SAMPLE_SEED = 0
@@ -124,6 +129,8 @@ def payload_of(routed: RoutedModule) -> Dict[str, Any]:
                      "python": platform.python_version(), **({"torchao": version_of("torchao")} if quantized else {})},
         "device": {"type": rec.device.type, "name": devices.name(rec.device)},
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        **({"seq": {"lengths": list(rec.seq.lengths), "output_dims": dict(rec.seq.outputs),
+                    "padded": [n for n in rec.padded if n in used]}} if rec.seq else {}),
     }, "checkpoint")
     return {**meta, "state_dict": state}
 
@@ -239,6 +246,20 @@ def warn_on_drift(payload: Mapping[str, Any], device: torch.device) -> None:
         log.warning("checkpoint tuned on %s, loading on %s: re-tune if timings matter", payload["device"]["name"], here)
 
 
+def owned_by(route: Sequence[Any], name: str, servable: Sequence[int], tuned: Sequence[int], seq: SeqDims
+             ) -> Tuple[List[int], List[int], List[int]]:
+    """The batch sizes ``name`` serves, the tuned ones among them, and (where lengths are tuned) the tuned lengths
+    its calls run at: those in its tiles, and the one each band pads to."""
+    if not seq:
+        return sizes_owned(route, name, servable), sizes_owned(route, name, tuned), []
+    tiles = [t for t in route if t.backend == name]
+    ranges = [Range(t.lo, t.hi, t.backend) for t in tiles]
+    holds = lambda bs: any(r.holds(bs) for r in ranges)  # noqa: E731
+    lengths = ({n for t in tiles for n in seq.lengths if t.len_lo <= n <= t.len_hi}
+               | {seq.target(t.len_hi) for t in tiles})
+    return [bs for bs in servable if holds(bs)], [bs for bs in tuned if holds(bs)], sorted(lengths)
+
+
 def load(path: PathLike, model: nn.Module, device: Optional[Union[str, torch.device]] = None,
          trust_options: bool = False, trust_compiled: Optional[bool] = None) -> RoutedModule:
     """Rebuild only the routed backends of a checkpoint, and load its weights into ``model``.
@@ -318,16 +339,20 @@ def rebuilt(payload: Mapping[str, Any], own: nn.Module, dev: torch.device, path:
             report: compiled.LoadReport) -> RoutedModule:
     """The routed module of a checked payload, its backends built and warmed on ``own`` (the model's copy); what
     each cost goes into ``report``."""
-    route = [Range(int(r["lo"]), None if r["hi"] is None else int(r["hi"]), r["backend"]) for r in payload["route"]]
     inputs, tuned = payload["inputs"], [int(b) for b in payload["batch_sizes"]]
     output_dims = payload.get("output_batch_dims", {})  # absent from checkpoints written before batch dims
-    dims = BatchDims.of(inputs, output_dims)
+    seq_record = payload.get("seq")  # format 7, where lengths were tuned
+    seq = SeqDims.of(inputs, seq_record["lengths"], seq_record["output_dims"]) if seq_record else SeqDims()
+    route = ([Tile(int(t["len_lo"]), int(t["len_hi"]), int(t["lo"]), None if t["hi"] is None else int(t["hi"]),
+                   t["backend"]) for t in payload["route"]] if seq else
+             [Range(int(r["lo"]), None if r["hi"] is None else int(r["hi"]), r["backend"]) for r in payload["route"]])
     servable = range(1, int(payload["max_batch_size"]) + 1)
     built = {}
     for name in dict.fromkeys(r.backend for r in route):
         cfg = {k: v for k, v in payload["backends"][name].items() if k != "name"}
         backend = backend_registry.create(name, cfg)
-        owned, owned_tuned = sizes_owned(route, name, servable), sizes_owned(route, name, tuned)
+        owned, owned_tuned, lengths = owned_by(route, name, servable, tuned, seq)
+        dims = BatchDims.of(inputs, output_dims, seq.with_lengths(lengths) if seq else None)
         stored = name in (payload.get("compiled") or {}).get("backends", [])
         entry = report.backends[name] = compiled.BackendLoad(artifacts=report.artifacts if stored else "none")
         try:
@@ -335,8 +360,10 @@ def rebuilt(payload: Mapping[str, Any], own: nn.Module, dev: torch.device, path:
                 start = time.perf_counter()
                 backend.build(own, make_inputs(inputs, max(owned), dev, SAMPLE_SEED), dev, owned, owned_tuned, dims)
                 entry.build_s, start = time.perf_counter() - start, time.perf_counter()
-                for bs in owned_tuned:
-                    backend(**make_inputs(inputs, bs, dev, SAMPLE_SEED))
+                for bs in owned_tuned:  # so that compiles happen here, not in the first served call
+                    warm = make_inputs(inputs, bs, dev, SAMPLE_SEED)
+                    for one in [dims.seq.resized(warm, n) for n in lengths] if lengths else [warm]:
+                        backend(**one)
                 devices.synchronize(dev)
                 entry.warmup_s = time.perf_counter() - start
         except Exception as exc:  # noqa: BLE001 -- whatever failed, the caller's model was not touched
@@ -349,4 +376,5 @@ def rebuilt(payload: Mapping[str, Any], own: nn.Module, dev: torch.device, path:
         built[name] = backend
     devices.synchronize(dev)
     return RoutedModule(built, route, TuneRecord(payload["name"], own, inputs, tuned, dev, api=True,
-                                                 output_batch_dims=output_dims))
+                                                 output_batch_dims=output_dims, seq=seq,
+                                                 padded=list(seq_record["padded"]) if seq else []))

@@ -5,7 +5,9 @@ file can write its checksum too. :func:`check` holds the whole payload to the fo
 type, the bounds of ``pipeline.config.limits``, a route covering 1..inf without gaps, backend configs
 through their kind's schema and rules (``pipeline.backends.rules``), input specs and batch dimensions, the state dict against
 the caller's model, and nothing in it but plain data and plain tensors), so a refused file leaves the caller's
-model as it was. Inductor options whose
+model as it was. Where lengths were tuned (``seq``), the route is a (batch range x length range) table: its bands
+cover every tuned length, each band's ranges cover 1..inf, and a band's untuned lengths go only to a backend
+whose padding capture proved or that runs any length. Inductor options whose
 declared type admits free text can name a program Inductor runs (``cpp.cxx``) or a path it writes:
 a checkpoint that sets one is refused unless the caller trusts it (``trust_options=True``).
 """
@@ -25,8 +27,10 @@ from pipeline.config import inductor_options, limits
 # Every field a payload may hold, and its type (``created`` and ``format`` are informative).
 FIELDS: Dict[str, type] = {"format": int, "name": str, "created": str, "route": list, "backends": dict,
                            "inputs": dict, "output_batch_dims": dict, "batch_sizes": list, "max_batch_size": int,
-                           "versions": dict, "device": dict, "state_dict": dict, "compiled": dict}
+                           "versions": dict, "device": dict, "state_dict": dict, "compiled": dict, "seq": dict}
 ROUTE_KEYS = {"lo", "hi", "backend"}
+SEQ_KEYS = {"lengths", "output_dims", "padded"}  # format 7, where lengths were tuned (pipeline.seqlen)
+TILE_KEYS = {"len_lo", "len_hi", *ROUTE_KEYS}
 PLAIN = (str, int, float, bool, type(None))  # besides dicts, lists and plain tensors: all a payload holds
 
 
@@ -123,6 +127,60 @@ def route_problem(route: List[Any], backends: Mapping[str, Any], tuned: int) -> 
     return "the last range of route must be open-ended (hi: null), so that every batch size has a backend"
 
 
+def seq_problem(seq: Mapping[str, Any], inputs: Mapping[str, Any], backends: Mapping[str, Any]) -> Optional[str]:
+    """The tuned lengths, the outputs' length dimensions and the padded backends; an input that carries them."""
+    if set(seq) != SEQ_KEYS:
+        return f"seq holds {sorted(seq)}, not exactly {sorted(SEQ_KEYS)}"
+    problem = (limits.lengths_problem(seq["lengths"], "seq.lengths", ascending=True)
+               or limits.output_dims_problem(seq["output_dims"], "seq.output_dims"))
+    if problem:
+        return problem
+    padded = seq["padded"]
+    if not isinstance(padded, list) or not all(isinstance(n, str) and n in backends for n in padded):
+        return f"seq.padded must list backends the checkpoint holds ({sorted(backends)})"
+    if not any(isinstance(s, dict) and s.get("seq_dim") is not None for s in inputs.values()):
+        return "seq is set, but no input has a length dimension (seq_dim)"
+    return None
+
+
+def table_problem(route: List[Any], backends: Mapping[str, Any], seq: Mapping[str, Any], tuned: int) -> Optional[str]:
+    """Tiles ``{len_lo, len_hi, lo, hi, backend}``: bands of lengths from 1 to the largest tuned one, disjoint and
+    covering every tuned length, each band's ranges as :func:`route_problem` wants them; a band's untuned lengths
+    routed only to a backend that pads (``seq.padded``) or runs any length."""
+    from pipeline import backends as registry
+
+    lengths = seq["lengths"]
+    if len(route) > 2 * len(lengths) * tuned:
+        return f"route has {len(route)} tiles, more than {len(lengths)} tuned lengths x {tuned} batch sizes can give"
+    bands: Dict[tuple, List[Any]] = {}
+    for i, t in enumerate(route):
+        if not isinstance(t, dict) or set(t) != TILE_KEYS:
+            return f"route[{i}]={t!r} must hold exactly len_lo, len_hi, lo, hi and backend"
+        lo, hi = t["len_lo"], t["len_hi"]
+        if not (limits.is_int(lo) and limits.is_int(hi) and 1 <= lo <= hi <= lengths[-1]):
+            return f"route[{i}] spans lengths {lo!r}..{hi!r}, not within 1..{lengths[-1]} (the largest tuned length)"
+        bands.setdefault((lo, hi), []).append({k: t[k] for k in ROUTE_KEYS})
+    spans = sorted(bands)
+    for (_, hi), (lo, _) in zip(spans, spans[1:]):
+        if lo <= hi:
+            return f"route's length bands overlap at length {lo}"
+    for n in lengths:
+        if not any(lo <= n <= hi for lo, hi in spans):
+            return f"route serves no band holding the tuned length {n}"
+    for (lo, hi), ranges in bands.items():
+        problem = route_problem(ranges, backends, tuned)
+        if problem:
+            return f"lengths {lo}..{hi}: {problem}"
+        if any(n not in lengths for n in range(lo, hi + 1)):
+            unable = [r["backend"] for r in ranges if r["backend"] not in seq["padded"]
+                      and not registry.create(r["backend"], {k: v for k, v in backends[r["backend"]].items()
+                                                              if k != "name"}).any_length]
+            if unable:
+                return (f"lengths {lo}..{hi} hold untuned lengths, and backend {unable[0]!r} neither pads (seq.padded) "
+                        f"nor runs any length")
+    return None
+
+
 def backend_problem(name: str, cfg: Any) -> Optional[str]:
     """One stored backend config, held to its kind's schema and rules (``rules.check``, as a run's are)."""
     if not isinstance(cfg, dict):
@@ -197,7 +255,10 @@ def check(payload: Mapping[str, Any], model: nn.Module, path: Path, trust_option
                or next(filter(None, (backend_problem(n, c) for n, c in payload["backends"].items())), None)
                or (f"{len(payload['backends'])} backends, more than {limits.MAX_BACKENDS}"
                    if len(payload["backends"]) > limits.MAX_BACKENDS else None)
-               or route_problem(payload["route"], payload["backends"], len(payload["batch_sizes"]))
+               or (seq_problem(payload["seq"], payload["inputs"], payload["backends"])
+                   or table_problem(payload["route"], payload["backends"], payload["seq"], len(payload["batch_sizes"]))
+                   if "seq" in payload else
+                   route_problem(payload["route"], payload["backends"], len(payload["batch_sizes"])))
                or compiled_problem(payload))
     if problem:
         raise CheckpointError(f"{path} is not a checkpoint this tweakpipe can load: {problem}. Nothing was loaded; "

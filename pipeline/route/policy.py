@@ -207,15 +207,23 @@ def rests_on(route: Sequence[Range], profile: Profile, intervals: Intervals) -> 
     """The cells ``(backend, batch size)`` a route's choices rest on: at every profiled size, the
     owner's cell, and each other backend's whose interval overlaps the owner's (within the noise,
     either could be the faster). ``profile`` holds the backends that competed."""
-    cells: List[Tuple[str, int]] = []
-    for bs in sorted({bs for per in profile.values() for bs in per}):
-        owner = backend_for(route, bs)
-        if bs not in profile.get(owner, {}):
+    sizes = sorted({bs for per in profile.values() for bs in per})
+    return resting_cells({bs: backend_for(route, bs) for bs in sizes}, profile, intervals)
+
+
+def resting_cells(owners: Mapping[Any, str], profile: Mapping[str, Mapping[Any, float]],
+                  intervals: Mapping[str, Mapping[Any, Tuple[float, float]]]) -> List[Tuple[str, Any]]:
+    """:func:`rests_on` for any cells (batch sizes, or (batch size, length) pairs): ``owners`` maps each
+    profiled cell to the backend that serves it."""
+    cells: List[Tuple[str, Any]] = []
+    for key in sorted(owners):
+        owner = owners[key]
+        if key not in profile.get(owner, {}):
             continue
-        cells.append((owner, bs))
-        cells += [(b, bs) for b, per in profile.items() if b != owner and bs in per
-                  and not clearly_below(b, owner, bs, profile, intervals)
-                  and not clearly_below(owner, b, bs, profile, intervals)]
+        cells.append((owner, key))
+        cells += [(b, key) for b, per in profile.items() if b != owner and key in per
+                  and not clearly_below(b, owner, key, profile, intervals)
+                  and not clearly_below(owner, b, key, profile, intervals)]
     return cells
 
 

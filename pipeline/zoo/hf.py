@@ -2,9 +2,11 @@
 
 The inputs come from the model's own ``forward`` and config: token ids in the vocabulary's range,
 an attention mask with padding, token type ids where the model embeds them, and decoder ids for
-encoder-decoder models; pixels at the config's image size; mel features (Whisper) or raw audio
-(``input_values``). Outputs stay as the model returns them (``ModelOutput`` fields by name).
-Caches that make an output depend on earlier calls are off unless ``model.hf.use_cache=true``.
+encoder-decoder models, each with its length in dimension 1 (``seq_dim``, routed at ``model.seq_lens``)
+and its pad value (the config's ``pad_token_id`` for ids, 0 for masks and token types); pixels at the
+config's image size; mel features (Whisper) or raw audio (``input_values``). Outputs stay as the model
+returns them (``ModelOutput`` fields by name). Caches that make an output depend on earlier calls are off
+unless ``model.hf.use_cache=true``.
 """
 
 from __future__ import annotations
@@ -84,13 +86,15 @@ def inputs(hf: Mapping[str, Any]) -> Dict[str, Dict[str, Any]]:
     if "input_ids" in params:
         if not getattr(config, "vocab_size", None):
             raise ConfigError(f"{cls.__name__}'s config has no vocab_size to draw input_ids from; give model.inputs")
-        ids = {"shape": [seq], "dtype": "int64", "fill": "randint", "high": int(config.vocab_size)}
+        pad_id = getattr(config, "pad_token_id", None)
+        ids = {"shape": [seq], "dtype": "int64", "fill": "randint", "high": int(config.vocab_size), "seq_dim": 1,
+               "pad": int(pad_id) if isinstance(pad_id, int) and 0 <= pad_id < config.vocab_size else 0}
         spec = {"input_ids": ids}
         if "attention_mask" in params:
-            spec["attention_mask"] = {"shape": [seq], "dtype": "int64", "fill": "mask"}
+            spec["attention_mask"] = {"shape": [seq], "dtype": "int64", "fill": "mask", "seq_dim": 1, "pad": 0}
         if "token_type_ids" in params and getattr(config, "type_vocab_size", 0):
             spec["token_type_ids"] = {"shape": [seq], "dtype": "int64", "fill": "randint",
-                                      "high": int(config.type_vocab_size)}
+                                      "high": int(config.type_vocab_size), "seq_dim": 1, "pad": 0}
         if getattr(config, "is_encoder_decoder", False) and "decoder_input_ids" in params:
             spec["decoder_input_ids"] = dict(ids)
         return spec
