@@ -219,6 +219,7 @@ def run(ctx: RunContext) -> None:
                 head_start = ahead.wait(name)
                 outcome = capture_one(ctx, name, candidates[name], references)
                 outcome.cost.ahead_s = float(head_start["seconds"]) if head_start else 0.0
+                warn_if_ahead_missed(outcome, head_start)
             ctx.outcomes[name] = outcome
             log_outcome(ctx, outcome)
     ctx.outcomes = {n: ctx.outcomes[n] for n in candidates}  # capture.json, the profile and the route in config order
@@ -232,6 +233,17 @@ def run(ctx: RunContext) -> None:
     problem = budget_problem(ctx)
     if problem:
         raise ConfigError(problem)
+
+
+def warn_if_ahead_missed(outcome: BackendOutcome, head_start: Optional[Dict[str, Any]]) -> None:
+    """Say so when a worker compiled a candidate's programs and the run's own build still missed the cache: the
+    run paid for both compiles, and the cost table alone would not tell why (the worker's programs differed)."""
+    if head_start and outcome.status == "ok" and outcome.cost.cache_misses:
+        log.warning("compile ahead: %s missed the cache %d time(s) after its worker compiled for %.1f s (the worker: "
+                    "%d miss(es)), so this run compiled it twice: the worker's program differed from this process's "
+                    "(Inductor's cache key holds its config, the matmul precision flags and the graph); "
+                    "compile_cache.workers=0 compiles here only", outcome.name, outcome.cost.cache_misses,
+                    float(head_start["seconds"]), int(head_start.get("cache_misses", 0)))
 
 
 def log_outcome(ctx: RunContext, outcome: BackendOutcome) -> None:

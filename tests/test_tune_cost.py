@@ -61,6 +61,16 @@ def test_compile_workers_fill_the_cache_before_capture_builds_the_candidate(tmp_
     assert cost.cache_hits >= 1 and cost.cache_misses == 0  # so capture loaded every program it needed
 
 
+def test_a_worker_whose_program_differs_from_the_runs_is_named_in_a_warning(tmp_path, caplog):
+    # Process state a spawned worker does not share (here a global Inductor option) changes the cache key, so the
+    # worker's program misses and the run compiles again: the log must say so, not only the cost table.
+    with torch._inductor.config.patch(max_fusion_size=32), caplog.at_level(logging.WARNING, logger="stages.capture"):
+        cost = inductor_cost(tmp_path, "differs", f"compile_cache.dir={tmp_path / 'cache'}", "compile_cache.workers=1")
+    assert cost.ahead_s > 0 and cost.cache_misses >= 1
+    warned = [r.getMessage() for r in caplog.records if "compile ahead: inductor missed the cache" in r.getMessage()]
+    assert len(warned) == 1 and "compiled it twice" in warned[0], [r.getMessage() for r in caplog.records]
+
+
 @contextlib.contextmanager
 def redis_server() -> Iterator[int]:
     """A real redis-server on a free loopback port, with nothing saved to disk."""
