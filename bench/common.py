@@ -71,9 +71,9 @@ def runs_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def runs_dir(args: argparse.Namespace) -> Path:
-    """Where the bench's runs go (``--runs``, or a new temporary directory), said once on stdout."""
-    if args.runs is None:
-        args.runs = Path(tempfile.mkdtemp(prefix="tweakpipe-bench-"))
+    """Where the bench's runs go (``--runs``, or a new temporary directory), absolute (runs in a child process
+    with another working directory find it), said once on stdout."""
+    args.runs = (Path(tempfile.mkdtemp(prefix="tweakpipe-bench-")) if args.runs is None else args.runs).resolve()
     print(f"run directories and MLflow store: {args.runs}", flush=True)
     return args.runs
 

@@ -132,7 +132,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         meta, rows = joined_lanes(args.combine, ["resnet50", "mlp", "vit_b_16"], ["device", "torch", "python"])
         print(write_table(args.out, f"load-{args.tag}", meta, rows, summary, markdown))
         return
-    runs = runs_dir(args).resolve()
+    runs = runs_dir(args)
     checkpoints = [c.resolve() for c in args.checkpoints]
     if args.smoke:
         subprocess.run([sys.executable, "-m", "pipeline", *SMOKE, f"hydra.run.dir={runs / 'smoke'}",
@@ -140,7 +140,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         checkpoints.append(runs / "smoke" / "model.tweak")
     import torch
 
-    meta = {"device": torch.cuda.get_device_name() if torch.cuda.is_available() else platform.processor() or "cpu",
+    from pipeline import devices
+
+    meta = {"device": devices.name(torch.device("cuda" if torch.cuda.is_available() else "cpu")),
             "torch": torch.__version__, "python": platform.python_version(),
             "command": command_line(argv and [sys.argv[0], *argv])}
     rows = []

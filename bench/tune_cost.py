@@ -37,7 +37,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import command_line, joined_lanes, runs_argument, runs_dir, write_table  # noqa: E402
+from bench.common import command_line, joined_lanes, row_or_error, run_lane, runs_argument, write_table  # noqa: E402
+from pipeline import devices  # noqa: E402
 
 BEFORE_FILE = ROOT / "bench" / "results" / "precision-h200-rerun.json"
 GPU = ["backends=gpu", "precision=[fp32,tf32,bf16]"]
@@ -155,6 +156,21 @@ def markdown(rows: List[Dict[str, Any]], meta: Dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def write(out: Path, tag: str, meta: Dict[str, Any], rows: List[Dict[str, Any]]) -> str:
+    return write_table(out, f"tune-cost-{tag}", meta, rows, summary, markdown)
+
+
+def combine(parts: List[Path], out: Path, tag: str) -> None:
+    print(write(out, tag, *joined_lanes(parts, ["resnet50", "mlp", "vit_b_16"], ["device", "torch", "python", "cpus"])))
+
+
+def machine(args: argparse.Namespace, argv: Optional[Sequence[str]]) -> Dict[str, Any]:
+    """The table's header: the device, torch, Python, the cores, and the command."""
+    return {"device": devices.name(torch.device(args.device)), "torch": torch.__version__,
+            "python": platform.python_version(), "cpus": os.cpu_count(),
+            "command": command_line(argv and [sys.argv[0], *argv])}
+
+
 def main(argv: Optional[Sequence[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
@@ -166,26 +182,12 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument("--combine", nargs="+", type=Path, help="join these calls' JSON instead of running")
     runs_argument(parser)
     args = parser.parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
-    if args.combine:
-        meta, rows = joined_lanes(args.combine, ["resnet50", "mlp", "vit_b_16"], ["device", "torch", "python", "cpus"])
-        print(write_table(args.out, f"tune-cost-{args.tag}", meta, rows, summary, markdown))
-        return
-    args.runs = runs_dir(args).resolve()
     args.overrides = SMOKE["overrides"] if args.smoke else GPU
     args.before = SMOKE["before"] if args.smoke else before_routes(BEFORE_FILE)
     if args.smoke:
         args.models, args.warm = SMOKE["models"], SMOKE["models"]
-    meta = {"device": torch.cuda.get_device_name() if args.device == "cuda" else platform.processor() or "cpu",
-            "torch": torch.__version__, "python": platform.python_version(), "cpus": os.cpu_count(),
-            "command": command_line(argv and [sys.argv[0], *argv])}
-    rows: List[Dict[str, Any]] = []
-    for model in args.models:
-        try:
-            rows.append(bench_model(model, args))
-        except Exception as exc:  # noqa: BLE001 -- recorded in the table, the next model goes on
-            rows.append({"model": model, "error": f"{type(exc).__name__}: {exc}"[-3000:]})
-        print(write_table(args.out, f"tune-cost-{args.tag}", meta, rows, summary, markdown), flush=True)
+    run_lane(args, lambda: machine(args, argv), lambda model: row_or_error(model, lambda m: bench_model(m, args)),
+             write, combine)
 
 
 if __name__ == "__main__":
