@@ -12,7 +12,7 @@ from torch import nn
 
 from pipeline.backends import Backend, precision
 from pipeline.batching import BatchDims
-from pipeline.cost import CandidateCost
+from pipeline.compile.cost import CandidateCost
 from pipeline.measure import accuracy
 from pipeline.route.policy import Range
 from pipeline.measure.measurement import Measurement
@@ -48,7 +48,7 @@ class BackendOutcome:
     # the tuned sizes, and whether that is within its bound. A candidate outside it is timed, never routed.
     accuracy: float = float("nan")
     within_budget: bool = True
-    cost: CandidateCost = field(default_factory=CandidateCost)  # what it cost the tune (pipeline.cost)
+    cost: CandidateCost = field(default_factory=CandidateCost)  # what it cost the tune (pipeline.compile.cost)
     # Where lengths are tuned (pipeline.seqlen): "ok" once capture proved that padded calls answer as eager does at
     # the exact length (pipeline.measure.padding), else why not ("" without tuned lengths); and whether it runs
     # untuned lengths unpadded. A candidate that does neither serves its tuned lengths alone.

@@ -23,13 +23,15 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from pipeline import compile_cache, cost, devices, stops
+from pipeline import devices, stops
+from pipeline.compile import cache as compile_cache
+from pipeline.compile import cost
 from pipeline import inputs as model_inputs
 from pipeline.config.checks import advice, check_config
 from pipeline.config.errors import ConfigError, one_line
 from pipeline.config.schema import Config
 from pipeline.context import Earlier, RunContext
-from pipeline.cost import Stopwatch
+from pipeline.compile.cost import Stopwatch
 from pipeline.measure.references import eager_problem
 from pipeline.record import fingerprint
 from pipeline.record import progress

@@ -76,7 +76,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     trust = commands.add_parser("trust", help="sign the compiled artifacts beside each checkpoint")
     trust.add_argument("checkpoints", nargs="+", type=Path, help="FILE.tweak (its FILE.tweak.compiled is signed)")
     args = parser.parse_args(argv)
-    from pipeline.route import compiled
+    from pipeline.compile import artifacts as compiled
 
     failed: List[str] = []
     for path in args.checkpoints:

@@ -30,9 +30,10 @@ import torch
 from omegaconf import OmegaConf
 
 from pipeline import backends as backend_registry
-from pipeline import compile_ahead, devices
+from pipeline import devices
+from pipeline.compile import ahead as compile_ahead
 from pipeline.backends.precision import precision_of
-from pipeline.cost import Stopwatch, compiles_into
+from pipeline.compile.cost import Stopwatch, compiles_into
 from pipeline.record import progress
 from pipeline.backends import BackendUnsupported
 from pipeline.measure import accuracy, padding
@@ -41,7 +42,7 @@ from pipeline.context import ALLOW_HINT, BackendOutcome, RunContext
 from pipeline.batching import output_batch_dims, output_seq_dims
 from pipeline.config.errors import ConfigError, RunFailed
 from pipeline.measure.references import Reference, reference_at
-from pipeline.route import compiled
+from pipeline.compile import artifacts as compiled
 from pipeline.seqlen import PROBE_BATCH, Key, label, padding_probes, words
 
 log = logging.getLogger(__name__)

@@ -21,10 +21,11 @@ import torch
 import pipeline
 from conftest import ROOT, TINY
 from mlflow_helpers import clean_env
-from pipeline import compile_cache
+from pipeline.compile import cache as compile_cache
 from pipeline.api import compose_config
 from pipeline.models import MLP
-from pipeline.route import checkpoint, compiled
+from pipeline.compile import artifacts as compiled
+from pipeline.route import checkpoint
 from pipeline.runner import run
 
 ROUTE = [*TINY, "backends=[eager,inductor]", "route=one_backend", "route.backend=inductor"]

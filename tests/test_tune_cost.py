@@ -22,7 +22,7 @@ from pipeline.api import compose_config
 from pipeline.config.checks import check_config
 from pipeline.config.errors import ConfigError
 from pipeline.context import BackendOutcome, RunContext
-from pipeline.cost import CandidateCost
+from pipeline.compile.cost import CandidateCost
 from pipeline.measure.measurement import Measurement, Settings
 from pipeline.measure.screening import screen_sizes, screened_out
 from pipeline.route.decision import contested, decide
@@ -235,7 +235,7 @@ def test_noise_is_a_warning_only_where_it_could_change_the_route(tmp_path, caplo
 
 
 def test_inductor_and_graph_inductor_at_one_precision_share_one_compile_job():
-    from pipeline import compile_ahead
+    from pipeline.compile import ahead as compile_ahead
     from pipeline.backends import precision
 
     candidates = precision.of_config(compose_config(["backends=gpu", "precision=[fp32,bf16]",

@@ -39,7 +39,7 @@ class Backend:
         self.build_seconds = 0.0
         self.program: Optional[Program] = None  # set by build where the backend compiles the model
         # Inductor's cache entries of its programs, as its build and checks made or loaded them (compiled
-        # artifacts a checkpoint may carry beside it: pipeline.route.compiled.Recorded); empty where nothing compiled.
+        # artifacts a checkpoint may carry beside it: pipeline.compile.artifacts.Recorded); empty where nothing compiled.
         self.artifacts: Any = b""
         self._fn: Any = None
 

@@ -18,7 +18,8 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from pipeline import backends as backend_registry
-from pipeline import compile_cache, devices
+from pipeline import devices
+from pipeline.compile import cache as compile_cache
 from pipeline.backends import precision
 from pipeline.config import limits
 from pipeline.measure import accuracy

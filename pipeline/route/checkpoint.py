@@ -39,12 +39,13 @@ from omegaconf import OmegaConf
 from torch import nn
 
 from pipeline import backends as backend_registry
-from pipeline import compile_ahead, devices
-from pipeline.cost import compiles_into
+from pipeline import devices
+from pipeline.compile import ahead as compile_ahead
+from pipeline.compile.cost import compiles_into
 from pipeline.batching import BatchDims
 from pipeline.config import limits
 from pipeline.copies import holding
-from pipeline.route import compiled
+from pipeline.compile import artifacts as compiled
 from pipeline.route import payload as payload_check
 from pipeline.models import make_inputs
 from pipeline.route.payload import CheckpointError, StateDictMismatch, UntrustedOptions  # noqa: F401 (callers catch them here)
@@ -59,7 +60,7 @@ MAGIC = b"TWEAKPIPE-CHECKPOINT"
 # 2: each backend's config holds the keys of its kind's schema only; 3: and its precision; 4: and cast_weights;
 # 5: a precision may name a quantization recipe (pipeline.backends.quantize: the fp32 weights are stored, and
 # load quantizes them again), and versions then records torchao's; 6: compiled, the record of the compiled
-# artifacts beside the file (pipeline.route.compiled); 7: seq (tuned lengths, pipeline.seqlen) with a route of tiles,
+# artifacts beside the file (pipeline.compile.artifacts); 7: seq (tuned lengths, pipeline.seqlen) with a route of tiles,
 # inputs' seq_dim and pad, backends' per_length and graph caps
 FORMAT = 7
 READS = (2, 3, 4, 5, 6, 7)  # older files are format-7 files without seq, their backends' newer keys at their defaults
@@ -279,7 +280,7 @@ def load(path: PathLike, model: nn.Module, device: Optional[Union[str, torch.dev
     then called once at each tuned size it owns so that compiles happen here and not in the first
     served call. ``load_seconds`` on the result says how long this took, ``load_report`` where the time went.
 
-    Compiled artifacts beside the file (``path.compiled``, ``pipeline.route.compiled``) run code when loaded, so
+    Compiled artifacts beside the file (``path.compiled``, ``pipeline.compile.artifacts``) run code when loaded, so
     they are used only when trusted: ``trust_compiled=None`` (the default) uses them where they are signed with
     this user's key, ``True`` also where they are not (and raises where they cannot be used), ``False`` never.
     Their checksum, versions, device and weights are checked first; a check that fails rebuilds the backends.
@@ -315,7 +316,7 @@ def load(path: PathLike, model: nn.Module, device: Optional[Union[str, torch.dev
 def use_artifacts(payload: Mapping[str, Any], path: Path, dev: torch.device, trust_compiled: Optional[bool],
                   report: compiled.LoadReport) -> None:
     """Install the checkpoint's compiled artifacts into the local Inductor cache where they may be used; else say
-    why in one line (or raise :class:`~pipeline.route.compiled.ArtifactsRefused` where the caller demanded them)."""
+    why in one line (or raise :class:`~pipeline.compile.artifacts.ArtifactsRefused` where the caller demanded them)."""
     record = payload.get("compiled")
     if record is None:
         if trust_compiled:

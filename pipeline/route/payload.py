@@ -231,9 +231,9 @@ def check_state_dict(saved: Mapping[str, Any], model: nn.Module, name: str, path
 
 
 def compiled_problem(payload: Mapping[str, Any]) -> Optional[str]:
-    """The record of compiled artifacts beside the file (``pipeline.route.compiled``): its form, and backends the
+    """The record of compiled artifacts beside the file (``pipeline.compile.artifacts``): its form, and backends the
     route serves."""
-    from pipeline.route import compiled  # which imports this module's CheckpointError
+    from pipeline.compile import artifacts as compiled  # which imports this module's CheckpointError
 
     if "compiled" not in payload:
         return None

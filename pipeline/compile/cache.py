@@ -10,7 +10,7 @@ keeps its own Dynamo cache and recompile budget (``pipeline.backends.program``).
 workers spawned by the run inherit it) and, with ``compile_cache.remote=redis://HOST:PORT``, turns on
 Inductor's Redis remote caches, so sweep jobs on other machines load what one compiled.
 ``compile_cache.enabled=false`` makes every compile cold. :func:`counts` reads the hit and miss counters
-and compile timers that the cost account (``pipeline.cost``) takes differences of.
+and compile timers that the cost account (``pipeline.compile.cost``) takes differences of.
 """
 
 from __future__ import annotations

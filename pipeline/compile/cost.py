@@ -14,7 +14,7 @@ import time
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Dict, Iterator, Mapping
 
-from pipeline import compile_cache
+from pipeline.compile import cache as compile_cache
 
 
 @dataclass

@@ -4,7 +4,7 @@ Inductor's compile is CPU-bound and mostly single-threaded Python, and capture b
 after another: on a 16-core host, 16 candidates' compiles ran back to back. Here, worker processes
 (spawned fresh: their own CUDA context, Dynamo state and memory) build each compiling candidate exactly
 as capture will (the same model, sample inputs, batch sizes and numerics), so its programs land in the
-on-disk, content-addressed cache (``pipeline.compile_cache``); capture waits for a candidate's job,
+on-disk, content-addressed cache (``pipeline.compile.cache``); capture waits for a candidate's job,
 then builds and checks it itself, loading its programs instead of compiling them. Nothing a worker
 compiled is timed or served: only the cache is shared, and every backend still traces its own program
 (the isolation rule). Candidates that compile one program (``inductor.X`` and ``graph_inductor.X`` at
@@ -82,7 +82,7 @@ def _start_worker(setup_path: str, cache_cfg: Dict[str, Any], compile_threads: i
     os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = str(compile_threads)  # before torch reads its config
     import torch
 
-    from pipeline import compile_cache
+    from pipeline.compile import cache as compile_cache
 
     compile_cache.apply(cache_cfg)  # for the worker's life
     setup = torch.load(setup_path, map_location="cpu", weights_only=False)  # written by this run a moment ago
@@ -96,8 +96,9 @@ def _compile(name: str, cfg: Dict[str, Any]) -> Dict[str, Any]:
     """Build ``name`` as capture will and call it at every tuned cell: its programs enter the cache."""
     import torch
 
-    from pipeline import backends, compile_cache, devices
-    from pipeline.cost import Stopwatch
+    from pipeline import backends, devices
+    from pipeline.compile import cache as compile_cache
+    from pipeline.compile.cost import Stopwatch
 
     w, watch, before = _WORKER, Stopwatch(), compile_cache.counts()
     device, inputs = w["device"], w["inputs"]
