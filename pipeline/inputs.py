@@ -75,7 +75,7 @@ def at_longest(cfg: DictConfig) -> None:
     """With tuned lengths (``model.seq_lens``), every input's length dimension at the longest of them: the spec
     then describes the largest call, which the memory checks and the graph buffers are sized for. Lengths
     without an input that has a length dimension are a ConfigError."""
-    from pipeline.config.checks import check_lengths
+    from pipeline.preflight.checks import check_lengths
 
     check_lengths(cfg)
     lengths = list(cfg.model.seq_lens)

@@ -27,7 +27,7 @@ from pipeline import devices, stops
 from pipeline.compile import cache as compile_cache
 from pipeline.compile import cost
 from pipeline import inputs as model_inputs
-from pipeline.config.checks import advice, check_config
+from pipeline.preflight.checks import advice, check_config
 from pipeline.config.errors import ConfigError, one_line
 from pipeline.config.schema import Config
 from pipeline.context import Earlier, RunContext

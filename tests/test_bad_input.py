@@ -1,7 +1,7 @@
 """Bad input that never costs work: each mistake fails before any model is built, in one line naming the
 problem and the fix, and leaves nothing behind (no run directory, no changed store, no changed model).
 
-The config checks are called in-process (``pipeline.config.checks.check_config``, what every run calls first);
+The config checks are called in-process (``pipeline.preflight.checks.check_config``, what every run calls first);
 a batch of real ``python -m pipeline`` runs, started together, shows the command line's side: exit
 code 2, one line on stderr, no traceback, no run directory.
 """
@@ -29,7 +29,7 @@ from conftest import ROOT
 from mlflow_helpers import clean_env, free_port
 from pipeline.route import checkpoint
 from pipeline.backends import create
-from pipeline.config.checks import check_config
+from pipeline.preflight.checks import check_config
 from pipeline.config.errors import ConfigError
 from pipeline.models import MLP
 from pipeline.route.served import RoutedModule, TuneRecord

@@ -15,7 +15,7 @@ from bench import quant
 from pipeline import inputs as model_inputs
 from pipeline.api import compose_config
 from pipeline.backends import quantize
-from pipeline.config.checks import check_config
+from pipeline.preflight.checks import check_config
 from pipeline.route.checkpoint import version_of
 
 needs_torchao = pytest.mark.skipif(importlib.util.find_spec("torchao") is None,

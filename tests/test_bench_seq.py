@@ -14,7 +14,7 @@ from bench import seq
 from pipeline import inputs as model_inputs
 from pipeline.api import compose_config
 from pipeline.backends.precision import of_config
-from pipeline.config.checks import check_config
+from pipeline.preflight.checks import check_config
 
 SMOKE_MODELS = ["BertForQuestionAnswering", "GPT2Model"]  # a QA head with token types; hidden states, causal
 

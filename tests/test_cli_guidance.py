@@ -10,7 +10,7 @@ import torch
 from hydra.errors import ConfigCompositionException
 
 from conftest import CONF, ROOT
-from pipeline.config.checks import added_keys, check_config
+from pipeline.preflight.checks import added_keys, check_config
 from pipeline.config.errors import ConfigError, explain_unknown_key
 
 

@@ -18,7 +18,7 @@ from conftest import CONF, TINY
 from pipeline import backends
 from pipeline.backends import graph_plan
 from pipeline.config import backend_schema
-from pipeline.config.checks import check_config
+from pipeline.preflight.checks import check_config
 from pipeline.config.errors import ConfigError, one_line
 from pipeline.config.schema import SCHEMAS
 

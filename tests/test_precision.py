@@ -15,7 +15,7 @@ from conftest import CONF, TINY
 from pipeline.measure.screening import screen_sizes
 from hydra import compose, initialize_config_dir
 from pipeline.backends import precision
-from pipeline.config.checks import check_config
+from pipeline.preflight.checks import check_config
 from pipeline.config.errors import ConfigError
 from pipeline.measure import accuracy
 from pipeline.report import Row, Table, markdown

@@ -17,7 +17,7 @@ from conftest import CONF, TINY
 from hydra import compose, initialize_config_dir
 from pipeline import report
 from pipeline.backends import precision, quantize
-from pipeline.config.checks import check_config
+from pipeline.preflight.checks import check_config
 from pipeline.config.errors import ConfigError
 from pipeline.models import MLP
 from pipeline.route import checkpoint, payload as payload_check

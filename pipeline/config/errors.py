@@ -1,6 +1,6 @@
 """The user's config mistakes: one exception class for them, and clearer words for Hydra's own.
 
-:class:`ConfigError` is raised by every config check (``pipeline.config.checks``); ``python -m pipeline``
+:class:`ConfigError` is raised by every config check (``pipeline.preflight.checks``); ``python -m pipeline``
 prints its one-line message and exits 2, keeping tracebacks for tweakpipe's own bugs.
 
 Hydra lists the available options when a single group choice is unknown (``model=resnet1800``),

@@ -1,6 +1,6 @@
 """What a run may tune and a checkpoint may hold, written down once: batch sizes, input specs, memory.
 
-The config checks (``pipeline.config.checks``) and the checkpoint payload check (``pipeline.route.payload``) share
+The config checks (``pipeline.preflight.checks``) and the checkpoint payload check (``pipeline.route.payload``) share
 these bounds, so a checkpoint can never ask ``load`` for more than a config could ask a run for.
 """
 

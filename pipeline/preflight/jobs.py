@@ -22,7 +22,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from pipeline import inputs as model_inputs
-from pipeline.config.checks import check_config
+from pipeline.preflight.checks import check_config
 from pipeline.config.errors import ConfigError
 
 BASIC_SWEEPER = f"{BasicSweeper.__module__}.{BasicSweeper.__name__}"
