@@ -18,5 +18,5 @@ def __getattr__(name: str) -> object:
 
 
 def __dir__() -> list:
-    """The API, not this module's helpers (PEP 562); subpackages are imported by name (``pipeline.report``)."""
+    """The API, not this module's helpers (PEP 562); subpackages are imported by name (``pipeline.record.report``)."""
     return list(__all__)

@@ -17,7 +17,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import torch
 from torch import nn
 
-from pipeline.measure.leaves import tensor_leaves
+from pipeline.leaves import tensor_leaves
 from pipeline.seqlen import SeqDims, probe_lengths
 
 log = logging.getLogger(__name__)
@@ -48,7 +48,7 @@ def layout(sample_shape: Sequence[int], dim: int) -> str:
 @dataclass(frozen=True)
 class BatchDims:
     """The batch dimension of each input (by name, 0 unless declared) and of each output tensor
-    (by its path in the output, as :func:`pipeline.measure.leaves.tensor_leaves` names it; None for
+    (by its path in the output, as :func:`pipeline.leaves.tensor_leaves` names it; None for
     one that does not follow the batch, such as a scalar or a tensor the same at every size). ``seq`` holds
     the length dimensions where the run tunes lengths (:mod:`pipeline.seqlen`), empty otherwise."""
 

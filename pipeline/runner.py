@@ -34,7 +34,7 @@ from pipeline.context import Earlier, RunContext
 from pipeline.compile.cost import Stopwatch
 from pipeline.measure.references import eager_problem
 from pipeline.record import fingerprint
-from pipeline.record import progress
+from pipeline import progress
 from pipeline.record.claim import claimed
 from pipeline.record.recorder import Recorder, earlier_record, earlier_results
 from pipeline.record.tracker import make_tracker

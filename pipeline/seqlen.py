@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 
-from pipeline.measure.leaves import map_outputs
+from pipeline.leaves import map_outputs
 
 # A profile cell: a batch size, or (batch size, length) where the run tunes lengths.
 Key = Union[int, Tuple[int, int]]

@@ -34,7 +34,7 @@ from pipeline import devices
 from pipeline.compile import ahead as compile_ahead
 from pipeline.backends.precision import precision_of
 from pipeline.compile.cost import Stopwatch, compiles_into
-from pipeline.record import progress
+from pipeline import progress
 from pipeline.backends import BackendUnsupported
 from pipeline.measure import accuracy, padding
 from pipeline.measure.compare import combine, judge, tolerance

@@ -28,7 +28,7 @@ from pipeline.context import RunContext
 from pipeline.measure.interleaved import measure_interleaved, profile_cells
 from pipeline.measure.measurement import Measurement, Settings
 from pipeline.measure.screening import screen_settings, screen_sizes, screened_out
-from pipeline.record import progress
+from pipeline import progress
 from pipeline.route.decision import baseline, contested, decide
 from pipeline.seqlen import Key, label
 

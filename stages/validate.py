@@ -14,7 +14,7 @@ from pipeline.measure import accuracy
 from pipeline.measure.compare import judge, tolerance
 from pipeline.context import RunContext
 from pipeline.measure.references import reference_at
-from pipeline.record import progress
+from pipeline import progress
 from pipeline.route.policy import backend_for
 from pipeline.route.table import backend_at
 from pipeline.seqlen import Key, between, cells, label

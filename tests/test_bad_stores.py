@@ -24,7 +24,7 @@ from mlflow.tracking import MlflowClient
 import pipeline
 from conftest import ROOT, read_only
 from mlflow_helpers import clean_env, copy_store, init_store, run_with_note
-from pipeline import report
+from pipeline.record import report
 from pipeline.config.errors import ConfigError
 from pipeline.record.store import StoreGuard, check_store
 from pipeline.record.tracker import MlflowTracker
@@ -115,7 +115,7 @@ def test_the_report_command_on_another_applications_database(tmp_path, template)
     db = tmp_path / "other_app.db"
     foreign(db, template)
     before = sha256(db)
-    proc = subprocess.run([sys.executable, "-m", "pipeline.report", "--uri", f"sqlite:///{db}"], cwd=tmp_path,
+    proc = subprocess.run([sys.executable, "-m", "pipeline.record.report", "--uri", f"sqlite:///{db}"], cwd=tmp_path,
                           env={**clean_env(), "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
     assert sha256(db) == before

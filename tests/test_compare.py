@@ -10,7 +10,7 @@ import torch.utils._pytree as pytree
 from torch import nn
 
 from pipeline.measure.compare import Verdict, combine, judge, tolerance, uninformative
-from pipeline.measure.leaves import tensor_leaves
+from pipeline.leaves import tensor_leaves
 from pipeline.measure.references import reference_at
 
 

@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 from conftest import CONF
 from pipeline.inputs import complete
 from pipeline.measure.compare import uninformative
-from pipeline.measure.leaves import tensor_leaves
+from pipeline.leaves import tensor_leaves
 from pipeline.models import make_inputs
 
 MODELS = sorted(p.stem for p in (CONF / "model").glob("*.yaml") if p.stem != "base_model")

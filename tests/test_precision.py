@@ -18,7 +18,7 @@ from pipeline.backends import precision
 from pipeline.preflight.checks import check_config
 from pipeline.config.errors import ConfigError
 from pipeline.measure import accuracy
-from pipeline.report import Row, Table, markdown
+from pipeline.record.report import Row, Table, markdown
 from pipeline.route import checkpoint
 from pipeline.route.checkpoint import CheckpointError
 from pipeline.runner import run
@@ -245,7 +245,7 @@ def test_report_shows_precision_and_score_beside_latency():
 def test_mlflow_and_the_report_name_the_score_by_its_metric(compose_cfg, tmp_path):
     from mlflow.tracking import MlflowClient
 
-    from pipeline import report
+    from pipeline.record import report
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     run(compose_cfg([*BF16, "tracking=sqlite", f"tracking.uri={uri}", "stages=[capture,profile]"]), tmp_path / "run")

@@ -13,10 +13,10 @@ from datetime import datetime
 import pytest
 
 from conftest import ROOT, TINY
-from pipeline.record import progress
+from pipeline import progress
 from pipeline.runner import run
 
-PROGRESS = "pipeline.record.progress"
+PROGRESS = "pipeline.progress"
 
 
 def lines(caplog: pytest.LogCaptureFixture, logger: str = PROGRESS, level: int = logging.INFO) -> list:

@@ -15,7 +15,7 @@ from torch import nn
 
 from conftest import CONF, TINY
 from hydra import compose, initialize_config_dir
-from pipeline import report
+from pipeline.record import report
 from pipeline.backends import precision, quantize
 from pipeline.preflight.checks import check_config
 from pipeline.config.errors import ConfigError

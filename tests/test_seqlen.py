@@ -283,7 +283,7 @@ def test_a_tiny_bert_tuned_at_two_lengths_serves_an_untuned_pair_padded_also_aft
     # MLflow: latency_ms/<backend>/bs<N>/len<L>; the report's rows per length and its heatmap
     from mlflow.tracking import MlflowClient
 
-    from pipeline import report
+    from pipeline.record import report
 
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
     (found,) = client.search_runs([client.get_experiment_by_name("tweakpipe").experiment_id])

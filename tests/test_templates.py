@@ -126,7 +126,7 @@ def test_malformed_template_names_its_file(tmp_path: Path) -> None:
 
 def test_listing_command_is_fast_and_shows_user_files(tmp_path: Path) -> None:
     write_template(tmp_path, "mine", "description: my own option set\noptions:\n  freezing: true\n")
-    out = subprocess.run([sys.executable, "-c", "import sys; from pipeline.templates import main; "
+    out = subprocess.run([sys.executable, "-c", "import sys; from pipeline.config.templates import main; "
                           "main(sys.argv[1:]); assert 'torch' not in sys.modules", "--config-dir", str(tmp_path)],
                          cwd=ROOT, capture_output=True, text=True, timeout=60, check=True).stdout
     for name in [*MODE_BACKENDS, *TEMPLATE_BACKENDS, *SHIPPED_TEMPLATES, "inductor_all"]:

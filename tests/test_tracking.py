@@ -19,10 +19,10 @@ from mlflow.tracking import MlflowClient
 
 from mlflow_helpers import ROOT, SWEEP, artifact_names, clean_env, copy_store, init_store, mlflow_server, \
     run_pipeline, sweep_runs
-from pipeline import report
+from pipeline.record import report
 from pipeline.measure.measurement import Measurement
 from pipeline.record.plots import latency_figure, latency_plot, spread
-from pipeline.record.progress import Steps
+from pipeline.progress import Steps
 from pipeline.record.recorder import Recorder
 from pipeline.record.tracker import MlflowTracker
 from pipeline.route.policy import Range
@@ -204,7 +204,7 @@ def test_report_table_auto_is_the_route_or_a_measured_auto(tmp_path: Path, templ
 
 @pytest.mark.parametrize("ci", ["", "true"])
 def test_progress_shows_in_a_terminal_only_outside_ci(ci: str) -> None:
-    code = ("from pipeline.record import progress\nimport time\n"
+    code = ("from pipeline import progress\nimport time\n"
             "for x in progress.track(['alpha', 'beta'], 'capture', 2):\n    time.sleep(0.3)\n")
     env = {**clean_env(), "CI": ci, "TERM": "xterm"}
     master, slave = pty.openpty()
@@ -291,7 +291,7 @@ def test_parallel_fresh_processes_one_gpu_each_lose_no_run_and_report(tmp_path: 
         "jobs on two GPUs did not overlap"
     assert third.info.start_time > first.info.end_time, "GPU 0 ran two jobs at once"
 
-    out = subprocess.run([sys.executable, "-m", "pipeline.report", "--uri", uri, "--sweep", parent.info.run_id,
+    out = subprocess.run([sys.executable, "-m", "pipeline.record.report", "--uri", uri, "--sweep", parent.info.run_id,
                           "--out", str(tmp_path / "report")], cwd=ROOT, env=clean_env(), capture_output=True,
                          text=True, timeout=60)
     assert out.returncode == 0, out.stderr

@@ -32,7 +32,7 @@ from pipeline.batching import BatchDims, per_sample, tile
 from pipeline.backends.inductor import InductorBackend
 from pipeline.backends.program import dynamo_counts
 from pipeline.measure.compare import Verdict, judge
-from pipeline.measure.leaves import map_outputs
+from pipeline.leaves import map_outputs
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import reprlib
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
-from pipeline import templates
+from pipeline.config import templates
 from pipeline.backends import graph_plan, onnxruntime, openvino, precision
 from pipeline.config import backend_schema, inductor_options, limits
 from pipeline.config.errors import ConfigError

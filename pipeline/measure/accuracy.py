@@ -1,7 +1,7 @@
 """The accuracy budget: how far a candidate's output may move from fp32 eager's and still serve.
 
 ``route.accuracy_budget`` names a metric and a bound. The metric is taken leaf by leaf over every
-floating output tensor (``pipeline.measure.leaves``), and the worst leaf counts:
+floating output tensor (``pipeline.leaves``), and the worst leaf counts:
 
 - ``cosine``: cosine similarity of the flattened leaf with eager's; at least ``bound``;
 - ``max_rel_error``: the largest difference over eager's largest magnitude; at most ``bound``;
@@ -21,7 +21,7 @@ from typing import Any, Dict, Iterable, Mapping
 import torch
 
 from pipeline.measure.compare import Verdict
-from pipeline.measure.leaves import tensor_leaves
+from pipeline.leaves import tensor_leaves
 
 # metric -> whether larger values are better, and the range a bound may take
 METRICS: Dict[str, Dict[str, Any]] = {

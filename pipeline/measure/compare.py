@@ -1,7 +1,7 @@
 """The one judge of whether a backend computes what eager computes: capture, validate, reload checks and
 the graph backend's self-check all ask :func:`judge`.
 
-Every tensor leaf of the output (``pipeline.measure.leaves``) is judged on its own, so a small output beside a
+Every tensor leaf of the output (``pipeline.leaves``) is judged on its own, so a small output beside a
 large one is held to its own scale. A floating leaf passes two tests, both within the compute dtype's
 tolerance:
 
@@ -26,7 +26,7 @@ from typing import Any, List, Mapping, Optional, Tuple
 
 import torch
 
-from pipeline.measure.leaves import tensor_leaves
+from pipeline.leaves import tensor_leaves
 
 # Allowed error relative to the leaf's scale. fp32 leaves room for TF32 convolutions (~1e-3) and
 # Inductor's reordered reductions (~1e-6); reduced precision leaves room for its rounding (bf16 ~1e-2).

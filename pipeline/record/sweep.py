@@ -4,7 +4,7 @@
 its id to ``<sweep dir>/mlflow_parent.json``. Each job, in whatever process or machine the
 launcher put it, reads that file when its tracker starts and tags its run ``mlflow.parentRunId``
 (:func:`pipeline.record.tracker.hydra_job_tags`). ``on_multirun_end`` logs the sweep's latency table
-(:mod:`pipeline.report`) to the parent and closes it; a sweep that dies early closes it as FAILED.
+(:mod:`pipeline.record.report`) to the parent and closes it; a sweep that dies early closes it as FAILED.
 
 Configured in ``conf/config.yaml`` under ``hydra.callbacks``; single runs are untouched.
 """
@@ -70,7 +70,7 @@ class MlflowSweep(Callback):
         """The sweep's latency table (terminal, Markdown, CSV), also kept in the sweep directory."""
         from mlflow.tracking import MlflowClient
 
-        from pipeline import report
+        from pipeline.record import report
 
         client = MlflowClient(tracking_uri=self.uri)
         table = report.build(report.runs_of_sweep(client, self.run_id))

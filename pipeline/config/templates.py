@@ -8,7 +8,7 @@ public config-source plugins (``hydra.plugins.config_source``, found by ``Plugin
 composing would need Hydra's global state, which a running app already holds, and would not say
 which file a template came from.
 
-``python -m pipeline.templates [--config-dir DIR]`` lists backends, backend sets and templates,
+``python -m pipeline.config.templates [--config-dir DIR]`` lists backends, backend sets and templates,
 one line each. It needs neither torch nor a GPU.
 """
 
@@ -146,7 +146,7 @@ def listing(paths: Optional[Sequence[str]] = None) -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m pipeline.templates", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m pipeline.config.templates", description=__doc__.split("\n")[0])
     parser.add_argument("--config-dir", action="append", default=[],
                         help="a user config directory searched before the shipped conf/ (repeatable)")
     args = parser.parse_args(argv)
