@@ -23,8 +23,9 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from pipeline.config import SHIPPED_CONF
-from pipeline.config.errors import (ConfigError, RunFailed, config_dirs_from_argv, explain_unknown_choices,
-                                    explain_unknown_key, fail, one_line)
+from pipeline.config.errors import (config_dirs_from_argv, explain_unknown_choices, explain_unknown_key, fail,
+                                    one_line)
+from pipeline.errors import ConfigError, RunFailed
 from pipeline.preflight.jobs import SweepRefused
 from pipeline.runner import resumed_config, run
 from pipeline.config.schema import register_configs

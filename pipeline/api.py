@@ -24,7 +24,8 @@ from pipeline import runner
 from pipeline.copies import own_copy
 from pipeline.route.checkpoint import load, save
 from pipeline.config import limits
-from pipeline.config.errors import ConfigError, explain_unknown_key, one_line
+from pipeline.config.errors import explain_unknown_key, one_line
+from pipeline.errors import ConfigError
 from pipeline.examples import Examples, input_spec, pooled, spec_of
 from pipeline.route.served import RoutedModule
 from pipeline.config.schema import InputSpec, register_configs

@@ -8,7 +8,7 @@ from typing import Iterator, Optional
 
 import torch
 
-from pipeline.config.errors import ConfigError
+from pipeline.errors import ConfigError
 
 KNOWN = ("cpu", "cuda", "xpu")
 

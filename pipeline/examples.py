@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 import torch
 from torch import nn
 
-from pipeline.config.errors import ConfigError
+from pipeline.errors import ConfigError
 from pipeline.models import DTYPES
 
 DTYPE_NAMES = {dtype: name for name, dtype in DTYPES.items()}

@@ -14,7 +14,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from pipeline import examples as user_examples
-from pipeline.config.errors import ConfigError
+from pipeline.errors import ConfigError
 from pipeline.config.schema import InputSpec
 from pipeline.seqlen import spec_at
 

@@ -28,7 +28,8 @@ from pipeline.compile import cache as compile_cache
 from pipeline.compile import cost
 from pipeline import inputs as model_inputs
 from pipeline.preflight.checks import advice, check_config
-from pipeline.config.errors import ConfigError, one_line
+from pipeline.config.errors import one_line
+from pipeline.errors import ConfigError
 from pipeline.config.schema import Config
 from pipeline.context import Earlier, RunContext
 from pipeline.compile.cost import Stopwatch

@@ -40,7 +40,7 @@ from pipeline.measure import accuracy, padding
 from pipeline.measure.compare import combine, judge, tolerance
 from pipeline.context import ALLOW_HINT, BackendOutcome, RunContext
 from pipeline.batching import output_batch_dims, output_seq_dims
-from pipeline.config.errors import ConfigError, RunFailed
+from pipeline.errors import ConfigError, RunFailed
 from pipeline.measure.references import Reference, reference_at
 from pipeline.compile import artifacts as compiled
 from pipeline.seqlen import PROBE_BATCH, Key, label, padding_probes, words

@@ -25,6 +25,7 @@ import logging
 from typing import Any, Callable, Dict, List, Sequence, Tuple
 
 from pipeline.context import RunContext
+from pipeline.errors import RouteError
 from pipeline.measure.interleaved import measure_interleaved, profile_cells
 from pipeline.measure.measurement import Measurement, Settings
 from pipeline.measure.screening import screen_settings, screen_sizes, screened_out
@@ -97,7 +98,7 @@ def remeasure_contested(ctx: RunContext, calls: Calls, on_cell: Callable[[str, K
     for _ in range(s.max_repeats):
         try:
             cells = decide(ctx).rests_on
-        except (ValueError, RuntimeError):
+        except RouteError:
             return taken  # no route to rest on: the route stage says why
         todo = {key: noisy for key, names in contested(cells).items()
                 if (noisy := [n for n in names if ctx.profile[n][key].noisy])}

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Dict, List
 
-from pipeline.config.errors import RunFailed
+from pipeline.errors import RouteError, RunFailed
 from pipeline.context import RunContext
 from pipeline.route.served import RoutedModule, TuneRecord
 from pipeline.measure.accuracy import budget_of
@@ -70,7 +70,7 @@ def run(ctx: RunContext) -> None:
     rcfg = ctx.cfg.route
     try:
         decision = decide(ctx)
-    except (ValueError, RuntimeError) as exc:  # nothing to route on, or route.backend cannot serve
+    except RouteError as exc:  # nothing to route on, or route.backend cannot serve
         raise NoRoute(f"route: {exc}; see capture.json and profile.csv") from None
     route, failures, cells = decision.route, decision.failures, decision.rests_on
     medians, intervals = ctx.medians(), ctx.intervals()

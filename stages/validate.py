@@ -9,7 +9,7 @@ from typing import Dict, List
 import torch
 
 from pipeline.backends.program import strict_compiles
-from pipeline.config.errors import RunFailed
+from pipeline.errors import RunFailed
 from pipeline.measure import accuracy
 from pipeline.measure.compare import judge, tolerance
 from pipeline.context import RunContext

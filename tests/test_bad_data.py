@@ -18,7 +18,7 @@ from conftest import ROOT, TINY
 from mlflow_helpers import clean_env
 from pipeline import inputs as model_inputs
 from pipeline.preflight.checks import advice
-from pipeline.config.errors import ConfigError, RunFailed
+from pipeline.errors import ConfigError, RunFailed
 from pipeline.runner import run
 
 

@@ -30,7 +30,7 @@ from mlflow_helpers import clean_env, free_port
 from pipeline.route import checkpoint
 from pipeline.backends import create
 from pipeline.preflight.checks import check_config
-from pipeline.config.errors import ConfigError
+from pipeline.errors import ConfigError
 from pipeline.models import MLP
 from pipeline.route.served import RoutedModule, TuneRecord
 from pipeline.route.policy import Range

@@ -25,7 +25,7 @@ import pipeline
 from conftest import ROOT, read_only
 from mlflow_helpers import clean_env, copy_store, init_store, run_with_note
 from pipeline.record import report
-from pipeline.config.errors import ConfigError
+from pipeline.errors import ConfigError
 from pipeline.record.store import StoreGuard, check_store
 from pipeline.record.tracker import MlflowTracker
 

@@ -219,7 +219,7 @@ def test_weights_of_another_dtype_or_not_tensors_are_refused(ckpt):
 
 def test_a_config_and_a_checkpoint_share_one_bound_on_batch_sizes(ckpt, compose_cfg):
     from pipeline.preflight.checks import check_config
-    from pipeline.config.errors import ConfigError
+    from pipeline.errors import ConfigError
 
     bound = rf"={MAX_BATCH_SIZE + 1} is not a batch size \(an integer from 1 to {MAX_BATCH_SIZE}\)"
     with pytest.raises(ConfigError, match=rf"model\.batch_sizes\[1\]{bound}"):

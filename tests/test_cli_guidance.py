@@ -11,7 +11,8 @@ from hydra.errors import ConfigCompositionException
 
 from conftest import CONF, ROOT
 from pipeline.preflight.checks import added_keys, check_config
-from pipeline.config.errors import ConfigError, explain_unknown_key
+from pipeline.config.errors import explain_unknown_key
+from pipeline.errors import ConfigError
 
 
 @pytest.mark.parametrize("override, hint", [

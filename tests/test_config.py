@@ -7,7 +7,8 @@ from hydra.errors import ConfigCompositionException, MissingConfigException
 from omegaconf.errors import ValidationError
 
 from conftest import CONF, TINY
-from pipeline.config.errors import ConfigError, explain_unknown_choices
+from pipeline.config.errors import explain_unknown_choices
+from pipeline.errors import ConfigError
 from pipeline.inputs import complete
 from pipeline.runner import check_config, run
 

@@ -19,7 +19,8 @@ from pipeline import backends
 from pipeline.backends import graph_plan
 from pipeline.config import backend_schema
 from pipeline.preflight.checks import check_config
-from pipeline.config.errors import ConfigError, one_line
+from pipeline.config.errors import one_line
+from pipeline.errors import ConfigError
 from pipeline.config.schema import SCHEMAS
 
 PRESET_GROUPS = ["profile", "route", "validate", "tracking"]  # groups whose options are presets of one schema

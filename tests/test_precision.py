@@ -16,7 +16,7 @@ from pipeline.measure.screening import screen_sizes
 from hydra import compose, initialize_config_dir
 from pipeline.backends import precision
 from pipeline.preflight.checks import check_config
-from pipeline.config.errors import ConfigError
+from pipeline.errors import ConfigError
 from pipeline.measure import accuracy
 from pipeline.record.report import Row, Table, markdown
 from pipeline.route import checkpoint

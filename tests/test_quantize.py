@@ -18,7 +18,7 @@ from hydra import compose, initialize_config_dir
 from pipeline.record import report
 from pipeline.backends import precision, quantize
 from pipeline.preflight.checks import check_config
-from pipeline.config.errors import ConfigError
+from pipeline.errors import ConfigError
 from pipeline.models import MLP
 from pipeline.route import checkpoint, payload as payload_check
 from pipeline.route.checkpoint import CheckpointError

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from pipeline.errors import RouteError
 from pipeline.route.policy import Range, backend_for, choose_route, eager_baseline, rests_on, sizes_owned
 
 ORDER = ["eager", "inductor", "graph"]
@@ -196,7 +197,7 @@ def test_one_backend_serves_everything_with_the_named_backend():
 def test_one_backend_raises_the_named_backends_own_error():
     failures = {"inductor": "failed: BackendCompilerFailed: inductor raised RuntimeError: no compiler"}
     profile = {k: v for k, v in PROFILE.items() if k != "inductor"}
-    with pytest.raises(RuntimeError, match="route.backend=inductor was excluded: failed: BackendCompilerFailed"):
+    with pytest.raises(RouteError, match="route.backend=inductor was excluded: failed: BackendCompilerFailed"):
         choose_route(profile, ORDER, "one_backend", backend="inductor", failures=failures)
     with pytest.raises(ValueError, match="needs route.backend"):
         choose_route(PROFILE, ORDER, "one_backend")

@@ -15,7 +15,7 @@ from torch import nn
 import pipeline
 from pipeline.api import compose_config
 from pipeline.backends import create
-from pipeline.config.errors import ConfigError
+from pipeline.errors import ConfigError
 from pipeline.measure.compare import judge
 from pipeline.record.recorder import Recorder
 from pipeline.route import checkpoint

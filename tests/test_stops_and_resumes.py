@@ -21,7 +21,7 @@ import pipeline
 from conftest import ROOT, TINY, read_only
 from mlflow_helpers import clean_env, copy_store, init_store
 from models_for_tests import InterruptedInCallback
-from pipeline.config.errors import ConfigError
+from pipeline.errors import ConfigError
 from pipeline.record.claim import claimed
 from pipeline.runner import resumed_config, run
 

@@ -20,7 +20,7 @@ from mlflow.tracking import MlflowClient
 from conftest import TINY
 from pipeline.api import compose_config
 from pipeline.preflight.checks import check_config
-from pipeline.config.errors import ConfigError
+from pipeline.errors import ConfigError
 from pipeline.context import BackendOutcome, RunContext
 from pipeline.compile.cost import CandidateCost
 from pipeline.measure.measurement import Measurement, Settings

@@ -11,10 +11,10 @@ from torch import nn
 import pipeline
 from pipeline import runner
 from pipeline.api import compose_config
-from pipeline.config.errors import ConfigError
+from pipeline.errors import ConfigError
 from pipeline.examples import input_spec, pooled
 from pipeline.route import checkpoint
-from pipeline.route.payload import CheckpointError
+from pipeline.errors import CheckpointError
 from models_for_tests import CellGRU, sequence_first
 
 QUICK = ["profile=quick", "tracking=off", "backends=[eager]"]

@@ -14,7 +14,7 @@ from conftest import ROOT
 from pipeline import runner
 from pipeline.api import compose_config
 from pipeline.config import SHIPPED_CONF
-from pipeline.config.errors import ConfigError
+from pipeline.errors import ConfigError
 from pipeline.inputs import complete
 from pipeline.zoo import hf
 

@@ -31,7 +31,7 @@ from torch.utils._pytree import tree_map_only
 
 from pipeline.backends import quantize
 from pipeline.config.backend_schema import KINDS, keys
-from pipeline.config.errors import ConfigError
+from pipeline.errors import ConfigError
 
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16", *quantize.RECIPES)
 AUTOCAST = {"bf16": "bfloat16", "fp16": "float16"}  # precision -> autocast dtype name

@@ -17,7 +17,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional
 from pipeline.config import templates
 from pipeline.backends import graph_plan, onnxruntime, openvino, precision
 from pipeline.config import backend_schema, inductor_options, limits
-from pipeline.config.errors import ConfigError
+from pipeline.errors import ConfigError
 
 AUTOCAST_DTYPES = ("bfloat16", "float16")
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")

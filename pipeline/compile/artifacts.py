@@ -40,7 +40,7 @@ from typing import Any, Dict, Iterator, Mapping, Optional, Tuple
 import torch
 
 from pipeline import trust
-from pipeline.route.payload import CheckpointError
+from pipeline.errors import CheckpointError
 
 log = logging.getLogger(__name__)
 

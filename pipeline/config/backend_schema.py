@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Mapping, Optional, Type
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from pipeline.config.errors import ConfigError
+from pipeline.errors import ConfigError
 
 
 @dataclass

@@ -1,7 +1,7 @@
-"""The user's config mistakes: one exception class for them, and clearer words for Hydra's own.
+"""Clearer words for Hydra's own errors, and the command-line tools' way out (:func:`fail`).
 
-:class:`ConfigError` is raised by every config check (``pipeline.preflight.checks``); ``python -m pipeline``
-prints its one-line message and exits 2, keeping tracebacks for tweakpipe's own bugs.
+The user's mistakes are :class:`pipeline.errors.ConfigError`, raised by every config check
+(``pipeline.preflight.checks``); ``python -m pipeline`` prints its one-line message and exits 2.
 
 Hydra lists the available options when a single group choice is unknown (``model=resnet1800``),
 but not for a list choice (``backends=[eager,indcutor]``). This names the unknown entries and
@@ -22,16 +22,6 @@ DEFAULT_CONF = SHIPPED_CONF
 _CHOICE = re.compile(r"^[+~]*(?P<group>[\w/]+)=\[?(?P<values>[^\]=]*)\]?$")
 # Lines of Hydra's and OmegaConf's reports that locate rather than explain.
 _LOCATING = ("full_key:", "reference_type=", "object_type=", "provider=")
-
-
-class ConfigError(ValueError):
-    """A mistake in the user's config or setup. The message is one line naming the problem and the fix."""
-
-
-class RunFailed(RuntimeError):
-    """The run ended without the result it was for, for a reason its one-line message states and that is not a
-    bug of tweakpipe's (no backend survived capture, a route resting on noise, a validation that failed);
-    ``python -m pipeline`` prints it and exits 1, the run directory holding the evidence."""
 
 
 def fail(message: str, code: int = 2) -> NoReturn:

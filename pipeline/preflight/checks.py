@@ -25,7 +25,8 @@ from pipeline.config import limits
 from pipeline.measure import accuracy
 from pipeline.route import policy as routing
 from pipeline.record import store
-from pipeline.config.errors import ConfigError, unknown_key
+from pipeline.config.errors import unknown_key
+from pipeline.errors import ConfigError
 from pipeline.config.paths import writable_problem
 from pipeline.config.schema import STAGE_NAMES
 from pipeline.measure.measurement import Settings

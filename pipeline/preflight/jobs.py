@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from pipeline import inputs as model_inputs
 from pipeline.preflight.checks import check_config
-from pipeline.config.errors import ConfigError
+from pipeline.errors import ConfigError
 
 BASIC_SWEEPER = f"{BasicSweeper.__module__}.{BasicSweeper.__name__}"
 

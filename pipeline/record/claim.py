@@ -17,7 +17,7 @@ import socket
 from pathlib import Path
 from typing import Iterator
 
-from pipeline.config.errors import ConfigError
+from pipeline.errors import ConfigError
 
 log = logging.getLogger(__name__)
 LOCK_FILE = "tweakpipe.lock"

@@ -27,7 +27,7 @@ from typing import Any, Dict, Iterator, Mapping, Tuple
 
 from omegaconf import DictConfig, OmegaConf
 
-from pipeline.config.errors import ConfigError
+from pipeline.errors import ConfigError
 from pipeline.context import BackendOutcome, Earlier, RunContext
 from pipeline.measure.accuracy import describe
 from pipeline.measure.measurement import Measurement

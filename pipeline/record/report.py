@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
-from pipeline.config.errors import ConfigError, fail, one_line
+from pipeline.config.errors import fail, one_line
+from pipeline.errors import ConfigError
 from pipeline.config.schema import TrackingConfig
 from pipeline.route.policy import Range, backend_for
 from pipeline.record.store import check_store

@@ -26,7 +26,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Set, TypeVar
 
-from pipeline.config.errors import ConfigError
+from pipeline.errors import ConfigError
 from pipeline.config.paths import writable_problem
 
 log = logging.getLogger(__name__)

@@ -48,7 +48,8 @@ from pipeline.copies import holding
 from pipeline.compile import artifacts as compiled
 from pipeline.route import payload as payload_check
 from pipeline.models import make_inputs
-from pipeline.route.payload import CheckpointError, StateDictMismatch, UntrustedOptions  # noqa: F401 (callers catch them here)
+from pipeline.errors import CheckpointError  # noqa: F401 (callers catch it here)
+from pipeline.route.payload import StateDictMismatch, UntrustedOptions  # noqa: F401 (callers catch them here)
 from pipeline.route.served import RoutedModule, TuneRecord
 from pipeline.route.policy import Range, sizes_owned
 from pipeline.route.table import Tile

@@ -23,6 +23,7 @@ from torch import nn
 from pipeline import backends, devices
 from pipeline.backends import precision, rules
 from pipeline.config import inductor_options, limits
+from pipeline.errors import CheckpointError
 
 # Every field a payload may hold, and its type (``created`` and ``format`` are informative).
 FIELDS: Dict[str, type] = {"format": int, "name": str, "created": str, "route": list, "backends": dict,
@@ -32,10 +33,6 @@ ROUTE_KEYS = {"lo", "hi", "backend"}
 SEQ_KEYS = {"lengths", "output_dims", "padded"}  # format 7, where lengths were tuned (pipeline.seqlen)
 TILE_KEYS = {"len_lo", "len_hi", *ROUTE_KEYS}
 PLAIN = (str, int, float, bool, type(None))  # besides dicts, lists and plain tensors: all a payload holds
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be loaded; the message says why and what to do."""
 
 
 class StateDictMismatch(CheckpointError):
@@ -233,7 +230,7 @@ def check_state_dict(saved: Mapping[str, Any], model: nn.Module, name: str, path
 def compiled_problem(payload: Mapping[str, Any]) -> Optional[str]:
     """The record of compiled artifacts beside the file (``pipeline.compile.artifacts``): its form, and backends the
     route serves."""
-    from pipeline.compile import artifacts as compiled  # which imports this module's CheckpointError
+    from pipeline.compile import artifacts as compiled
 
     if "compiled" not in payload:
         return None

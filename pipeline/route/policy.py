@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from pipeline.measure.statistics import samples_per_second
 from pipeline.config.schema import RouteConfig
+from pipeline.errors import RouteError
 
 # backend -> batch size -> median latency (ms). A backend may lack some sizes.
 Profile = Mapping[str, Mapping[int, float]]
@@ -50,7 +51,7 @@ def profiled(profile: Profile, order: Sequence[str]) -> List[str]:
     """The backends of ``order`` that have a profile, in order; none is an error."""
     candidates = [b for b in order if profile.get(b)]
     if not candidates:
-        raise ValueError("no backend has a profile to route on; every backend failed or was skipped")
+        raise RouteError("no backend has a profile to route on; every backend failed or was skipped")
     return candidates
 
 
@@ -148,15 +149,15 @@ def check_profile(profile: Profile) -> None:
     for name, per in profile.items():
         for bs, ms in per.items():
             if int(bs) < 1 or not (isinstance(ms, (int, float)) and math.isfinite(ms) and ms > 0):
-                raise ValueError(f"profile of {name!r} at batch size {bs}: {ms!r} ms is not a positive finite latency")
+                raise RouteError(f"profile of {name!r} at batch size {bs}: {ms!r} ms is not a positive finite latency")
 
 
 def check_settings(strategy: str, min_gain: float) -> None:
     """Refuse an unknown strategy or a negative ``min_gain``: checked with the config, before any work."""
     if strategy not in STRATEGIES:
-        raise ValueError(f"unknown route.strategy {strategy!r}; use one of {list(STRATEGIES)}, e.g. route=router")
+        raise RouteError(f"unknown route.strategy {strategy!r}; use one of {list(STRATEGIES)}, e.g. route=router")
     if not min_gain >= 0:  # NaN too
-        raise ValueError(f"route.min_gain={min_gain} must be >= 0 (0.10 = a challenger must be 10% faster); "
+        raise RouteError(f"route.min_gain={min_gain} must be >= 0 (0.10 = a challenger must be 10% faster); "
                          f"e.g. route.min_gain=0.10")
 
 
@@ -183,17 +184,17 @@ def choose_route(profile: Profile, order: Sequence[str], strategy: str = RouteCo
     serving = usable(profile, order, failures)
     if strategy == "one_backend":
         if not backend:
-            raise ValueError("route.strategy=one_backend needs route.backend=<name>")
+            raise RouteError("route.strategy=one_backend needs route.backend=<name>")
         if backend not in order:
-            raise ValueError(f"route.backend={backend} is not among the selected backends {list(order)}; "
+            raise RouteError(f"route.backend={backend} is not among the selected backends {list(order)}; "
                              f"add it, e.g. 'backends=[eager,{backend}]'")
         if backend in failures:
-            raise RuntimeError(f"route.backend={backend} was excluded: {failures[backend]}")
+            raise RouteError(f"route.backend={backend} was excluded: {failures[backend]}")
         if backend not in serving:
-            raise ValueError(f"route.backend={backend} has no profile to serve from; was the profile stage run?")
+            raise RouteError(f"route.backend={backend} has no profile to serve from; was the profile stage run?")
         return [Range(1, None, backend)]
     if not serving:
-        raise ValueError("no backend has a profile to route on; every backend failed, was skipped or is unverified: "
+        raise RouteError("no backend has a profile to route on; every backend failed, was skipped or is unverified: "
                          + "; ".join(f"{b}: {r}" for b, r in failures.items()))
     if strategy == "first_wins":
         return [Range(1, None, serving[0])]
@@ -232,7 +233,7 @@ def backend_for(route: Sequence[Range], batch_size: int) -> str:
     for r in route:
         if r.holds(batch_size):
             return r.backend
-    raise ValueError(f"batch size {batch_size} is outside the route {route}")
+    raise RouteError(f"batch size {batch_size} is outside the route {route}")
 
 
 def sizes_owned(route: Sequence[Range], backend: str, sizes: Sequence[int]) -> List[int]:

@@ -16,6 +16,7 @@ from torch.nn.modules import module as nn_module
 
 from pipeline.backends import Backend
 from pipeline.batching import layout
+from pipeline.errors import RouteError
 from pipeline.models import dtype_of
 from pipeline.route.policy import Range, backend_for
 from pipeline.route.table import describe
@@ -56,7 +57,7 @@ class RoutedModule(nn.Module):
         super().__init__()
         missing = {r.backend for r in route} - set(backends)
         if missing:
-            raise ValueError(f"route names backends that were not built: {sorted(missing)}")
+            raise RouteError(f"route names backends that were not built: {sorted(missing)}")
         self.backends: Dict[str, Backend] = dict(backends)
         self.route: List[Any] = list(route)  # Range, or Tile where lengths are tuned
         self.record = record

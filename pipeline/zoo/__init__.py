@@ -9,7 +9,7 @@ import importlib
 from types import ModuleType
 from typing import Iterable
 
-from pipeline.config.errors import ConfigError
+from pipeline.errors import ConfigError
 
 
 def require(module: str, extra: str, who: str) -> ModuleType:

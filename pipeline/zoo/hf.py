@@ -17,7 +17,7 @@ from typing import Any, Dict, Mapping
 
 from torch import nn
 
-from pipeline.config.errors import ConfigError
+from pipeline.errors import ConfigError
 from pipeline.zoo import close_to, require
 
 EXAMPLE = "e.g. model.hf.model_class=BertForQuestionAnswering"

@@ -11,7 +11,7 @@ from typing import Any, Dict, Mapping
 
 from torch import nn
 
-from pipeline.config.errors import ConfigError
+from pipeline.errors import ConfigError
 from pipeline.zoo import close_to, require
 
 DEFAULT_INPUT = (3, 224, 224)  # for a model without a pretrained config
