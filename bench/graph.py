@@ -38,6 +38,7 @@ from pipeline.api import compose_config  # noqa: E402
 from pipeline.measure.compare import judge  # noqa: E402
 from pipeline.models import make_inputs  # noqa: E402
 from pipeline.measure.interleaved import measure_interleaved# noqa: E402
+from pipeline.backends.candidate import Candidate  # noqa: E402
 
 MODELS = ["mlp", "mobilenet_v3_small", "resnet18", "resnet50", "vit_b_16"]
 BACKENDS = ["eager", "inductor", "inductor_reduce_overhead", "graph", "graph_inductor"]
@@ -63,7 +64,7 @@ def bench_model(name: str, device: torch.device) -> Dict:
 
     built, builds = {}, {}
     for bname in BACKENDS:
-        backend = backend_registry.create(bname, OmegaConf.to_container(cfg.backends[bname], resolve=True))
+        backend = backend_registry.create(Candidate.of(bname, OmegaConf.to_container(cfg.backends[bname], resolve=True)))
         devices.reset_peak_memory(device)
         try:
             backend.build(model, sample, device, list(range(1, largest + 1)))

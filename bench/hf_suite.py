@@ -68,7 +68,7 @@ def overrides(model: str, args: argparse.Namespace) -> List[str]:
 def bench_model(model: str, args: argparse.Namespace) -> Dict[str, Any]:
     run_dir = args.runs / f"{args.tag}-{model.rsplit('.', 1)[-1]}"
     cfg, ctx, auto, tune_s, load_s = tune_and_load(overrides(model, args), run_dir)
-    dtype = ctx.backends["eager"].compute_dtype
+    dtype = ctx.backends["eager"].candidate.compute_dtype
     peer = reduce_overhead(ctx.model, ctx.device, dtype)
     _, inputs_at = ctx.input_sources()[0]  # the batches the profile timed
     cells: Dict[str, Dict[int, Dict]] = {}

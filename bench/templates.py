@@ -60,6 +60,7 @@ from pipeline.api import compose_config  # noqa: E402
 from pipeline.measure.compare import judge, tolerance  # noqa: E402
 from pipeline.models import make_inputs  # noqa: E402
 from pipeline.measure.interleaved import measure_interleaved, time_call  # noqa: E402
+from pipeline.backends.candidate import Candidate  # noqa: E402
 
 # Cheapest first; the autotuning backends last, so they share autotuning results in that order.
 ORDER = ["inductor", "inductor_triton", "inductor_cudagraphs", "inductor_reduce_overhead", "inductor_freezing",
@@ -79,7 +80,7 @@ def setting(cfg: Dict[str, Any]) -> str:
 def bench_backend(name: str, bcfg: Dict[str, Any], model: torch.nn.Module, spec: Dict, sizes: List[int],
                   device: torch.device, seed: int) -> Dict[str, Any]:
     """One backend at every size: compile seconds, error vs eager, latency interleaved with eager."""
-    backend = backend_registry.create(name, bcfg)
+    backend = backend_registry.create(Candidate.of(name, bcfg))
     row: Dict[str, Any] = {"setting": setting(bcfg), "options": backend.effective_options(), "per_batch": {}}
     reason = backend.unsupported_reason(device)
     if reason:
@@ -93,7 +94,7 @@ def bench_backend(name: str, bcfg: Dict[str, Any], model: torch.nn.Module, spec:
             check = make_inputs(spec, bs, device, seed + 1)
             with torch.inference_mode():
                 expected = model(**check)
-            verdict, tol = judge(backend(**check), expected, backend.compute_dtype), tolerance(backend.compute_dtype)
+            verdict, tol = judge(backend(**check), expected, backend.candidate.compute_dtype), tolerance(backend.candidate.compute_dtype)
             fns = {"eager": lambda: model(**inputs), name: lambda: backend(**inputs)}
             with torch.inference_mode():
                 timed = measure_interleaved(fns, device, TIMING)

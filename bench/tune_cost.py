@@ -76,13 +76,13 @@ def before_checkpoint(new: Path, ranges: Sequence[Mapping[str, Any]], config: Pa
     """``new``'s checkpoint with the previous code's route and those backends' configs (same weights)."""
     from omegaconf import OmegaConf
 
-    from pipeline.backends import precision
+    from pipeline.preflight.checks import candidates_of
     from pipeline.route import checkpoint
 
     payload = checkpoint.read(new)
-    candidates = precision.of_config(OmegaConf.load(config))
+    candidates = candidates_of(OmegaConf.load(config))
     payload["route"] = [dict(r) for r in ranges]
-    payload["backends"] = {r["backend"]: {"name": r["backend"], **candidates[r["backend"]]} for r in ranges}
+    payload["backends"] = {r["backend"]: {"name": r["backend"], **candidates[r["backend"]].config()} for r in ranges}
     payload.pop("compiled", None)  # the new route's artifacts are not the old route's
     checkpoint.write(payload, out)
     return out

@@ -10,12 +10,15 @@ import torch
 from omegaconf import DictConfig
 from torch import nn
 
-from pipeline.backends import Backend, precision
+from pipeline.backends import Backend
+from pipeline.backends.candidate import Candidate
 from pipeline.batching import BatchDims
 from pipeline.compile.cost import CandidateCost
 from pipeline.measure import accuracy
+from pipeline.route.decision import Race, baseline
 from pipeline.route.policy import Range
 from pipeline.measure.measurement import Measurement
+from pipeline.measure.padding import PROVED
 from pipeline.measure.references import InputSource, input_sources
 from pipeline.seqlen import Key, SeqDims, cells
 
@@ -92,6 +95,9 @@ class RunContext:
     device: torch.device
     model: nn.Module
     inputs: Dict[str, Dict[str, Any]]
+    # Every competing candidate, in order: each backend once per precision (cfg.precision), as the checks
+    # made them (pipeline.preflight), held once for the run.
+    candidates: Dict[str, Candidate]
     api: bool = False  # the caller's model, tuned through pipeline.tune (not built from model.build)
     # The user's example inputs (input name -> rows on the device): every tuned batch is made of them.
     examples: Dict[str, torch.Tensor] = field(default_factory=dict)
@@ -174,10 +180,11 @@ class RunContext:
                    for n, o in self.outcomes.items() if n not in failed and not o.within_budget}
         return {**failed, **outside}
 
-    @property
-    def candidates(self) -> Dict[str, Dict[str, Any]]:
-        """Every competing candidate, in order: each backend once per precision (``cfg.precision``)."""
-        return precision.of_config(self.cfg)
+    def race(self) -> Race:
+        """What the route is decided on, as plain data (``pipeline.route.decision``)."""
+        return Race(self.medians(), self.intervals(), list(self.candidates), self.failures(),
+                    baseline(self.candidates), self.lengths,
+                    {n for n, o in self.outcomes.items() if o.padding == PROVED or o.any_length})
 
     def unverified(self) -> List[str]:
         """Backends capture could neither prove right nor wrong."""

@@ -72,12 +72,9 @@ def complete(cfg: DictConfig) -> Dict[str, torch.Tensor]:
 
 
 def at_longest(cfg: DictConfig) -> None:
-    """With tuned lengths (``model.seq_lens``), every input's length dimension at the longest of them: the spec
-    then describes the largest call, which the memory checks and the graph buffers are sized for. Lengths
-    without an input that has a length dimension are a ConfigError."""
-    from pipeline.preflight.checks import check_lengths
-
-    check_lengths(cfg)
+    """With tuned lengths (``model.seq_lens``, checked first: ``pipeline.preflight.checks.check_lengths``), every
+    input's length dimension at the longest of them: the spec then describes the largest call, which the memory
+    checks and the graph buffers are sized for."""
     lengths = list(cfg.model.seq_lens)
     if not lengths:
         return

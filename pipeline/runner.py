@@ -26,8 +26,8 @@ from omegaconf import DictConfig, OmegaConf
 from pipeline import devices, stops
 from pipeline.compile import cache as compile_cache
 from pipeline.compile import cost
-from pipeline import inputs as model_inputs
-from pipeline.preflight.checks import advice, check_config
+from pipeline.preflight.checks import advice
+from pipeline.preflight.prepare import Prepared, prepare
 from pipeline.config.errors import one_line
 from pipeline.errors import ConfigError
 from pipeline.config.schema import Config
@@ -93,17 +93,18 @@ def check_resumed(run_dir: Path, now: Dict[str, Any]) -> None:
                           f"reused; start a new run without resume=")
 
 
-def build_context(cfg: DictConfig, run_dir: Path, model: Optional[torch.nn.Module] = None,
-                  earlier: Optional[Earlier] = None, examples: Optional[Dict[str, torch.Tensor]] = None) -> RunContext:
+def build_context(cfg: DictConfig, run_dir: Path, prepared: Prepared, model: Optional[torch.nn.Module] = None,
+                  earlier: Optional[Earlier] = None) -> RunContext:
     """Resolve the device and build the model with random weights (or take the caller's), with the
-    user's example inputs on the device."""
+    user's example inputs on the device and the checked candidates."""
     device = devices.resolve(cfg.device)
     torch.manual_seed(cfg.seed)
     api = model is not None
     model = (instantiate(cfg.model.build) if model is None else model).eval().to(device)
     inputs = declared(OmegaConf.to_container(cfg.model.inputs, resolve=True), list(cfg.model.seq_lens))
-    return RunContext(cfg=cfg, run_dir=run_dir, device=device, model=model, inputs=inputs, api=api,
-                      earlier=earlier or Earlier(), examples={n: t.to(device) for n, t in (examples or {}).items()})
+    return RunContext(cfg=cfg, run_dir=run_dir, device=device, model=model, inputs=inputs,
+                      candidates=prepared.candidates, api=api, earlier=earlier or Earlier(),
+                      examples={n: t.to(device) for n, t in prepared.examples.items()})
 
 
 @contextlib.contextmanager
@@ -151,16 +152,14 @@ def console_log() -> Iterator[None]:
 
 def run(cfg: DictConfig, run_dir: Path, model: Optional[torch.nn.Module] = None, resume: bool = False,
         examples: Optional[Dict[str, torch.Tensor]] = None) -> RunContext:
-    """Check, then run every configured stage, recording each one's results as it ends.
+    """Prepare and check (``pipeline.preflight.prepare``), then run every configured stage, recording each one's
+    results as it ends.
 
     ``model`` replaces building ``cfg.model.build`` (the Python API tunes the caller's model), and
     ``examples`` (input name -> rows) the config's ``model.examples``; without them, inputs the config
     leaves out are derived first (``pipeline.inputs``).
     """
-    if examples is None:
-        examples = model_inputs.complete(cfg)
-    model_inputs.at_longest(cfg)
-    check_config(cfg, run_dir)
+    prepared = prepare(cfg, run_dir, examples)
     run_dir.mkdir(parents=True, exist_ok=True)
     with claimed(run_dir), run_log(run_dir), stops.stoppable() as stop, devices.cpu_threads(cfg.threads) as threads, \
             compile_cache.active(OmegaConf.to_container(cfg.compile_cache, resolve=True)):
@@ -170,7 +169,7 @@ def run(cfg: DictConfig, run_dir: Path, model: Optional[torch.nn.Module] = None,
         try:
             for line in advice(cfg):
                 log.warning(line)
-            ctx = build_context(cfg, run_dir, model, earlier_results(run_dir) if resume else None, examples)
+            ctx = build_context(cfg, run_dir, prepared, model, earlier_results(run_dir) if resume else None)
             problem = eager_problem(ctx.model, ctx.inputs, ctx.input_sources()[0])
             ctx.restore_model_state()
             if problem:

@@ -31,18 +31,16 @@ from omegaconf import OmegaConf
 
 from pipeline import backends as backend_registry
 from pipeline import devices
-from pipeline.compile import ahead as compile_ahead
-from pipeline.backends.precision import precision_of
-from pipeline.compile.cost import Stopwatch, compiles_into
 from pipeline import progress
-from pipeline.backends import BackendUnsupported
-from pipeline.measure import accuracy, padding
-from pipeline.measure.compare import combine, judge, tolerance
-from pipeline.context import ALLOW_HINT, BackendOutcome, RunContext
+from pipeline.backends import Backend, BackendUnsupported, Candidate
 from pipeline.batching import output_batch_dims, output_seq_dims
+from pipeline.compile import ahead as compile_ahead
+from pipeline.compile.build import BuildSpec, build_and_warm
+from pipeline.context import ALLOW_HINT, BackendOutcome, RunContext
 from pipeline.errors import ConfigError, RunFailed
+from pipeline.measure import accuracy, padding
+from pipeline.measure.compare import Verdict, combine, judge, tolerance
 from pipeline.measure.references import Reference, reference_at
-from pipeline.compile import artifacts as compiled
 from pipeline.seqlen import PROBE_BATCH, Key, label, padding_probes, words
 
 log = logging.getLogger(__name__)
@@ -73,43 +71,42 @@ def reference_outputs(ctx: RunContext, compute_dtype: Optional[torch.dtype]) -> 
 
 
 
-def capture_one(ctx: RunContext, name: str, cfg: dict,
+def capture_one(ctx: RunContext, backend: Backend,
                 references: Callable[[Optional[torch.dtype]], Dict[Key, Reference]]) -> BackendOutcome:
     """Build and check one backend; never raises for the backend's own failures."""
-    backend = backend_registry.create(name, cfg)
-    outcome = BackendOutcome(name=name, kind=str(cfg.get("kind")), precision=backend.precision,
-                             weights=backend.weights)
+    name, candidate = backend.name, backend.candidate
+    outcome = BackendOutcome(name=name, kind=candidate.kind, precision=candidate.precision, weights=candidate.weights)
     budget = ctx.cfg.route.accuracy_budget
     reason = backend.unsupported_reason(ctx.device)
     if reason:
         outcome.status, outcome.reason = "skipped", reason
         return outcome
-    scale = ctx.cfg.validate.tolerance_scale
-    outcome.tolerance = tolerance(backend.compute_dtype, scale)
-    refs = references(backend.compute_dtype)
+    scale, dtype = ctx.cfg.validate.tolerance_scale, candidate.compute_dtype
+    outcome.tolerance = tolerance(dtype, scale)
+    refs = references(dtype)
     tuned, probes = {k: refs[k] for k in ctx.cells}, {k: refs[k] for k in probe_cells(ctx)}
     dims = ctx.dims()
+    # Every size up to the largest tuned one may be served, tuned or not; the sample is the largest cell.
+    spec = BuildSpec(ctx.model, refs[max(ctx.cells)].inputs, ctx.device, range(1, max(ctx.batch_sizes) + 1),
+                     ctx.batch_sizes, dims)
+    checks: Dict[str, Verdict] = {}
+    scores: List[float] = []  # the accuracy budget's metric against fp32 eager, at each tuned cell
+
+    def check(backend: Backend) -> None:
+        """The warm-up is the check: variants the tuned sizes miss (e.g. each graph), then every tuned cell."""
+        checks.update(backend.self_check(ctx.model, spec.sample, scale))
+        for key, ref in tuned.items():
+            out = backend(**ref.inputs)
+            checks[words(key)] = judge(out, ref.output, dtype, scale)
+            scores.append(accuracy.score(out, ref.output, budget.metric))
+        if dims.seq:
+            outcome.padding = padding.check(backend, probes, dims.seq, OmegaConf.to_container(budget, resolve=True),
+                                            dtype, candidate.judged_by_budget, scale)
+
     devices.reset_peak_memory(ctx.device)
-    cost, start = outcome.cost, time.perf_counter()
+    start = time.perf_counter()
     try:
-        largest = max(ctx.batch_sizes)
-        # Every size up to the largest tuned one may be served, tuned or not; the sample is the largest cell.
-        sample = refs[max(ctx.cells)].inputs
-        with compiles_into(cost), compiled.recorded(compile_ahead.compiles(cfg)) as artifacts:
-            backend.build(ctx.model, sample, ctx.device, list(range(1, largest + 1)), ctx.batch_sizes, dims)
-            cost.build_s, checking = time.perf_counter() - start, Stopwatch()
-            scores = []  # the accuracy budget's metric against fp32 eager, at each tuned cell
-            with backend.watched():  # every compile is this backend's; a recompile limit hit fails it
-                checks = backend.self_check(ctx.model, sample, scale)  # variants the tuned sizes miss, e.g. each graph
-                for key, ref in tuned.items():
-                    out = backend(**ref.inputs)
-                    checks[words(key)] = judge(out, ref.output, backend.compute_dtype, scale)
-                    scores.append(accuracy.score(out, ref.output, budget.metric))
-                if dims.seq:
-                    outcome.padding = padding.check(backend, probes, dims.seq,
-                                                    OmegaConf.to_container(budget, resolve=True), scale)
-                devices.synchronize(ctx.device)
-            cost.check_s = checking.seconds
+        outcome.cost.check_s = build_and_warm(backend, spec, outcome.cost, check)
     except BackendUnsupported as exc:
         outcome.status, outcome.reason = "skipped", str(exc)
         return outcome
@@ -118,10 +115,8 @@ def capture_one(ctx: RunContext, name: str, cfg: dict,
         outcome.status, outcome.reason = "failed", f"{type(exc).__name__}: {exc}".strip()[:2000]
         return outcome
     stats = backend.stats()
-    cost.record_s = float(stats.get("record_seconds", 0.0))
     outcome.graphs, outcome.pool_mb = int(stats.get("graphs", 0)), float(stats.get("pool_bytes", 0)) / 2**20
     outcome.any_length = backend.any_length
-    backend.artifacts = artifacts  # its programs, for the checkpoint's compiled artifacts
     outcome.build_seconds = time.perf_counter() - start
     outcome.peak_memory_bytes = devices.peak_memory_bytes(ctx.device)
     outcome.compile = backend.compile_evidence()
@@ -129,7 +124,7 @@ def capture_one(ctx: RunContext, name: str, cfg: dict,
     if fallback:
         outcome.status, outcome.reason = "failed", f"not timed: {fallback}"
         return outcome
-    verdict = accuracy.relaxed(combine(checks), backend.judged_by_budget)
+    verdict = accuracy.relaxed(combine(checks), candidate.judged_by_budget)
     outcome.accuracy = accuracy.worst(scores, budget.metric)
     outcome.within_budget = accuracy.within(outcome.accuracy, budget.metric, budget.bound)
     outcome.status, start = OUTCOMES[verdict.status]
@@ -160,16 +155,16 @@ def budget_problem(ctx: RunContext) -> Optional[str]:
             f"(route.accuracy_budget.bound={admits:g} admits it) or add fp32 to precision")
 
 
-def capture_order(candidates: Mapping[str, Mapping[str, Any]]) -> List[str]:
+def capture_order(candidates: Mapping[str, Candidate]) -> List[str]:
     """The order capture builds candidates in: those that do not compile first (eager at each precision among
     them, so :func:`budget_skip` knows its score), then the compiling ones, while compile workers run ahead."""
-    return sorted(candidates, key=lambda n: compile_ahead.compiles(candidates[n]))
+    return sorted(candidates, key=lambda n: candidates[n].compiles)
 
 
-def budget_skip(ctx: RunContext, name: str, cfg: Mapping[str, Any]) -> Optional[str]:
-    """Why ``name`` is not worth building: eager at its precision and weights is outside the accuracy budget, and
-    ``name`` could not score differently (a graph of eager's kernels), or is far outside; None otherwise."""
-    candidate = backend_registry.create(name, cfg)
+def budget_skip(ctx: RunContext, candidate: Candidate) -> Optional[str]:
+    """Why ``candidate`` is not worth building: eager at its precision and weights is outside the accuracy budget,
+    and it could not score differently (a graph of eager's kernels), or is far outside; None otherwise."""
+    name = candidate.name
     if candidate.kind == "eager" or candidate.precision == "fp32":
         return None
     eager = next((o for o in ctx.outcomes.values() if o.kind == "eager" and o.status == "ok"
@@ -179,7 +174,7 @@ def budget_skip(ctx: RunContext, name: str, cfg: Mapping[str, Any]) -> Optional[
     budget = ctx.cfg.route.accuracy_budget
     why = (f"not built: {eager.name} is outside the accuracy budget ({budget.metric} {eager.accuracy:.6g}, the "
            f"budget is {accuracy.describe(budget.metric, budget.bound)})")
-    if not compile_ahead.compiles(cfg):
+    if not candidate.compiles:
         return f"{why}, and {name} replays eager's kernels at the same precision, so its outputs are eager's"
     if accuracy.far_outside(eager.accuracy, budget.metric, budget.bound):
         return f"{why} by more than {accuracy.FAR:g}x the budget's margin, which a compiler's fusions do not recover"
@@ -202,23 +197,27 @@ def run(ctx: RunContext) -> None:
     order = capture_order(candidates)
     pending = [n for n in order if not (ctx.earlier.outcomes.get(n) and ctx.earlier.outcomes[n].status
                                           in ("failed", "skipped"))]
-    supported = [n for n in pending if not backend_registry.create(n, candidates[n]).unsupported_reason(ctx.device)]
-    largest, cache = max(ctx.batch_sizes), ctx.cfg.compile_cache
-    with compile_ahead.started(candidates, supported, ctx.model, {k: references(None)[k].inputs for k in ctx.cells},
-                               ctx.device, list(range(1, largest + 1)), ctx.batch_sizes, ctx.dims(), ctx.cfg.threads,
+    built = {n: backend_registry.create(candidates[n]) for n in pending}  # each candidate's backend, once
+    supported = [n for n in pending if not built[n].unsupported_reason(ctx.device)]
+    cells = {k: references(None)[k].inputs for k in ctx.cells}  # what the workers build on and call at
+    spec = BuildSpec(ctx.model, cells[max(cells)], ctx.device, range(1, max(ctx.batch_sizes) + 1), ctx.batch_sizes,
+                     ctx.dims())
+    cache = ctx.cfg.compile_cache
+    with compile_ahead.started({n: candidates[n] for n in supported}, spec, cells, ctx.cfg.threads,
                                OmegaConf.to_container(cache, resolve=True), cache.workers) as ahead:
         for name in progress.track(order, "capture", len(order)):
             earlier = ctx.earlier.outcomes.get(name)
-            skip = budget_skip(ctx, name, candidates[name])
+            skip = budget_skip(ctx, candidates[name])
             if earlier is not None and earlier.status in ("failed", "skipped"):
                 outcome = earlier  # the interrupted run's verdict; building it again would fail again
             elif skip:
                 ahead.drop(name)
-                outcome = BackendOutcome(name=name, kind=str(candidates[name].get("kind")), status="skipped",
-                                         reason=skip, precision=precision_of(candidates[name]), within_budget=False)
+                outcome = BackendOutcome(name=name, kind=candidates[name].kind, status="skipped", reason=skip,
+                                         precision=candidates[name].precision, weights=candidates[name].weights,
+                                         within_budget=False)
             else:
                 head_start = ahead.wait(name)
-                outcome = capture_one(ctx, name, candidates[name], references)
+                outcome = capture_one(ctx, built[name], references)
                 outcome.cost.ahead_s = float(head_start["seconds"]) if head_start else 0.0
                 warn_if_ahead_missed(outcome, head_start)
             ctx.outcomes[name] = outcome

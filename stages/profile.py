@@ -54,7 +54,7 @@ def calls_for(ctx: RunContext) -> Calls:
 def kept_by_rule(ctx: RunContext) -> List[str]:
     """Candidates the screen never drops: the eager baseline, and the one a non-timed strategy deploys."""
     rcfg, servable = ctx.cfg.route, [n for n in ctx.backends if n not in ctx.failures()]
-    keep = [baseline(ctx)]
+    keep = [baseline(ctx.candidates)]
     if rcfg.strategy == "one_backend":
         keep.append(rcfg.backend)
     if rcfg.strategy == "first_wins":
@@ -97,7 +97,7 @@ def remeasure_contested(ctx: RunContext, calls: Calls, on_cell: Callable[[str, K
     s, taken = Settings.of(pcfg), 0
     for _ in range(s.max_repeats):
         try:
-            cells = decide(ctx).rests_on
+            cells = decide(ctx.race(), ctx.cfg.route).rests_on
         except RouteError:
             return taken  # no route to rest on: the route stage says why
         todo = {key: noisy for key, names in contested(cells).items()

@@ -69,7 +69,7 @@ def warn_if_noise_could_change(ctx: RunContext, at: Dict[int, List[str]]) -> Non
 def run(ctx: RunContext) -> None:
     rcfg = ctx.cfg.route
     try:
-        decision = decide(ctx)
+        decision = decide(ctx.race(), rcfg)
     except RouteError as exc:  # nothing to route on, or route.backend cannot serve
         raise NoRoute(f"route: {exc}; see capture.json and profile.csv") from None
     route, failures, cells = decision.route, decision.failures, decision.rests_on

@@ -73,14 +73,14 @@ def check(ctx: RunContext, modules: Dict[str, torch.nn.Module], bar: progress.St
     for key in check_cells(ctx):
         name = owner(ctx, key)
         bar.next(f"{label(key)} ({name})")
-        backend = ctx.backends[name]
-        dtype, precision = backend.compute_dtype, backend.precision
+        numerics = ctx.backends[name].candidate
+        dtype, precision = numerics.compute_dtype, numerics.precision
         ref = reference_at(ctx.model, key, sources, dtype, vcfg.tolerance_scale)
         with torch.inference_mode():
             for check_name, module in modules.items():
                 out = module(**ref.inputs)
                 verdict = accuracy.relaxed(judge(out, ref.output, dtype, vcfg.tolerance_scale),
-                                           backend.judged_by_budget)
+                                           numerics.judged_by_budget)
                 value = accuracy.score(out, ref.output, budget.metric)
                 within = accuracy.within(value, budget.metric, budget.bound)
                 reason = verdict.reason if not verdict.ok else "" if within else (

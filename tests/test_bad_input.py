@@ -35,6 +35,7 @@ from pipeline.models import MLP
 from pipeline.route.served import RoutedModule, TuneRecord
 from pipeline.route.policy import Range
 from pipeline.record.store import MLFLOW_TABLES, StoreGuard, open_experiment
+from pipeline.backends.candidate import Candidate
 
 CPU = torch.device("cpu")
 HAS_CUDA = torch.cuda.is_available()
@@ -258,7 +259,7 @@ def served(tmp_path_factory) -> RoutedModule:
     """A checkpoint loaded through the API, as a user serves it (eager: no compile)."""
     torch.manual_seed(0)
     model = MLP(width=16, depth=2).eval()
-    backend = create("eager", {"kind": "eager"})
+    backend = create(Candidate.of("eager", {"kind": "eager"}))
     backend.build(model, {}, CPU, [1, 2, 3])
     record = TuneRecord("tiny_mlp", model, {"x": {"shape": [16], "dtype": "float32"}}, [1, 3], CPU)
     path = checkpoint.save(RoutedModule({"eager": backend}, [Range(1, None, "eager")], record),

@@ -13,8 +13,7 @@ import torch
 from bench import seq
 from pipeline import inputs as model_inputs
 from pipeline.api import compose_config
-from pipeline.backends.precision import of_config
-from pipeline.preflight.checks import check_config
+from pipeline.preflight.checks import candidates_of, check_config
 
 SMOKE_MODELS = ["BertForQuestionAnswering", "GPT2Model"]  # a QA head with token types; hidden states, causal
 
@@ -36,11 +35,11 @@ def test_the_gpu_calls_configs_compose_and_pass_the_checks(model, tmp_path):
     lengths = {n: s.seq_dim for n, s in cfg.model.inputs.items()}
     assert lengths["input_ids"] == lengths["attention_mask"] == 1, lengths
     assert all(s.shape == [max(seq.LENGTHS)] for n, s in cfg.model.inputs.items() if s.seq_dim is not None)
-    candidates = of_config(cfg)
+    candidates = candidates_of(cfg)
     assert list(candidates) == seq.BACKENDS  # inductor with the length dynamic only (no per-length twin)
-    assert all(c["precision"] == "bf16" and c["cast_weights"] for c in candidates.values())
+    assert all(c.precision == "bf16" and c.casts_weights for c in candidates.values())
     assert list(cfg.backends.graph_inductor.grid) == seq.SIZES
-    twins = of_config(compose_config(seq.overrides(model, gpu_args(tmp_path, per_length=True))))
+    twins = candidates_of(compose_config(seq.overrides(model, gpu_args(tmp_path, per_length=True))))
     assert "inductor.per_length" in twins
 
 

@@ -18,6 +18,7 @@ from pipeline.route.checkpoint import ChecksumMismatch, CheckpointError, DeviceM
 from pipeline.models import MLP, make_inputs
 from pipeline.route.served import RoutedModule, TuneRecord
 from pipeline.route.policy import Range, backend_for
+from pipeline.backends.candidate import Candidate
 
 # tiny_mlp tunes batch sizes 1, 3, 8: 2 and 5 are untuned (padded toward 3 and 8), 20 is above the maximum.
 SIZES = [1, 2, 3, 5, 8, 20]
@@ -45,7 +46,7 @@ def tuned(run_dir) -> RoutedModule:
 def mixed(tuned) -> RoutedModule:
     """Two backends by range: eager for 1..3, Inductor above (tuned's compiled backend: no new compile)."""
     rec = tuned.record
-    eager = create("eager", {"kind": "eager"})
+    eager = create(Candidate.of("eager", {"kind": "eager"}))
     eager.build(rec.model, make_inputs(rec.inputs, 3, rec.device), rec.device, [1, 2, 3])
     return RoutedModule({"eager": eager, "inductor": tuned.backends["inductor"]},
                         [Range(1, 3, "eager"), Range(4, None, "inductor")], rec)
@@ -55,7 +56,7 @@ def mixed(tuned) -> RoutedModule:
 def eager_ckpt(tmp_path) -> Path:
     """A cheap checkpoint (eager only) for the failure cases."""
     model = tiny_model(1).eval()
-    backend = create("eager", {"kind": "eager"})
+    backend = create(Candidate.of("eager", {"kind": "eager"}))
     backend.build(model, {}, CPU, [1, 2, 3])
     record = TuneRecord("tiny_mlp", model, {"x": {"shape": [16], "dtype": "float32"}}, [1, 3], CPU)
     return checkpoint.save(RoutedModule({"eager": backend}, [Range(1, None, "eager")], record), tmp_path / "m.tweak")
@@ -267,7 +268,7 @@ def test_a_payload_missing_fields_or_of_another_format(eager_ckpt):
 def test_a_graph_backend_records_only_the_grid_and_tuned_sizes_in_its_ranges(tmp_path):
     device = torch.device("cuda")
     model = tiny_model(0).eval().to(device)
-    eager = create("eager", {"kind": "eager"})
+    eager = create(Candidate.of("eager", {"kind": "eager"}))
     eager.build(model, {}, device, [1])
     record = TuneRecord("tiny_mlp", model, {"x": {"shape": [16], "dtype": "float32"}}, [1, 3, 64], device)
     path = pipeline.save(RoutedModule({"eager": eager}, [Range(1, None, "eager")], record), tmp_path / "g.tweak")

@@ -26,6 +26,7 @@ from pipeline.config.limits import MAX_BATCH_SIZE
 from models_for_tests import buffered_mlp
 from pipeline.route.served import RoutedModule, TuneRecord
 from pipeline.route.policy import Range
+from pipeline.backends.candidate import Candidate
 
 CPU = torch.device("cpu")
 HUGE = 1_000_000_000
@@ -35,7 +36,7 @@ HUGE = 1_000_000_000
 def ckpt(tmp_path) -> Path:
     """An honest eager checkpoint of a tiny MLP with buffers (no compile), to be edited into a crafted one."""
     model = buffered_mlp(1)
-    backend = create("eager", {"kind": "eager"})
+    backend = create(Candidate.of("eager", {"kind": "eager"}))
     backend.build(model, {}, CPU, [1, 2, 3])
     record = TuneRecord("tiny_mlp", model, {"x": {"shape": [16], "dtype": "float32"}}, [1, 3], CPU)
     return checkpoint.save(RoutedModule({"eager": backend}, [Range(1, None, "eager")], record), tmp_path / "m.tweak")

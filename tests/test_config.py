@@ -10,7 +10,8 @@ from conftest import CONF, TINY
 from pipeline.config.errors import explain_unknown_choices
 from pipeline.errors import ConfigError
 from pipeline.inputs import complete
-from pipeline.runner import check_config, run
+from pipeline.preflight.checks import check_config
+from pipeline.runner import run
 
 GROUPS = ["model", "backends", "profile", "route", "validate", "tracking"]
 # model=hf and model=timm are named after the model they build by default, and derive its inputs.

@@ -22,6 +22,7 @@ from pipeline.preflight.checks import check_config
 from pipeline.config.errors import one_line
 from pipeline.errors import ConfigError
 from pipeline.config.schema import SCHEMAS
+from pipeline.backends.candidate import Candidate
 
 PRESET_GROUPS = ["profile", "route", "validate", "tracking"]  # groups whose options are presets of one schema
 
@@ -81,7 +82,7 @@ def test_every_backend_file_extends_its_kinds_schema_and_says_only_what_differs(
     composed = compose_cfg([f"backends=[{path.stem}]"]).backends[path.stem]
     assert OmegaConf.get_type(composed) is backend_schema.KINDS[kind]
     assert OmegaConf.to_container(composed) == {**defaults, **own}
-    assert backends.create(path.stem, composed).describe()["kind"] == kind
+    assert backends.create(Candidate.of(path.stem, composed)).describe()["kind"] == kind
 
 
 def test_every_kind_has_a_schema_and_an_implementation() -> None:

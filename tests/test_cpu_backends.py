@@ -29,6 +29,7 @@ from pipeline.route import checkpoint
 from pipeline.route.policy import Range, backend_for
 from pipeline.route.served import RoutedModule
 from pipeline.runner import run
+from pipeline.backends.candidate import Candidate
 
 RUNTIMES = ["openvino", "onnxruntime"]
 BACKENDS = "backends=[eager,openvino,onnxruntime]"
@@ -159,7 +160,7 @@ def test_a_missing_runtime_is_skipped_naming_the_extra_that_installs_it(tmp_path
 
 def test_a_runtime_is_skipped_off_the_cpu():
     for name in RUNTIMES:
-        reason = create(name, {"kind": name}).unsupported_reason(torch.device("cuda"))
+        reason = create(Candidate.of(name, {"kind": name})).unsupported_reason(torch.device("cuda"))
         assert reason and "device=cpu" in reason
 
 
@@ -169,9 +170,9 @@ def test_precision_list_reaches_openvino_and_skips_what_a_runtime_cannot_run(tmp
     cfg = compose_config([*TINY, BACKENDS, "model.batch_sizes=[1,4]", "precision=[fp32,bf16]", "stages=[capture]"])
     ctx = run(cfg, tmp_path / "run")
     assert ctx.outcomes["openvino.bf16"].status == "ok", ctx.outcomes["openvino.bf16"].reason
-    assert ctx.backends["openvino.bf16"].compute_dtype is torch.bfloat16
+    assert ctx.backends["openvino.bf16"].candidate.compute_dtype is torch.bfloat16
     skipped = ctx.outcomes["onnxruntime.bf16"]
     assert skipped.status == "skipped" and "runs fp32 here, not bf16" in skipped.reason
     assert ctx.outcomes["onnxruntime"].status == "ok"
-    tf32 = create("openvino", {"kind": "openvino", "precision": "tf32"})
+    tf32 = create(Candidate.of("openvino", {"kind": "openvino", "precision": "tf32"}))
     assert "tf32" in tf32.unsupported_reason(torch.device("cpu"))

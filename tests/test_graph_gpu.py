@@ -18,6 +18,7 @@ from pipeline.measure.compare import combine, judge
 import pipeline
 from pipeline.batching import BatchDims, output_batch_dims
 from pipeline.models import MLP, make_inputs
+from pipeline.backends.candidate import Candidate
 from conftest import TINY
 from models_for_tests import CellGRU, sequence_first
 
@@ -70,7 +71,7 @@ MODELS = {
 
 
 def built(cfg: dict, model: nn.Module, spec: dict, device: torch.device, batch_sizes) -> Backend:
-    backend = backend_registry.create("g", cfg)
+    backend = backend_registry.create(Candidate.of("g", cfg))
     backend.build(model, make_inputs(spec, max(batch_sizes), device), device, list(batch_sizes))
     return backend
 
@@ -107,7 +108,7 @@ def test_outputs_match_eager_padded_and_chunked(cfg, model_name, device):
 def test_tuned_sizes_are_recorded_exactly(cfg, device):
     torch._dynamo.reset()
     model, spec = make_model("two_inputs", device)
-    backend = backend_registry.create("g", cfg)
+    backend = backend_registry.create(Candidate.of("g", cfg))
     backend.build(model, make_inputs(spec, 64, device), device, range(1, 65), exact_sizes=[1, 3, 8, 17, 64])
     stats = backend.stats()
     assert stats["recorded_sizes"] == sorted(graph_plan.grid(64) + [3, 17])
@@ -176,7 +177,7 @@ def test_a_sequence_first_model_is_padded_and_chunked_along_its_batch_dimension(
     at = lambda bs: {"x": sequence_first(bs).to(device)}  # noqa: E731
     dims = BatchDims({"x": 1}, output_batch_dims(model, at))
     assert dims.outputs == {"output[0]": 1, "output[1]": 1}
-    backend = backend_registry.create("g", cfg)
+    backend = backend_registry.create(Candidate.of("g", cfg))
     backend.build(model, at(64), device, range(1, 65), batch_dims=dims)
     assert combine(backend.self_check(model, at(64))).ok
     for bs in SIZES:
@@ -218,7 +219,7 @@ def test_graphs_are_recorded_over_the_batch_grid_at_every_tuned_length_in_one_po
     model = TwoInputs().eval().to(device)
     seq = SeqDims.of(LENGTH_SPEC, [8, 32], {"output.logits": None, "output.hidden": 1})
     dims = BatchDims.of(LENGTH_SPEC, {"output.logits": 0, "output.hidden": 0}, seq)
-    backend = backend_registry.create("g", cfg)
+    backend = backend_registry.create(Candidate.of("g", cfg))
     backend.build(model, make_inputs(LENGTH_SPEC, 8, device), device, range(1, 9), [1, 8], dims)
     stats = backend.stats()
     assert stats["graphs"] == 2 * len(graph_plan.grid(8)) and stats["recorded_lengths"] == [8, 32]
@@ -230,9 +231,9 @@ def test_graphs_are_recorded_over_the_batch_grid_at_every_tuned_length_in_one_po
                 assert judge(backend(**inputs), model(**inputs)).ok, (bs, length)
     with pytest.raises(ValueError, match="recorded at lengths \\[8, 32\\], not 20"):
         backend(**seq.resized(make_inputs(LENGTH_SPEC, 2, device), 20))
-    capped = backend_registry.create("g", {**cfg, "max_graphs": 3})
+    capped = backend_registry.create(Candidate.of("g", {**cfg, "max_graphs": 3}))
     with pytest.raises(RuntimeError, match="make 8 graphs, above max_graphs=3"):
         capped.build(model, make_inputs(LENGTH_SPEC, 8, device), device, range(1, 9), [1, 8], dims)
-    small_pool = backend_registry.create("g", {**cfg, "max_pool_mb": 1e-6})
+    small_pool = backend_registry.create(Candidate.of("g", {**cfg, "max_pool_mb": 1e-6}))
     with pytest.raises(RuntimeError, match="above max_pool_mb=1e-06"):
         small_pool.build(model, make_inputs(LENGTH_SPEC, 8, device), device, range(1, 9), [1, 8], dims)

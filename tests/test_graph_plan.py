@@ -13,6 +13,7 @@ from pipeline import runner
 from pipeline.backends import graph_plan
 from pipeline.backends.graph import GraphBackend, concat_chunks, stage_inputs, take_rows
 from pipeline.batching import BatchDims, output_batch_dims, tile
+from pipeline.backends.candidate import Candidate
 from conftest import TINY
 
 
@@ -192,7 +193,7 @@ def test_output_batch_dims_are_found_by_running_the_model(caplog):
 
 
 def test_unsupported_on_cpu_before_any_work():
-    backend = backend_registry.create("graph", {"kind": "graph"})
+    backend = backend_registry.create(Candidate.of("graph", {"kind": "graph"}))
     assert isinstance(backend, GraphBackend)
     assert "CUDA" in backend.unsupported_reason(torch.device("cpu"))
 
@@ -208,14 +209,14 @@ def test_unsupported_on_cpu_before_any_work():
 ])
 def test_config_errors_name_the_backend(cfg, message):
     with pytest.raises(ValueError, match=message):
-        backend_registry.create("g", cfg)
+        backend_registry.create(Candidate.of("g", cfg))
 
 
 def test_graph_inductor_stores_a_template_as_its_options():
     cfg = {"kind": "graph", "compile_with_inductor": True, "template": "freezing"}
-    described = backend_registry.create("g", cfg).describe()
+    described = backend_registry.create(Candidate.of("g", cfg)).describe()
     assert described["kind"] == "graph" and described["template"] is None and described["options"]
-    backend_registry.create("g", {k: v for k, v in described.items() if k != "name"})  # rebuilt without conf/
+    backend_registry.create(Candidate.of("g", {k: v for k, v in described.items() if k != "name"}))  # rebuilt without conf/
 
 
 def test_backend_sets_compose(compose_cfg):

@@ -15,6 +15,7 @@ from conftest import CONF, TINY
 from pipeline.measure.screening import screen_sizes
 from hydra import compose, initialize_config_dir
 from pipeline.backends import precision
+from pipeline.config.backend_schema import EagerSettings
 from pipeline.preflight.checks import check_config
 from pipeline.errors import ConfigError
 from pipeline.measure import accuracy
@@ -89,7 +90,7 @@ def test_the_checkpoint_rebuilds_the_routed_precision(bf16_served):
     payload = checkpoint.read(ctx.checkpoint_path)
     assert payload["format"] == checkpoint.FORMAT and payload["backends"]["eager.bf16"]["precision"] == "bf16"
     loaded = checkpoint.load(ctx.checkpoint_path, ctx.model)
-    assert loaded.backends["eager.bf16"].precision == "bf16"
+    assert loaded.backends["eager.bf16"].candidate.precision == "bf16"
     x = torch.randn(5, 16)
     with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
         expected = ctx.model(x=x).float()
@@ -113,7 +114,7 @@ def test_cast_weights_serve_a_bf16_copy_and_answer_in_the_models_dtype(cast_serv
     assert payload["backends"]["eager.bf16-weights"]["cast_weights"] is True
     loaded = checkpoint.load(ctx.checkpoint_path, ctx.model)
     backend = loaded.backends["eager.bf16-weights"]
-    assert backend.casts_weights and backend.precision == "bf16"
+    assert backend.candidate.casts_weights and backend.candidate.precision == "bf16"
     x = torch.randn(5, 16)
     with torch.inference_mode():
         expected = ctx.model.to(torch.bfloat16)(x=x.to(torch.bfloat16)).float()  # bf16 weights, no autocast
@@ -158,8 +159,9 @@ def test_cast_weights_are_offered_only_where_pytorch_runs_the_model():
     backends = {"eager": {"kind": "eager"}, "onnxruntime": {"kind": "onnxruntime"}}
     assert list(precision.candidates(backends, ["fp32", "fp16"])) == [
         "eager", "onnxruntime", "eager.fp16", "onnxruntime.fp16", "eager.fp16-weights"]
-    assert precision.candidates(backends, ["fp32", "fp16"])["eager.fp16-weights"] == {
-        "kind": "eager", "precision": "fp16", "cast_weights": True}
+    cast = precision.candidates(backends, ["fp32", "fp16"])["eager.fp16-weights"]
+    assert cast.settings == EagerSettings(precision="fp16", cast_weights=True)
+    assert cast.casts_weights and cast.weights == "fp16" and cast.compute_dtype is torch.float16
 
 
 @pytest.mark.parametrize("edit, match", [
@@ -187,7 +189,7 @@ def test_a_format_2_checkpoint_still_loads_as_fp32(compose_cfg, tmp_path):
     path = tmp_path / "old.tweak"
     data = checkpoint.write({**payload, "format": 2}, path).read_bytes()
     path.write_bytes(data.replace(f"TWEAKPIPE-CHECKPOINT {checkpoint.FORMAT}\n".encode(), b"TWEAKPIPE-CHECKPOINT 2\n"))
-    assert checkpoint.load(path, ctx.model).backends["eager"].precision == "fp32"
+    assert checkpoint.load(path, ctx.model).backends["eager"].candidate.precision == "fp32"
 
 
 @pytest.mark.parametrize("overrides, match", [

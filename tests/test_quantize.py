@@ -17,6 +17,7 @@ from conftest import CONF, TINY
 from hydra import compose, initialize_config_dir
 from pipeline.record import report
 from pipeline.backends import precision, quantize
+from pipeline.backends.candidate import Candidate
 from pipeline.preflight.checks import check_config
 from pipeline.errors import ConfigError
 from pipeline.models import MLP
@@ -87,7 +88,7 @@ def test_each_quantized_candidate_compiles_its_own_program(int8_run):
     for name in ("inductor", "inductor.int8_weight_only"):
         assert capture[name]["compile"]["graphs"] >= 1 and capture[name]["compile"]["eager_calls"] == 0, name
         assert ctx.backends[name].fallback_reason() is None
-    assert quantized.quantizes and not plain.quantizes
+    assert quantized.candidate.quantizes and not plain.candidate.quantizes
 
 
 @needs_torchao
@@ -140,7 +141,7 @@ def test_an_int8_checkpoint_stores_fp32_weights_and_the_recipe_and_reloads_exact
                for k, v in payload["state_dict"].items())  # the model's own fp32 weights, no quantized tensor
     loaded = checkpoint.load(ctx.checkpoint_path, ctx.model)
     backend = loaded.backends["eager.int8_weight_only"]
-    assert backend.quantizes and backend.weights == "int8"
+    assert backend.candidate.quantizes and backend.candidate.weights == "int8"
     for rows in (1, 5, 8, 13):
         x = torch.randn(rows, 16)
         out, tuned = loaded(x=x), ctx.routed(x=x)
@@ -182,7 +183,7 @@ def test_a_crafted_recipe_or_quantized_tensor_is_refused(int8_served, tmp_path, 
 def test_without_torchao_the_quantized_candidates_are_skipped_naming_the_extra(compose_cfg, tmp_path, monkeypatch):
     for name in ("torchao", "torchao.quantization", "torchao.utils"):
         monkeypatch.setitem(sys.modules, name, None)  # an import of it fails, as where it is not installed
-    reason = precision.unsupported_reason("int8_weight_only", CPU)
+    reason = Candidate.of("eager", {"kind": "eager", "precision": "int8_weight_only"}).unsupported_reason(CPU)
     assert reason and "torchao" in reason and "pip install -e '.[quant]'" in reason
     ctx = run(compose_cfg([*TINY, "backends=[eager]", "precision=[fp32,int8_weight_only,int8_dynamic]",
                            "stages=[capture]"]), tmp_path)
@@ -203,7 +204,8 @@ class ConvOnly(nn.Module):
 @needs_torchao
 def test_fp8_off_cuda_and_a_model_without_linear_layers_are_skipped_with_the_reason(compose_cfg, tmp_path):
     if not torch.cuda.is_available():
-        assert "compute capability >= 8.9" in precision.unsupported_reason("fp8", CPU)
+        assert "compute capability >= 8.9" in Candidate.of("eager", {"kind": "eager", "precision": "fp8"}
+                                                            ).unsupported_reason(CPU)
     model = ConvOnly().eval()
     before = state_of(model)
     cfg = compose_cfg([*TINY, "backends=[eager]", "precision=[fp32,int8_weight_only,fp8]", "stages=[capture]",
@@ -235,7 +237,9 @@ def test_quantized_candidates_are_named_like_the_others():
     names = precision.candidates(backends, ["fp32", *quantize.RECIPES])
     assert list(names) == ["eager", "graph", "eager.int8_weight_only", "graph.int8_weight_only", "eager.int8_dynamic",
                            "graph.int8_dynamic", "eager.fp8", "graph.fp8"]
-    assert names["graph.fp8"] == {"kind": "graph", "precision": "fp8"}  # no cast_weights key: the recipe implies it
+    fp8 = names["graph.fp8"]
+    assert fp8.precision == "fp8" and not fp8.settings.cast_weights  # no cast_weights: the recipe implies it
+    assert fp8.casts_weights and fp8.weights == "fp8" and fp8.compute_dtype is torch.bfloat16
 
 
 @pytest.mark.gpu

@@ -75,9 +75,8 @@ def test_no_size_is_served_slower_than_the_eager_baseline():
 
 
 def test_the_baseline_is_the_first_eager_kind_backend():
-    backends = {"graph": {"kind": "graph"}, "eager_bf16": {"kind": "eager"}, "eager": {"kind": "eager"}}
-    assert eager_baseline(backends) == "eager_bf16"
-    assert eager_baseline({"inductor": {"kind": "inductor"}}) is None
+    assert eager_baseline({"graph": "graph", "eager_bf16": "eager", "eager": "eager"}) == "eager_bf16"
+    assert eager_baseline({"inductor": "inductor"}) is None
 
 
 def test_among_routes_with_as_few_ranges_the_one_closest_to_the_fastest_wins():

@@ -25,6 +25,7 @@ from pipeline.route.served import RoutedModule, TuneRecord
 from pipeline.route.table import Tile, backend_at, choose_table
 from pipeline.runner import run
 from pipeline.seqlen import SeqDims, between, cells, declared, padding_probes, probe_lengths, spec_at
+from pipeline.backends.candidate import Candidate
 
 CPU = torch.device("cpu")
 TINY_BERT = ["model=hf", "model.hf.model_class=BertForQuestionAnswering",
@@ -141,7 +142,7 @@ def table_ckpt(tmp_path) -> Path:
     torch.manual_seed(0)
     model = Tokens().eval()
     seq = SeqDims.of(SPEC, [8, 16], {"output": 1})
-    backend = create("eager", {"kind": "eager"})
+    backend = create(Candidate.of("eager", {"kind": "eager"}))
     backend.build(model, {}, CPU, [1, 2, 3])
     record = TuneRecord("tokens", model, SPEC, [1, 3], CPU, seq=seq, padded=["eager"])
     routed = RoutedModule({"eager": backend}, [Tile(1, 16, 1, None, "eager")], record)
@@ -199,7 +200,7 @@ def test_the_exported_runtimes_run_every_length_with_both_dimensions_dynamic(kin
     from pipeline.batching import BatchDims
     from pipeline.models import make_inputs
 
-    backend = create(kind, {"kind": kind})
+    backend = create(Candidate.of(kind, {"kind": kind}))
     reason = backend.unsupported_reason(CPU)
     if reason:
         pytest.skip(reason)
@@ -232,14 +233,14 @@ def test_lengths_that_cannot_be_tuned_are_one_line_before_any_work(tmp_path, ove
 
 
 def test_an_inductor_backend_competes_with_the_length_dynamic_and_per_length():
-    from pipeline.backends.precision import of_config
+    from pipeline.preflight.checks import candidates_of
 
     cfg = compose_config(["model=bert_tiny", "backends=[eager,inductor,graph_inductor]", "model.seq_lens=[8,16]"])
-    names = of_config(cfg)
+    names = candidates_of(cfg)
     assert list(names) == ["eager", "inductor", "inductor.per_length", "graph_inductor"]
-    assert names["inductor"]["per_length"] is False and names["inductor.per_length"]["per_length"] is True
-    assert "inductor.per_length" not in of_config(compose_config(["model=bert_tiny", "backends=[eager,inductor]"]))
-    assert create("i", {**names["inductor"]}).any_length and not create("p", names["inductor.per_length"]).any_length
+    assert names["inductor"].settings.per_length is False and names["inductor.per_length"].settings.per_length is True
+    assert "inductor.per_length" not in candidates_of(compose_config(["model=bert_tiny", "backends=[eager,inductor]"]))
+    assert create(names["inductor"]).any_length and not create(names["inductor.per_length"]).any_length
 
 
 # --- end to end: the issue's "Done when" --------------------------------------------------------------------------
@@ -333,7 +334,7 @@ def test_a_format_5_checkpoint_without_lengths_still_loads(tmp_path):
     """Files written before lengths (format 5: no seq, backends without per_length or the graph caps) load as before."""
     torch.manual_seed(0)
     model = nn.Linear(4, 2).eval()
-    backend = create("eager", {"kind": "eager"})
+    backend = create(Candidate.of("eager", {"kind": "eager"}))
     backend.build(model, {}, CPU, [1, 2])
     record = TuneRecord("linear", model, {"input": {"shape": [4], "dtype": "float32"}}, [1, 2], CPU)
     path = checkpoint.save(RoutedModule({"eager": backend}, [Range(1, None, "eager")], record), tmp_path / "m.tweak")

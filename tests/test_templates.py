@@ -15,8 +15,10 @@ from omegaconf import OmegaConf, open_dict
 from conftest import CONF, ROOT, TINY
 from pipeline import backends, templates
 from pipeline.measure.compare import tolerance
-from pipeline.runner import check_config, run
+from pipeline.preflight.checks import check_config
+from pipeline.runner import run
 from pipeline.config.backend_schema import InductorSettings
+from pipeline.backends.candidate import Candidate
 
 SHIPPED_TEMPLATES = {
     "triton": {"cpp_wrapper": False},
@@ -51,7 +53,7 @@ def test_shipped_templates_hold_the_documented_options() -> None:
 
 @pytest.mark.parametrize("name", sorted({**MODE_BACKENDS, **TEMPLATE_BACKENDS}))
 def test_every_shipped_backend_composes_and_resolves(compose_cfg, name: str) -> None:
-    backend = backends.create(name, backend_cfg(compose_cfg, name))
+    backend = backends.create(Candidate.of(name, backend_cfg(compose_cfg, name)))
     if name in MODE_BACKENDS:
         assert backend.compile_kwargs()["mode"] == MODE_BACKENDS[name]
     else:
@@ -149,12 +151,12 @@ def test_device_notes() -> None:
 
 
 def test_describe_carries_resolved_options(compose_cfg) -> None:
-    backend = backends.create("inductor_freezing", backend_cfg(compose_cfg, "inductor_freezing"))
+    backend = backends.create(Candidate.of("inductor_freezing", backend_cfg(compose_cfg, "inductor_freezing")))
     described = backend.describe()
     assert described["template"] is None and described["options"] == {"freezing": True}
     assert "[template freezing]" in described["description"]
     # A checkpoint rebuilds from this dict alone: no template lookup, the same torch.compile call.
-    rebuilt = backends.create("inductor_freezing", {k: v for k, v in described.items() if k != "name"})
+    rebuilt = backends.create(Candidate.of("inductor_freezing", {k: v for k, v in described.items() if k != "name"}))
     assert rebuilt.compile_kwargs() == backend.compile_kwargs()
 
 
@@ -217,7 +219,7 @@ def test_autocast_bf16_backend_passes_capture_with_the_looser_tolerance(cpu_run)
     assert outcome.tolerance == tolerance(torch.bfloat16) > tolerance(None)
     assert 0 < outcome.max_rel_error <= outcome.tolerance  # it did compute in bf16
     backend = ctx.backends["inductor_triton_bf16"]
-    assert backend.compute_dtype == torch.bfloat16
+    assert backend.candidate.compute_dtype == torch.bfloat16
     assert backend(x=torch.randn(2, 16)).dtype == torch.bfloat16
 
 
@@ -255,7 +257,7 @@ def test_user_template_from_config_dir_reaches_the_run(tmp_path: Path, how: str)
 ])
 def test_each_backend_says_whether_its_calls_replay_device_graphs(cfg, replays) -> None:
     # The profile's device-time cross-check captures only backends that answer False.
-    assert backends.create("b", cfg).records_cuda_graphs is replays
+    assert backends.create(Candidate.of("b", cfg)).records_cuda_graphs is replays
 
 
 @pytest.mark.gpu
@@ -267,7 +269,7 @@ def test_cuda_graph_templates_clone_outputs_on_cuda() -> None:
     for name, cfg in [("inductor_cudagraphs", {"kind": "inductor", "template": "cudagraphs"}),
                       ("inductor_reduce_overhead", {"kind": "inductor", "mode": "reduce-overhead"})]:
         torch._dynamo.reset()
-        backend = backends.create(name, cfg)
+        backend = backends.create(Candidate.of(name, cfg))
         assert backend.unsupported_reason(device) is None and backend.records_cuda_graphs
         x1, x2 = torch.randn(4, 16, device=device), torch.randn(4, 16, device=device)
         backend.build(model, {"x": x1}, device, [4])

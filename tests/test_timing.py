@@ -24,6 +24,8 @@ from pipeline.config.schema import ProfileConfig
 from pipeline.measure.interleaved import device_time_ms, measure_interleaved, profile_sizes, saturated, time_call
 from pipeline.measure.measurement import Measurement, agreeing_windows
 from pipeline.measure.statistics import median_ci_ranks
+from pipeline.backends.candidate import Candidate
+from pipeline.preflight.checks import candidates_of
 from stages import profile as profile_stage
 from conftest import TINY
 
@@ -286,8 +288,8 @@ def test_profile_stage_hands_on_every_tuned_size_as_it_is_measured(compose_cfg, 
     inputs = OmegaConf.to_container(config.model.inputs, resolve=True)
     seen = []
     ctx = RunContext(cfg=config, run_dir=tmp_path, device=CPU, model=model, inputs=inputs,
-                     on_cell=lambda name, bs, m, phase: seen.append((name, bs, m.count)))
-    eager = backends.create("eager", {"kind": "eager"})
+                     candidates=candidates_of(config), on_cell=lambda name, bs, m, phase: seen.append((name, bs, m.count)))
+    eager = backends.create(Candidate.of("eager", {"kind": "eager"}))
     eager.build(model, {}, CPU, [1, 8])
     ctx.backends = {"eager": eager}
     profile_stage.run(ctx)

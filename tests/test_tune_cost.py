@@ -19,7 +19,7 @@ from mlflow.tracking import MlflowClient
 
 from conftest import TINY
 from pipeline.api import compose_config
-from pipeline.preflight.checks import check_config
+from pipeline.preflight.checks import candidates_of, check_config
 from pipeline.errors import ConfigError
 from pipeline.context import BackendOutcome, RunContext
 from pipeline.compile.cost import CandidateCost
@@ -196,7 +196,7 @@ def contested_ctx(tmp_path: Path) -> RunContext:
     cfg = compose_config([*TINY, "backends=[eager,inductor,onnxruntime]", "model.batch_sizes=[1,8]",
                           "profile.max_repeats=1"])
     ctx = RunContext(cfg=cfg, run_dir=tmp_path, device=torch.device("cpu"), model=torch.nn.Linear(2, 2),
-                     inputs={"x": {"shape": [2], "dtype": "float32"}})
+                     inputs={"x": {"shape": [2], "dtype": "float32"}}, candidates=candidates_of(cfg))
     ctx.outcomes = {n: BackendOutcome(name=n, kind=n, status="ok") for n in ("eager", "inductor", "onnxruntime")}
     noisy = Settings.of({"rel_precision": 0.001, "noise_threshold": 10.0})
     for name, medians in (("eager", (10.0, 10.0)), ("inductor", (1.0, 1.0)), ("onnxruntime", (1.02, 3.0))):
@@ -223,22 +223,21 @@ def test_a_noisy_cell_is_measured_again_only_where_the_route_rests_on_it(tmp_pat
 def test_noise_is_a_warning_only_where_it_could_change_the_route(tmp_path, caplog):
     ctx = contested_ctx(tmp_path)
     with caplog.at_level(logging.INFO, logger="stages.route"):
-        route_stage.warn_if_noise_could_change(ctx, contested(decide(ctx).rests_on))
+        route_stage.warn_if_noise_could_change(ctx, contested(decide(ctx.race(), ctx.cfg.route).rests_on))
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "at 1 batch size(s) (bs=1: inductor vs onnxruntime)" in warnings[0]
     assert "profile=thorough" in warnings[0] and "threads=N" in warnings[0]
     caplog.clear()
     ctx.profile["onnxruntime"][1] = ctx.profile["onnxruntime"][8]  # now clearly slower at 1 too: no contest left
     with caplog.at_level(logging.INFO, logger="stages.route"):
-        route_stage.warn_if_noise_could_change(ctx, contested(decide(ctx).rests_on))
+        route_stage.warn_if_noise_could_change(ctx, contested(decide(ctx.race(), ctx.cfg.route).rests_on))
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]  # every cell is noisy, none could matter
 
 
 def test_inductor_and_graph_inductor_at_one_precision_share_one_compile_job():
     from pipeline.compile import ahead as compile_ahead
-    from pipeline.backends import precision
 
-    candidates = precision.of_config(compose_config(["backends=gpu", "precision=[fp32,bf16]",
+    candidates = candidates_of(compose_config(["backends=gpu", "precision=[fp32,bf16]",
                                                      "+backends.inductor_nofuse={kind: inductor, "
                                                      "options: {epilogue_fusion: false}}"]))
     jobs = compile_ahead.plan(candidates)

@@ -1,15 +1,17 @@
-"""The backend registry: config ``kind`` -> implementation.
+"""The backend registry: a candidate's ``kind`` -> implementation.
 
 Checkpoints name backends by kind, never by import path, so loading one cannot import or run
-arbitrary code. Each kind's keys are its schema's (``pipeline.config.backend_schema.KINDS``).
+arbitrary code. Each kind's keys are its schema's (``pipeline.config.backend_schema.KINDS``), which a
+:class:`~pipeline.backends.candidate.Candidate` holds as its settings.
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping, Type
+from typing import Dict, Type
 
 from pipeline.backends import rules
 from pipeline.backends.base import Backend, BackendUnsupported
+from pipeline.backends.candidate import Candidate
 from pipeline.backends.eager import EagerBackend
 from pipeline.backends.graph import GraphBackend
 from pipeline.backends.inductor import InductorBackend
@@ -20,10 +22,11 @@ KINDS: Dict[str, Type[Backend]] = {cls.kind: cls for cls in (EagerBackend, Induc
                                                              OpenVinoBackend, OnnxRuntimeBackend)}
 
 
-def create(name: str, cfg: Mapping[str, Any]) -> Backend:
-    """Check a backend's config (``rules.check``) and construct it with every key of its kind (no torch work yet)."""
-    settings = rules.check(name, cfg)
-    return KINDS[settings["kind"]](name, settings)
+def create(candidate: Candidate) -> Backend:
+    """Check the rules between a candidate's settings (``rules.check``) and construct its backend (no torch work
+    yet)."""
+    rules.check(candidate)
+    return KINDS[candidate.kind](candidate)
 
 
-__all__ = ["Backend", "BackendUnsupported", "KINDS", "create"]
+__all__ = ["Backend", "BackendUnsupported", "Candidate", "KINDS", "create"]

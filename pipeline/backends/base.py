@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Any, ClassVar, Dict, List, Mapping, Optional, Sequence
+from typing import Any, ClassVar, Dict, List, Optional, Sequence
 
 import torch
 from torch import nn
 
 from pipeline.backends import precision, quantize
+from pipeline.backends.candidate import Candidate
 from pipeline.backends.program import Program
 from pipeline.batching import BatchDims
 from pipeline.measure.compare import Verdict
-from pipeline.models import dtype_of
 
 class BackendUnsupported(RuntimeError):
     """Raised when a backend cannot run on the chosen device: recorded as skipped, not failed."""
@@ -22,72 +22,32 @@ class BackendUnsupported(RuntimeError):
 class Backend:
     """A way of running one model. Subclasses set ``kind`` and implement ``_build``.
 
-    Life cycle: ``backends.create`` checks the config (``rules.check``: its kind's schema and every
-    rule between its settings, no torch work) and constructs it with every key of its kind ->
-    ``unsupported_reason(device)`` (before any work) -> ``build(model, sample, device, batch_sizes)``
-    -> ``__call__(**inputs)``.
+    Life cycle: ``backends.create(candidate)`` checks the rules between its settings (``rules.check``, no torch
+    work) and constructs it -> ``unsupported_reason(device)`` (before any work) -> ``build(model, sample,
+    device, batch_sizes)`` -> ``__call__(**inputs)``. Its numerics (precision, weights, compute dtype) are its
+    candidate's (:class:`~pipeline.backends.candidate.Candidate`); its settings, its kind's dataclass, are
+    read as attributes.
     """
 
     kind: ClassVar[str] = ""
 
-    def __init__(self, name: str, cfg: Mapping[str, Any]) -> None:
-        self.name = name
-        self.cfg: Dict[str, Any] = dict(cfg)
+    def __init__(self, candidate: Candidate) -> None:
+        self.candidate = candidate
+        self.name = candidate.name
+        self.settings: Any = candidate.settings  # the kind's dataclass (pipeline.config.backend_schema)
         self.device: Optional[torch.device] = None
         self.exact_sizes: List[int] = []  # set by build
         self.batch_dims = BatchDims()  # set by build
         self.build_seconds = 0.0
         self.program: Optional[Program] = None  # set by build where the backend compiles the model
-        # Inductor's cache entries of its programs, as its build and checks made or loaded them (compiled
-        # artifacts a checkpoint may carry beside it: pipeline.compile.artifacts.Recorded); empty where nothing compiled.
+        # Inductor's cache entries of its programs, as its build and checks made or loaded them (compiled artifacts
+        # a checkpoint may carry beside it: pipeline.compile.artifacts.Recorded); empty where nothing compiled.
         self.artifacts: Any = b""
         self._fn: Any = None
 
     def unsupported_reason(self, device: torch.device) -> Optional[str]:
         """Why this backend cannot run on ``device``, or None if it can. Answered before any work."""
-        return precision.unsupported_reason(self.precision, device)
-
-    @property
-    def precision(self) -> str:
-        """fp32, tf32, bf16, fp16 or a quantization recipe (``pipeline.backends.precision``)."""
-        return precision.precision_of(self.cfg)
-
-    @property
-    def quantizes(self) -> bool:
-        """A candidate of a quantized precision (``int8_weight_only``, ``int8_dynamic``, ``fp8``): it runs a
-        bf16 copy of the model whose Linear layers torchao quantizes (``pipeline.backends.quantize``)."""
-        return self.precision in quantize.RECIPES
-
-    @property
-    def judged_by_budget(self) -> bool:
-        """A reduced-precision candidate of the ``precision`` list: its outputs answer to the accuracy budget
-        alone, not to judge()'s tolerance (a backend setting ``autocast_*`` itself is held to both)."""
-        return self.cfg["precision"] != "fp32"
-
-    @property
-    def casts_weights(self) -> bool:
-        """Whether this candidate runs a copy of the model with weights cast to its precision's dtype
-        (``cast_weights``, set by the ``precision`` list; always where it quantizes)."""
-        return (bool(self.cfg.get("cast_weights")) or self.quantizes) and self.compute_dtype is not None
-
-    @property
-    def weights(self) -> str:
-        """The precision its weights run in: fp32, bf16/fp16 for a -weights candidate, int8 or fp8 quantized."""
-        return precision.weights_of(self.precision, self.casts_weights)
-
-    @property
-    def reduces_in_model(self) -> bool:
-        """A PyTorch backend at precision bf16/fp16 or quantized: it runs the model wrapped in
-        :class:`~pipeline.backends.precision.ReducedPrecision` (autocast, cast or quantized weights inside the
-        call, outputs in the model's dtype). A backend's own ``autocast_*`` settings keep the call-wide context."""
-        return ((self.cfg.get("precision") in precision.AUTOCAST or self.quantizes)
-                and precision.can_cast_weights(self.cfg))
-
-    @property
-    def compute_dtype(self) -> Optional[torch.dtype]:
-        """The reduced precision this backend computes in, if any (drives tolerances)."""
-        name = precision.compute_dtype_name(self.precision)
-        return dtype_of(name) if name else None
+        return self.candidate.unsupported_reason(device)
 
     @property
     def records_cuda_graphs(self) -> bool:
@@ -103,11 +63,12 @@ class Backend:
     def autocast(self) -> contextlib.AbstractContextManager:
         """The numerics of a call: autocast (a backend's own ``autocast_*``), TF32 matmuls (tf32, restored
         after), or a no-op (fp32, and bf16/fp16, which the wrapped model applies itself)."""
-        dtype = self.compute_dtype
-        if self.device is None or self.reduces_in_model:
+        numerics = self.candidate
+        dtype = numerics.compute_dtype
+        if self.device is None or numerics.reduces_in_model:
             return contextlib.nullcontext()
         if dtype is None:
-            return precision.tf32(self.precision == "tf32")
+            return precision.tf32(numerics.precision == "tf32")
         return torch.autocast(device_type=self.device.type, dtype=dtype)
 
     def build(self, model: nn.Module, sample: Dict[str, torch.Tensor], device: torch.device,
@@ -126,13 +87,14 @@ class Backend:
         self.exact_sizes = sorted({int(b) for b in exact_sizes})
         self.batch_dims = batch_dims or BatchDims()
         start = time.perf_counter()
-        if self.reduces_in_model:  # cast copies are made outside inference mode; the user's model is untouched
+        numerics = self.candidate
+        if numerics.reduces_in_model:  # cast copies are made outside inference mode; the user's model is untouched
             with torch.no_grad():
-                model = precision.ReducedPrecision(model, self.compute_dtype, device.type, self.casts_weights,
-                                                   self.casts_weights and precision.convolves_images(model, sample),
-                                                   self.precision if self.quantizes else None)
-            if self.quantizes and not model.quantized:
-                raise BackendUnsupported(quantize.nothing_quantized(self.precision))
+                model = precision.ReducedPrecision(model, numerics.compute_dtype, device.type, numerics.casts_weights,
+                                                   numerics.casts_weights and precision.convolves_images(model, sample),
+                                                   numerics.precision if numerics.quantizes else None)
+            if numerics.quantizes and not model.quantized:
+                raise BackendUnsupported(quantize.nothing_quantized(numerics.precision))
         with torch.inference_mode():
             self._build(model, sample, list(batch_sizes))
         self.build_seconds = time.perf_counter() - start
@@ -169,4 +131,4 @@ class Backend:
 
     def describe(self) -> Dict[str, Any]:
         """The config that rebuilds this backend (stored in checkpoints and logs)."""
-        return {"name": self.name, **self.cfg}
+        return {"name": self.name, **self.candidate.config()}

@@ -19,13 +19,14 @@ caller's model again, so no foreign artifact is ever loaded.
 from __future__ import annotations
 
 import importlib
-from typing import Any, ClassVar, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.utils._pytree as pytree
 from torch import nn
 
 from pipeline.backends.base import Backend
+from pipeline.backends.candidate import Candidate
 from pipeline.batching import BatchDims
 
 
@@ -84,8 +85,8 @@ class ExportedBackend(Backend):
     extra: ClassVar[str] = ""
     precisions: ClassVar[Tuple[str, ...]] = ("fp32",)  # the entries of the precision list the runtime can run
 
-    def __init__(self, name: str, cfg: Mapping[str, Any]) -> None:
-        super().__init__(name, cfg)
+    def __init__(self, candidate: Candidate) -> None:
+        super().__init__(candidate)
         self.threads = 0  # set by build
         self.names: List[str] = []
         self.out_spec: Optional[pytree.TreeSpec] = None
@@ -93,8 +94,8 @@ class ExportedBackend(Backend):
     def unsupported_reason(self, device: torch.device) -> Optional[str]:
         if device.type != "cpu":
             return f"{self.kind} serves on the CPU here, not on {device.type}; tune it with device=cpu"
-        if self.precision not in self.precisions:
-            return f"{self.kind} runs {', '.join(self.precisions)} here, not {self.precision}"
+        if self.candidate.precision not in self.precisions:
+            return f"{self.kind} runs {', '.join(self.precisions)} here, not {self.candidate.precision}"
         for package in self.packages:
             try:
                 importlib.import_module(package)
@@ -105,7 +106,7 @@ class ExportedBackend(Backend):
     def _build(self, model: nn.Module, sample: Dict[str, torch.Tensor], batch_sizes: list) -> None:
         self.names = list(sample)
         self.out_spec = output_spec(model, sample)
-        self.threads = self.cfg["threads"] or torch.get_num_threads()
+        self.threads = self.settings.threads or torch.get_num_threads()
         self._compile(export(model, sample, self.batch_dims), sample)
         returned = len(self._run([sample[n].contiguous() for n in self.names]))
         if returned != self.out_spec.num_leaves:

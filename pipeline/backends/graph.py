@@ -28,6 +28,7 @@ from pipeline import devices
 
 from pipeline.backends import graph_plan
 from pipeline.backends.base import Backend
+from pipeline.backends.candidate import Candidate
 from pipeline.batching import BatchDims, per_sample, tile
 from pipeline.backends.inductor import InductorBackend
 from pipeline.backends.program import dynamo_counts
@@ -88,11 +89,11 @@ def stage_inputs(static: Mapping[str, torch.Tensor], inputs: Mapping[str, torch.
 class GraphBackend(Backend):
     kind = "graph"
 
-    def __init__(self, name: str, cfg: Mapping[str, Any]) -> None:
-        super().__init__(name, cfg)
-        self._clone = self.cfg["clone_outputs"]
+    def __init__(self, candidate: Candidate) -> None:
+        super().__init__(candidate)
+        self._clone = self.settings.clone_outputs
         # Inductor's side (options, templates, device support) is exactly the inductor backend's.
-        self._inductor = InductorBackend(name, cfg) if self.cfg["compile_with_inductor"] else None
+        self._inductor = InductorBackend(candidate) if self.settings.compile_with_inductor else None
         self._api: Any = None
         self._model: Optional[nn.Module] = None
         # By length (None without tuned lengths): one static buffer per input, and a graph per recorded size.
@@ -128,12 +129,12 @@ class GraphBackend(Backend):
 
     def plan(self, batch_sizes: Sequence[int]) -> Tuple[List[int], Tuple[Optional[int], ...]]:
         """The batch sizes and lengths (None without tuned lengths) to record, within ``max_graphs``."""
-        recorded = graph_plan.sizes_to_record(batch_sizes, self.cfg["max_recorded_batch_size"], self.cfg["grid"],
+        recorded = graph_plan.sizes_to_record(batch_sizes, self.settings.max_recorded_batch_size, self.settings.grid,
                                               self.exact_sizes)
         lengths = self.batch_dims.seq.lengths or (None,)
-        if len(recorded) * len(lengths) > self.cfg["max_graphs"]:
+        if len(recorded) * len(lengths) > self.settings.max_graphs:
             raise RuntimeError(f"{len(recorded)} batch sizes x {len(lengths)} lengths make "
-                               f"{len(recorded) * len(lengths)} graphs, above max_graphs={self.cfg['max_graphs']}; set a smaller grid "
+                               f"{len(recorded) * len(lengths)} graphs, above max_graphs={self.settings.max_graphs}; set a smaller grid "
                                f"(grid=[...]), fewer model.seq_lens, or raise max_graphs")
         return recorded, lengths
 
@@ -205,7 +206,7 @@ class GraphBackend(Backend):
 
     def check_pool(self, used: int, recorded: int, total: int) -> None:
         """Past ``max_pool_mb``, the backend fails with the figures (the graphs so far go with it)."""
-        cap = self.cfg["max_pool_mb"]
+        cap = self.settings.max_pool_mb
         if cap is not None and used > cap * 2**20:
             raise RuntimeError(f"the graph pool takes {used / 2**20:.0f} MB after {recorded} of {total} graphs, above "
                                f"max_pool_mb={cap:g}; set a smaller grid, fewer model.seq_lens, or raise max_pool_mb")
@@ -262,8 +263,8 @@ class GraphBackend(Backend):
                     out = self(**{name: t.narrow(dim(name), 0, rows) for name, t in inputs.items()})
                     expected = take_rows(reference, rows, largest, False, self.batch_dims)
                     where = f" at length {length}" if length else ""
-                    verdicts[f"graph {size} with {rows} rows{where}"] = judge(out, expected, self.compute_dtype,
-                                                                                tolerance_scale)
+                    verdicts[f"graph {size} with {rows} rows{where}"] = judge(
+                        out, expected, self.candidate.compute_dtype, tolerance_scale)
         worst = max(verdicts, key=lambda label: verdicts[label].error)
         self._stats["self_check_worst"] = {"check": worst, "max_rel_error": verdicts[worst].error}
         return verdicts

@@ -12,7 +12,7 @@ dynamic too, which also runs untuned lengths unpadded, and one program per tuned
 from __future__ import annotations
 
 import logging
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, Optional
 
 import torch
 from torch import nn
@@ -21,6 +21,7 @@ from torch.utils._pytree import tree_map_only
 from pipeline.config import inductor_options
 from pipeline.backends import rules
 from pipeline.backends.base import Backend
+from pipeline.backends.candidate import Candidate
 from pipeline.backends.program import PerLength, Program
 from pipeline.batching import BatchDims
 
@@ -30,15 +31,15 @@ log = logging.getLogger(__name__)
 class InductorBackend(Backend):
     kind = "inductor"
 
-    def __init__(self, name: str, cfg: Mapping[str, Any]) -> None:
-        super().__init__(name, cfg)
-        self.options = rules.resolved_options(name, self.cfg)
+    def __init__(self, candidate: Candidate) -> None:
+        super().__init__(candidate)
+        self.options = rules.resolved_options(self.name, self.settings)
         self._graphs = False  # set by build: CUDA graphs recorded on this device
         self._clone = False
 
     def effective_options(self) -> Dict[str, Any]:
         """The options torch applies: the explicit or template options, or those the mode implies."""
-        return rules.effective_options(self.cfg, self.options)
+        return rules.effective_options(self.settings, self.options)
 
     @property
     def records_cuda_graphs(self) -> bool:
@@ -48,13 +49,13 @@ class InductorBackend(Backend):
     @property
     def per_length(self) -> bool:
         """One program per tuned length (``per_length: true``, where lengths are tuned)."""
-        return bool(self.cfg.get("per_length")) and bool(self.batch_dims.seq)
+        return self.candidate.per_length and bool(self.batch_dims.seq)
 
     @property
     def any_length(self) -> bool:
         """A program of a dynamic length serves untuned lengths unpadded; programs per length or of static shapes
         (``dynamic: false``) would compile again at each."""
-        return not self.cfg.get("per_length") and self.cfg["dynamic"] is not False
+        return not self.candidate.per_length and self.settings.dynamic is not False
 
     def program_for(self, model: nn.Module, records_cuda_graphs: bool = False) -> Any:
         """The compiled program: one :class:`Program`, or one per tuned length (:class:`PerLength`)."""
@@ -68,7 +69,7 @@ class InductorBackend(Backend):
     def mark_dynamic(self, inputs: Dict[str, torch.Tensor]) -> None:
         """With ``dynamic: null``: the batch dimension dynamic from the first compile (one program for every
         size but 1, Dynamo specialises 1), and the length too unless compiled per length."""
-        if self.cfg["dynamic"] is not None:
+        if self.settings.dynamic is not None:
             return
         seq = self.batch_dims.seq
         for name, t in inputs.items():
@@ -83,20 +84,20 @@ class InductorBackend(Backend):
         reason = inductor_options.unsupported_reason(self.effective_options(), device)
         if reason is None:
             return None
-        if self.cfg.get("mode"):
-            return f"mode={self.cfg['mode']} sets {reason}"
-        if self.cfg.get("template"):
-            return f"template {self.cfg['template']!r} sets {reason}"
+        if self.settings.mode:
+            return f"mode={self.settings.mode} sets {reason}"
+        if self.settings.template:
+            return f"template {self.settings.template!r} sets {reason}"
         return f"options set {reason}"
 
     def compile_kwargs(self) -> Dict[str, Any]:
         """Arguments for torch.compile; options go per compile, never into global Inductor config."""
-        kwargs: Dict[str, Any] = {"backend": "inductor", "fullgraph": self.cfg["fullgraph"],
-                                  "dynamic": self.cfg["dynamic"]}
+        kwargs: Dict[str, Any] = {"backend": "inductor", "fullgraph": self.settings.fullgraph,
+                                  "dynamic": self.settings.dynamic}
         if self.options:
             kwargs["options"] = dict(self.options)
-        elif self.cfg.get("mode"):
-            kwargs["mode"] = self.cfg["mode"]
+        elif self.settings.mode:
+            kwargs["mode"] = self.settings.mode
         return kwargs
 
     def _build(self, model: nn.Module, sample: Dict[str, torch.Tensor], batch_sizes: list) -> None:
@@ -109,7 +110,7 @@ class InductorBackend(Backend):
             if pins:
                 log.info("backend %s: %s already at Inductor's current value (kept as pins)", self.name, pins)
         self._graphs = self.records_cuda_graphs and self.device.type == "cuda"
-        self._clone = self._graphs and self.cfg["clone_outputs"]
+        self._clone = self._graphs and self.settings.clone_outputs
         self.program = self._fn = self.program_for(model, self._graphs)
         seq = self.batch_dims.seq
         # the mark stays on this backend's tensors; per length, the sample cut to each length compiles its program
@@ -131,7 +132,7 @@ class InductorBackend(Backend):
     def describe(self) -> Dict[str, Any]:
         """The config with a template replaced by its resolved options: rebuilds without conf/."""
         described = super().describe()
-        if self.cfg.get("template"):
+        if self.settings.template:
             described.update(template=None, options=dict(self.options or {}),
-                             description=f"{self.cfg['description']} [template {self.cfg['template']}]".strip())
+                             description=f"{self.settings.description} [template {self.settings.template}]".strip())
         return described

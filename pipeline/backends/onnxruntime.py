@@ -48,7 +48,7 @@ class OnnxRuntimeBackend(ExportedBackend):
         options.intra_op_num_threads = self.threads
         options.inter_op_num_threads = 1
         options.graph_optimization_level = getattr(onnxruntime.GraphOptimizationLevel,
-                                                   LEVELS[self.cfg["graph_optimization_level"]])
+                                                   LEVELS[self.settings.graph_optimization_level])
         with tempfile.TemporaryDirectory(prefix="tweakpipe-onnx-") as folder, exporter_quiet():
             path = os.path.join(folder, "model.onnx")
             torch.onnx.export(program, (), dynamo=True, input_names=list(sample), verbose=False).save(path)

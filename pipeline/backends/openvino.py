@@ -63,8 +63,8 @@ class OpenVinoBackend(ExportedBackend):
         converted = openvino.convert_model(program, input=shapes)
         with signal_stack_kept():
             self.compiled = openvino.Core().compile_model(converted, "CPU", {
-                "INFERENCE_NUM_THREADS": self.threads, "PERFORMANCE_HINT": self.cfg["performance_hint"],
-                "INFERENCE_PRECISION_HINT": HINTS[self.precision]})
+                "INFERENCE_NUM_THREADS": self.threads, "PERFORMANCE_HINT": self.settings.performance_hint,
+                "INFERENCE_PRECISION_HINT": HINTS[self.candidate.precision]})
         self.request = self.compiled.create_infer_request()
 
     def _run(self, inputs: List[torch.Tensor]) -> List[torch.Tensor]:

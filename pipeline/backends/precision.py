@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+from dataclasses import replace
 from typing import Any, Dict, Iterator, Mapping, Optional, Sequence
 
 import torch
@@ -30,11 +31,10 @@ from torch import nn
 from torch.utils._pytree import tree_map_only
 
 from pipeline.backends import quantize
-from pipeline.config.backend_schema import KINDS, keys
+from pipeline.backends.candidate import AUTOCAST, Candidate
 from pipeline.errors import ConfigError
 
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16", *quantize.RECIPES)
-AUTOCAST = {"bf16": "bfloat16", "fp16": "float16"}  # precision -> autocast dtype name
 SEPARATOR = "."
 CAST_SUFFIX = "-weights"  # the candidate whose weights are cast to its precision's dtype
 PER_LENGTH = ".per_length"  # the candidate compiled once per tuned length
@@ -46,44 +46,19 @@ def candidate_name(backend: str, precision: str, cast_weights: bool = False) -> 
     return f"{backend}{SEPARATOR}{precision}{CAST_SUFFIX if cast_weights else ''}"
 
 
-def name_problem(name: str, cfg: Mapping[str, Any]) -> Optional[str]:
-    """Why a candidate named ``<backend>.<precision>[-weights]`` does not run what its name says, or None
-    (a name without the separator is a backend's own, whatever numerics it sets)."""
+def name_problem(candidate: Candidate) -> Optional[str]:
+    """Why a candidate named ``<backend>.<precision>[-weights][.per_length]`` does not run what its name says, or
+    None (a name without the separator is a backend's own, whatever numerics it sets)."""
+    name = candidate.name.removesuffix(PER_LENGTH) if candidate.per_length else candidate.name
     backend, separator, _ = name.rpartition(SEPARATOR)
     if not separator:
         return None
-    says = candidate_name(backend, precision_of(cfg), bool(cfg.get("cast_weights")))
+    cast = candidate.runs_torch and candidate.settings.cast_weights
+    says = candidate_name(backend, candidate.precision, cast)
     if says != name:
-        return (f"backend {name!r} is named for another precision than it runs (precision={precision_of(cfg)}, "
-                f"cast_weights={bool(cfg.get('cast_weights'))}: it would be {says!r})")
+        return (f"backend {candidate.name!r} is named for another precision than it runs (precision="
+                f"{candidate.precision}, cast_weights={cast}: it would be {says!r})")
     return None
-
-
-def compute_dtype_name(precision: str) -> Optional[str]:
-    """The dtype a candidate of ``precision`` computes in besides fp32: autocast's, or the quantized
-    recipes' bf16 copy; None at fp32 and tf32."""
-    return AUTOCAST.get(precision) or (quantize.BASE_DTYPE if precision in quantize.RECIPES else None)
-
-
-def weights_of(precision: str, cast_weights: bool) -> str:
-    """The precision a candidate's weights run in: fp32 unless cast (``-weights``) or quantized (int8, fp8)."""
-    if precision in quantize.RECIPES:
-        return quantize.RECIPES[precision]
-    return precision if cast_weights else "fp32"
-
-
-def can_cast_weights(cfg: Mapping[str, Any]) -> bool:
-    """Whether a backend's kind runs the PyTorch model itself, so a copy with cast weights can compete
-    (exported runtimes set their own inference precision)."""
-    return cfg.get("kind") in KINDS and "cast_weights" in keys(str(cfg["kind"]))
-
-
-def precision_of(settings: Mapping[str, Any]) -> str:
-    """A backend's precision: its ``precision`` key, or the autocast it sets itself (older configs)."""
-    precision = settings.get("precision") or "fp32"
-    if precision == "fp32" and settings.get("autocast_enabled"):
-        return {v: k for k, v in AUTOCAST.items()}.get(settings.get("autocast_dtype"), "fp32")
-    return precision
 
 
 def precisions_problem(precisions: Sequence[Any]) -> Optional[str]:
@@ -99,58 +74,47 @@ def precisions_problem(precisions: Sequence[Any]) -> Optional[str]:
     return None
 
 
-def splits_by_length(cfg: Mapping[str, Any]) -> bool:
-    """Whether an Inductor backend competes twice where lengths are tuned: the length dynamic, and per length."""
-    return cfg.get("kind") == "inductor" and cfg.get("per_length") is None and cfg.get("dynamic") is None
-
-
 def candidates(backends: Mapping[str, Mapping[str, Any]], precisions: Sequence[str],
-               lengths: bool = False) -> Dict[str, Dict[str, Any]]:
-    """Candidate name -> backend config, precision by precision (in the order given), backend by backend;
-    at bf16 and fp16 the autocast candidates, then those with cast weights; with tuned ``lengths``, an Inductor
-    backend's two (:func:`splits_by_length`).
+               lengths: bool = False) -> Dict[str, Candidate]:
+    """Candidate name -> candidate, precision by precision (in the order given), backend by backend; at bf16 and
+    fp16 the autocast candidates, then those with cast weights; with tuned ``lengths``, an Inductor backend's two
+    (:attr:`Candidate.splits_by_length`). Each backend is held to its kind's schema once, here.
 
     A backend that sets its own autocast, precision or cast weights keeps them when ``precision`` is
     ``[fp32]`` (the default); beside a longer list it is an error (:func:`conflict`). So is a backend
     named like another's candidate (``eager.bf16`` beside ``eager``): a ConfigError."""
-    out: Dict[str, Dict[str, Any]] = {}
+    bases = [Candidate.of(str(name), cfg) for name, cfg in backends.items()]
+    out: Dict[str, Candidate] = {}
     for precision in precisions:
         for cast in (False, True) if precision in AUTOCAST else (False,):
-            for name, cfg in backends.items():
-                if cast and not can_cast_weights(cfg):
+            for base in bases:
+                if cast and not base.runs_torch:
                     continue
-                body = dict(cfg)
+                settings = base.settings
                 if list(precisions) != ["fp32"]:
-                    body["precision"] = precision
-                    if cast:
-                        body["cast_weights"] = True
-                candidate = candidate_name(str(name), precision, cast)
-                split = lengths and splits_by_length(cfg)
-                named = {candidate: {**body, "per_length": False}, candidate + PER_LENGTH: {**body, "per_length": True}
-                         } if split else {candidate: body}
+                    settings = replace(settings, precision=precision, **({"cast_weights": True} if cast else {}))
+                name = candidate_name(base.name, precision, cast)
+                split = lengths and base.splits_by_length
+                named = {name: settings}
+                if split:
+                    named = {name: replace(settings, per_length=False), name + PER_LENGTH: replace(settings, per_length=True)}
                 taken = [n for n in named if n in out]
                 if taken:
                     raise ConfigError(f"backend {taken[0]!r} has the name of a {SEPARATOR}<precision> candidate"
                                       f"{f' or a {PER_LENGTH} one' if split else ''}; rename it")
-                out.update(named)
+                out.update({n: Candidate(n, s) for n, s in named.items()})
     return out
 
 
-def of_config(cfg: Any) -> Dict[str, Dict[str, Any]]:
-    """A run config's candidates (``cfg.backends`` x ``cfg.precision``), as plain dicts."""
-    from omegaconf import OmegaConf
-
-    return candidates(OmegaConf.to_container(cfg.backends, resolve=True), [str(p) for p in cfg.precision],
-                      bool(cfg.model.get("seq_lens")))
-
-
-def conflict(name: str, cfg: Mapping[str, Any], precisions: Sequence[str]) -> Optional[str]:
-    """Why backend ``name`` cannot compete across ``precisions``: it fixes its own numerics."""
+def conflict(candidate: Candidate, precisions: Sequence[str]) -> Optional[str]:
+    """Why the backend ``candidate`` cannot compete across ``precisions``: it fixes its own numerics."""
     if list(precisions) == ["fp32"]:
         return None
-    own = [k for k in ("autocast_enabled", "precision", "cast_weights") if cfg.get(k) not in (None, False, "fp32")]
+    settings = candidate.settings
+    own = [k for k in ("autocast_enabled", "precision", "cast_weights")
+           if getattr(settings, k, None) not in (None, False, "fp32")]
     if own:
-        return (f"backend {name!r} sets {own[0]}={cfg[own[0]]} itself, which conflicts with "
+        return (f"backend {candidate.name!r} sets {own[0]}={getattr(settings, own[0])} itself, which conflicts with "
                 f"precision={list(precisions)}; drop it from the backend (each precision runs every backend), "
                 f"or leave precision at [fp32]")
     return None
@@ -158,7 +122,7 @@ def conflict(name: str, cfg: Mapping[str, Any], precisions: Sequence[str]) -> Op
 
 def device_problem(precision: str, device: torch.device) -> Optional[str]:
     """Why ``device`` cannot run ``precision`` (bf16/fp16 autocast), or None. tf32 is never a problem
-    here: off CUDA its candidates are skipped (:func:`unsupported_reason`)."""
+    here: off CUDA its candidates are skipped (:meth:`Candidate.unsupported_reason`)."""
     dtype_name = AUTOCAST.get(precision)
     if dtype_name is None:
         return None
@@ -172,16 +136,6 @@ def device_problem(precision: str, device: torch.device) -> Optional[str]:
     except Exception as exc:  # noqa: BLE001 -- any failure means the device cannot
         return (f"precision {precision}: autocast to {dtype_name} does not run on {device.type} ({exc}); "
                 f"drop {precision} from precision")
-    return None
-
-
-def unsupported_reason(precision: str, device: torch.device) -> Optional[str]:
-    """Why a candidate of ``precision`` is skipped on ``device``: TF32 exists only in CUDA kernels; a
-    quantized recipe needs torchao (and fp8 a GPU with float8 matmuls)."""
-    if precision == "tf32" and device.type != "cuda":
-        return f"tf32 changes only CUDA matmuls and convolutions; on {device.type} it would repeat fp32"
-    if precision in quantize.RECIPES:
-        return quantize.unsupported_reason(precision, device)
     return None
 
 

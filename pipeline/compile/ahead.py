@@ -23,8 +23,18 @@ import logging
 import os
 import tempfile
 from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Mapping, Optional
+
+import torch
+
+from pipeline import backends
+from pipeline.backends.candidate import Candidate
+from pipeline.backends.inductor import InductorBackend
+from pipeline.compile import cache as compile_cache
+from pipeline.compile.build import BuildSpec, build_and_warm
+from pipeline.compile.cost import BuildCost, Stopwatch
 
 log = logging.getLogger(__name__)
 
@@ -34,11 +44,6 @@ CORES_PER_WORKER = 4
 MIN_CORES = 8  # below this, workers would only take cores from the run's own compiles
 
 
-def compiles(cfg: Mapping[str, Any]) -> bool:
-    """Whether a candidate's build runs Inductor (an inductor backend, or a graph backend of Inductor's kernels)."""
-    return cfg.get("kind") == "inductor" or (cfg.get("kind") == "graph" and bool(cfg.get("compile_with_inductor")))
-
-
 def worker_count(requested: Optional[int], jobs: int, cores: Optional[int] = None) -> int:
     """``compile_cache.workers`` (null: one per CORES_PER_WORKER cores, none below MIN_CORES), at most one per job."""
     cores = cores or os.cpu_count() or 1
@@ -46,28 +51,25 @@ def worker_count(requested: Optional[int], jobs: int, cores: Optional[int] = Non
     return max(0, min(int(wanted), jobs))
 
 
-def program_key(name: str, cfg: Mapping[str, Any]) -> str:
+def program_key(candidate: Candidate) -> str:
     """What decides the program a candidate compiles: its Inductor arguments and its numerics."""
-    from pipeline.backends import rules
-    from pipeline.backends.inductor import InductorBackend
-
-    settings = rules.check(name, cfg)  # every key of its kind, defaults filled
-    numerics = {k: settings.get(k) for k in ("precision", "cast_weights", "autocast_enabled", "autocast_dtype")}
-    inductor = InductorBackend(name, settings)
+    settings = candidate.settings
+    numerics = {k: getattr(settings, k) for k in ("precision", "cast_weights", "autocast_enabled", "autocast_dtype")}
+    inductor = InductorBackend(candidate)
     compile_args = {k: v for k, v in inductor.compile_kwargs().items() if k not in ("mode", "options")}
     return json.dumps({"compile": compile_args, "options": inductor.effective_options(), **numerics,
-                       "per_length": bool(settings.get("per_length"))},
+                       "per_length": candidate.per_length},
                       sort_keys=True, default=str)  # mode=default and no mode are one program
 
 
-def plan(candidates: Mapping[str, Mapping[str, Any]]) -> Dict[str, str]:
+def plan(candidates: Mapping[str, Candidate]) -> Dict[str, str]:
     """Compiling candidate -> the candidate whose job compiles its program. A graph candidate runs the job of
     its group where there is one: it compiles at every recorded size, a superset of an inductor backend's."""
     groups: Dict[str, List[str]] = {}
-    for name, cfg in candidates.items():
-        if compiles(cfg):
-            groups.setdefault(program_key(name, cfg), []).append(name)
-    runner = {key: next((n for n in names if candidates[n].get("kind") == "graph"), names[0])
+    for name, candidate in candidates.items():
+        if candidate.compiles:
+            groups.setdefault(program_key(candidate), []).append(name)
+    runner = {key: next((n for n in names if candidates[n].kind == "graph"), names[0])
               for key, names in groups.items()}
     return {name: runner[key] for key, names in groups.items() for name in names}
 
@@ -78,40 +80,25 @@ _WORKER: Dict[str, Any] = {}
 
 
 def _start_worker(setup_path: str, cache_cfg: Dict[str, Any], compile_threads: int) -> None:
-    """Once per worker: Inductor's thread share and the run's caches, then the model and inputs."""
-    os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = str(compile_threads)  # before torch reads its config
-    import torch
-
-    from pipeline.compile import cache as compile_cache
-
+    """Once per worker: Inductor's thread share and the run's caches, then the build spec and the tuned cells'
+    inputs, on the run's device."""
+    os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = str(compile_threads)  # before Inductor reads its config
     compile_cache.apply(cache_cfg)  # for the worker's life
     setup = torch.load(setup_path, map_location="cpu", weights_only=False)  # written by this run a moment ago
-    device = torch.device(setup["device"])
+    spec: BuildSpec = setup["spec"]
     if setup["threads"]:
         torch.set_num_threads(setup["threads"])
-    _WORKER.update(setup, device=device, model=setup["model"].eval().to(device))
+    on = lambda inputs: {n: t.to(spec.device) for n, t in inputs.items()}  # noqa: E731
+    _WORKER.update(spec=replace(spec, model=spec.model.eval().to(spec.device), sample=on(spec.sample)),
+                   cells=[on(cell) for cell in setup["cells"].values()])
 
 
-def _compile(name: str, cfg: Dict[str, Any]) -> Dict[str, Any]:
-    """Build ``name`` as capture will and call it at every tuned cell: its programs enter the cache."""
-    import torch
-
-    from pipeline import backends, devices
-    from pipeline.compile import cache as compile_cache
-    from pipeline.compile.cost import Stopwatch
-
-    w, watch, before = _WORKER, Stopwatch(), compile_cache.counts()
-    device, inputs = w["device"], w["inputs"]
-    sample = {n: t.to(device) for n, t in inputs[max(inputs)].items()}
-    backend = backends.create(name, cfg)
-    backend.build(w["model"], sample, device, w["servable"], w["tuned"], w["dims"])
-    with backend.watched(), torch.inference_mode():
-        for cell in inputs.values():
-            backend(**{n: t.to(device) for n, t in cell.items()})
-    devices.synchronize(device)
-    after = compile_cache.counts()
-    return {"seconds": watch.seconds, "cache_hits": after["cache_hits"] - before["cache_hits"],
-            "cache_misses": after["cache_misses"] - before["cache_misses"]}
+def _compile(candidate: Candidate) -> Dict[str, Any]:
+    """Build ``candidate`` as capture will and call it at every tuned cell: its programs enter the cache."""
+    watch, counted = Stopwatch(), BuildCost()
+    build_and_warm(backends.create(candidate), _WORKER["spec"], counted,
+                   lambda backend: [backend(**cell) for cell in _WORKER["cells"]])
+    return {"seconds": watch.seconds, "cache_hits": counted.cache_hits, "cache_misses": counted.cache_misses}
 
 
 # --- in the run's process --------------------------------------------------------------------------------
@@ -160,14 +147,15 @@ class CompileAhead:
         self.pool = None
 
 
-def model_file(model: Any, inputs: Mapping[Any, Mapping[str, Any]], directory: Path, **setup: Any) -> Optional[str]:
-    """The worker's setup file (the model, its inputs at every tuned cell), or None with the reason logged."""
-    import torch
-
+def model_file(spec: BuildSpec, cells: Mapping[Any, Mapping[str, Any]], directory: Path, **setup: Any
+               ) -> Optional[str]:
+    """The worker's setup file (the build spec, the inputs at every tuned cell, on the CPU), or None with the
+    reason logged."""
     path = directory / "setup.pt"
+    cpu = lambda inputs: {n: t.detach().cpu() for n, t in inputs.items()}  # noqa: E731
     try:
-        torch.save({"model": model, "inputs": {bs: {n: t.detach().cpu() for n, t in per.items()}
-                                               for bs, per in inputs.items()}, **setup}, path)
+        torch.save({"spec": replace(spec, sample=cpu(spec.sample)),
+                    "cells": {key: cpu(per) for key, per in cells.items()}, **setup}, path)
     except Exception as exc:  # noqa: BLE001 -- an unpicklable model only means no head start
         log.info("compile ahead: off, the model cannot be sent to a worker process (%s: %s); capture compiles "
                  "every candidate itself", type(exc).__name__, exc)
@@ -176,12 +164,12 @@ def model_file(model: Any, inputs: Mapping[Any, Mapping[str, Any]], directory: P
 
 
 @contextlib.contextmanager
-def started(candidates: Mapping[str, Mapping[str, Any]], order: Sequence[str], model: Any,
-            inputs: Mapping[Any, Mapping[str, Any]], device: Any, servable: List[int], tuned: List[int], dims: Any,
+def started(candidates: Mapping[str, Candidate], spec: BuildSpec, cells: Mapping[Any, Mapping[str, Any]],
             threads: Optional[int], cache_cfg: Mapping[str, Any], workers: Optional[int]) -> Iterator[CompileAhead]:
-    """Workers compiling ``candidates``' programs, jobs submitted in capture's ``order``; stopped on exit."""
-    jobs = plan({n: candidates[n] for n in order if n in candidates})
-    runners = list(dict.fromkeys(jobs[n] for n in order if n in jobs))
+    """Workers compiling ``candidates``' programs for ``spec``, each called at every tuned cell (``cells``: their
+    inputs), jobs submitted in the candidates' order (capture's); stopped on exit."""
+    jobs = plan(candidates)
+    runners = list(dict.fromkeys(jobs[n] for n in candidates if n in jobs))
     count = worker_count(workers, len(runners)) if cache_cfg.get("enabled", True) else 0
     if not count:
         yield CompileAhead({}, {}, None)
@@ -189,15 +177,14 @@ def started(candidates: Mapping[str, Mapping[str, Any]], order: Sequence[str], m
     import multiprocessing
 
     with tempfile.TemporaryDirectory(prefix="tweakpipe-ahead-") as tmp:
-        setup = model_file(model, inputs, Path(tmp), device=str(device), servable=servable, tuned=tuned, dims=dims,
-                           threads=threads)
+        setup = model_file(spec, cells, Path(tmp), threads=threads)
         if setup is None:
             yield CompileAhead({}, {}, None)
             return
         threads_each = max(1, (os.cpu_count() or 1) // count)
         pool = ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("spawn"), initializer=_start_worker,
                                    initargs=(setup, dict(cache_cfg), threads_each))
-        futures = {name: pool.submit(_compile, name, dict(candidates[name])) for name in runners}
+        futures = {name: pool.submit(_compile, candidates[name]) for name in runners}
         log.info("compile ahead: %d worker process(es) compile %d program(s) for %d candidate(s): %s", count,
                  len(runners), len(jobs), ", ".join(runners))
         ahead = CompileAhead(jobs, futures, pool)

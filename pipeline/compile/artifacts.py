@@ -40,6 +40,7 @@ from typing import Any, Dict, Iterator, Mapping, Optional, Tuple
 import torch
 
 from pipeline import trust
+from pipeline.compile.cost import BuildCost
 from pipeline.errors import CheckpointError
 
 log = logging.getLogger(__name__)
@@ -347,18 +348,12 @@ def record_problem(record: Any) -> Optional[str]:
 
 
 @dataclass
-class BackendLoad:
-    """What rebuilding one backend cost at load: build (compiles, graph recording), its warm-up calls, how much
-    of it Dynamo and Inductor took, the cache's hits and misses, and whether its artifacts were used."""
+class BackendLoad(BuildCost):
+    """What rebuilding one backend cost at load: its build (:class:`~pipeline.compile.cost.BuildCost`), its
+    warm-up calls, and whether its artifacts were used."""
 
     artifacts: str = "none"  # used | ignored: <why> | none (it compiles nothing)
-    build_s: float = 0.0
     warmup_s: float = 0.0
-    trace_s: float = 0.0
-    compile_s: float = 0.0
-    record_s: float = 0.0
-    cache_hits: int = 0
-    cache_misses: int = 0
 
 
 @dataclass

@@ -18,16 +18,23 @@ from pipeline.compile import cache as compile_cache
 
 
 @dataclass
-class CandidateCost:
-    """Seconds (and cache counts) one candidate cost the tune."""
+class BuildCost:
+    """What building a backend and warming it up cost (``pipeline.compile.build``), wherever it is built: the
+    tune's account of a candidate (:class:`CandidateCost`) and a load's of a backend (``artifacts.BackendLoad``)."""
 
     build_s: float = 0.0  # wall: building it (compiles, exports, graph warm-up and recording)
-    check_s: float = 0.0  # wall: its outputs against eager at every tuned size (and its own variants)
-    trace_s: float = 0.0  # of build and check: Dynamo tracing
-    compile_s: float = 0.0  # of build and check: AOTAutograd and Inductor, cache loads included
+    trace_s: float = 0.0  # of build and warm-up: Dynamo tracing
+    compile_s: float = 0.0  # of build and warm-up: AOTAutograd and Inductor, cache loads included
     cache_hits: int = 0  # FX-graph cache: programs loaded instead of compiled
     cache_misses: int = 0  # programs compiled
     record_s: float = 0.0  # of build: device-graph recording
+
+
+@dataclass
+class CandidateCost(BuildCost):
+    """Seconds (and cache counts) one candidate cost the tune; its warm-up is capture's check against eager."""
+
+    check_s: float = 0.0  # wall: its outputs against eager at every tuned size (and its own variants)
     ahead_s: float = 0.0  # a compile worker's seconds on its program, before capture built it (overlapped)
     screen_s: float = 0.0  # its calls in the screen
     profile_s: float = 0.0  # its calls in the profile
@@ -46,9 +53,8 @@ class CandidateCost:
 
 
 @contextlib.contextmanager
-def compiles_into(cost: Any) -> Iterator[None]:
-    """Add the Dynamo and Inductor seconds and the cache hits and misses of the block to ``cost`` (any record with
-    ``trace_s``, ``compile_s``, ``cache_hits`` and ``cache_misses``: a candidate's account, a backend's load)."""
+def compiles_into(cost: BuildCost) -> Iterator[None]:
+    """Add the Dynamo and Inductor seconds and the cache hits and misses of the block to ``cost``."""
     before = compile_cache.counts()
     try:
         yield

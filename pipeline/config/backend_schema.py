@@ -140,9 +140,9 @@ def foreign_key_problem(name: str, kind: str, key: str) -> str:
             f"{kind} keys: {', '.join(keys(kind))}")
 
 
-def settings(name: str, cfg: Mapping[str, Any]) -> Dict[str, Any]:
-    """``cfg`` held to its kind's schema, every key present (defaults filled); a one-line ConfigError
-    naming the key, the backend and the kind otherwise."""
+def settings(name: str, cfg: Mapping[str, Any]) -> BackendSettings:
+    """``cfg`` held to its kind's schema: that kind's dataclass, every key present (defaults filled); a one-line
+    ConfigError naming the key, the backend and the kind otherwise."""
     body = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
     kind = kind_of(name, body)
     for key in body:
@@ -152,7 +152,7 @@ def settings(name: str, cfg: Mapping[str, Any]) -> Dict[str, Any]:
         typed = OmegaConf.merge(OmegaConf.structured(KINDS[kind]), body)
     except OmegaConfBaseException as exc:
         raise ConfigError(f"backend {name!r} (kind {kind}) {exc.full_key}: {str(exc).splitlines()[0]}") from None
-    return OmegaConf.to_container(typed, resolve=True)
+    return OmegaConf.to_object(typed)
 
 
 def register(store: Any) -> None:

@@ -12,7 +12,7 @@ that runs them unpadded, or are refused.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, Optional
 
 import torch
 
@@ -24,27 +24,27 @@ from pipeline.seqlen import SeqDims
 PROVED = "ok"  # a candidate's ``padding`` once proved; otherwise the reason it is not
 
 
-def padded_call(backend: Any, inputs: Mapping[str, torch.Tensor], seq: SeqDims) -> Any:
-    """``backend`` on ``inputs`` padded to the tuned length above theirs, its outputs cut back to their length."""
+def padded_call(call: Callable[..., Any], inputs: Mapping[str, torch.Tensor], seq: SeqDims) -> Any:
+    """``call`` on ``inputs`` padded to the tuned length above theirs, its outputs cut back to their length."""
     length = seq.length(inputs)
     with torch.inference_mode():
-        return seq.cut(backend(**seq.resized(inputs, seq.target(length))), length)
+        return seq.cut(call(**seq.resized(inputs, seq.target(length))), length)
 
 
-def check(backend: Any, references: Mapping[Any, Reference], seq: SeqDims, budget: Mapping[str, Any],
-          tolerance_scale: float = 1.0) -> str:
+def check(call: Callable[..., Any], references: Mapping[Any, Reference], seq: SeqDims, budget: Mapping[str, Any],
+          compute_dtype: Optional[torch.dtype], by_budget: bool, tolerance_scale: float = 1.0) -> str:
     """:data:`PROVED`, or why padding is not: ``references`` are eager's outputs at untuned cells
-    ``(batch size, length)``, each of which ``backend`` is called at padded."""
+    ``(batch size, length)``, each of which ``call`` (a backend computing in ``compute_dtype``, judged by the
+    budget alone where ``by_budget``: ``accuracy.relaxed``) is called at padded."""
     verdicts = {}
     for (bs, length), ref in references.items():
         where = f"length {length} padded to {seq.target(length)}, batch size {bs}"
         try:
-            out = padded_call(backend, ref.inputs, seq)
+            out = padded_call(call, ref.inputs, seq)
         except Exception as exc:  # a padded call that fails proves nothing: it is the backend's outcome, not a crash
             first = str(exc).splitlines()[0][:300] if str(exc) else ""
             return f"a call at {where} fails: {type(exc).__name__}: {first}"
-        verdict = accuracy.relaxed(judge(out, ref.output, backend.compute_dtype, tolerance_scale),
-                                   backend.judged_by_budget)
+        verdict = accuracy.relaxed(judge(out, ref.output, compute_dtype, tolerance_scale), by_budget)
         value = accuracy.score(out, ref.output, budget["metric"])
         if verdict.ok and not accuracy.within(value, budget["metric"], budget["bound"]):
             verdict = Verdict(False, verdict.error, f"{budget['metric']} {value:.6g} outside the accuracy budget",

@@ -1,10 +1,11 @@
 """Every check of a run's config, in one function that runs before the first model is built.
 
 A mistake found here costs seconds, not the minutes of compiling every backend first. Where a part
-already checks its own settings (``timing.Settings.of``, ``routing.check_settings``,
-``backends.create`` with each backend's kind schema and rules, ``devices.resolve``,
-``store.check_store``), that check runs here, early, rather than a second copy of it; their
-``ValueError`` becomes a :class:`ConfigError`.
+already checks its own settings (``timing.Settings.of``, ``routing.check_settings``, each backend's
+kind schema (``Candidate.of``) and rules (``rules.check``), ``devices.resolve``, ``store.check_store``),
+that check runs here, early, rather than a second copy of it; their ``ValueError`` becomes a
+:class:`ConfigError`. The checks make the run's candidates, typed, and hand them on: nothing after
+them derives them again.
 """
 
 from __future__ import annotations
@@ -12,15 +13,15 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from pathlib import Path
-from typing import Iterator, List, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Tuple
 
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from pipeline import backends as backend_registry
 from pipeline import devices
+from pipeline.backends import precision, rules
+from pipeline.backends.candidate import Candidate
 from pipeline.compile import cache as compile_cache
-from pipeline.backends import precision
 from pipeline.config import limits
 from pipeline.measure import accuracy
 from pipeline.route import policy as routing
@@ -68,12 +69,18 @@ def check_stages(stages: List[str]) -> None:
             raise ConfigError(f"stage {stage!r} needs {missing} before it; e.g. stages=[capture,profile,route]")
 
 
-def check_route(cfg: DictConfig) -> None:
+def candidates_of(cfg: DictConfig) -> Dict[str, Candidate]:
+    """The run's candidates (``cfg.backends`` x ``cfg.precision``, twice per length where lengths are tuned)."""
+    return precision.candidates(OmegaConf.to_container(cfg.backends, resolve=True), [str(p) for p in cfg.precision],
+                                bool(cfg.model.get("seq_lens")))
+
+
+def check_route(cfg: DictConfig, candidates: Dict[str, Candidate]) -> None:
     rcfg = cfg.route
     routing.check_settings(rcfg.strategy, rcfg.min_gain)
     if rcfg.strategy == "one_backend" and (OmegaConf.is_missing(rcfg, "backend") or not rcfg.backend):
         raise ConfigError("route=one_backend needs the backend to deploy: route.backend=<name>")
-    names = list(precision.of_config(cfg))
+    names = list(candidates)
     if rcfg.strategy == "one_backend" and rcfg.backend not in names:
         raise ConfigError(f"route.backend={rcfg.backend} is not among the selected backends {names}; "
                           f"pick one of them or add it to backends")
@@ -86,18 +93,19 @@ def check_route(cfg: DictConfig) -> None:
                           f"e.g. route.checkpoint_name=model.tweak")
 
 
-def check_precision(cfg: DictConfig, device: torch.device) -> None:
+def check_precision(cfg: DictConfig, backends: List[Candidate], candidates: Dict[str, Candidate],
+                    device: torch.device) -> None:
     """The precision list: known names once each, no backend fixing its own, each runnable on the device."""
     precisions = list(cfg.precision)
-    problem = next(filter(None, (precision.conflict(name, bcfg, precisions) for name, bcfg in cfg.backends.items())),
-                   None)
+    problem = next(filter(None, (precision.conflict(backend, precisions) for backend in backends)), None)
     problem = problem or next(filter(None, (precision.device_problem(p, device) for p in precisions)), None)
-    if all(precision.unsupported_reason(p, device) for p in precisions):
-        problem = (f"precision={precisions} runs nothing on {device.type}: "
-                   f"{precision.unsupported_reason(precisions[0], device)}; add fp32, e.g. 'precision=[fp32,bf16]'")
+    reasons = [c.unsupported_reason(device) for c in candidates.values()]  # in precision order
+    if all(reasons):
+        problem = (f"precision={precisions} runs nothing on {device.type}: {reasons[0]}; add fp32, e.g. "
+                   f"'precision=[fp32,bf16]'")
     if problem:
         raise ConfigError(problem)
-    names = list(precision.of_config(cfg))
+    names = list(candidates)
     if len(names) > limits.MAX_BACKENDS:
         raise ConfigError(f"{len(cfg.backends)} backends x {len(precisions)} precisions make {len(names)} candidates "
                           f"(bf16 and fp16 twice: autocast and cast weights), more than {limits.MAX_BACKENDS}; pick "
@@ -165,8 +173,9 @@ def advice(cfg: DictConfig) -> List[str]:
     return lines
 
 
-def check_config(cfg: DictConfig, run_dir: Optional[Path] = None) -> None:
-    """Raise :class:`ConfigError` for the first mistake in ``cfg``; cheap checks first, nothing written."""
+def check_config(cfg: DictConfig, run_dir: Optional[Path] = None) -> Dict[str, Candidate]:
+    """Raise :class:`ConfigError` for the first mistake in ``cfg``; cheap checks first, nothing written. Returns
+    the run's candidates, in order."""
     with reported():
         check_stages(list(cfg.stages))
         if OmegaConf.is_missing(cfg, "backends") or not cfg.backends:
@@ -184,18 +193,21 @@ def check_config(cfg: DictConfig, run_dir: Optional[Path] = None) -> None:
         problem = limits.threads_problem(cfg.threads, "threads")
         if problem:
             raise ConfigError(f"{problem}; e.g. threads=2")
-        check_route(cfg)
+        candidates = candidates_of(cfg)
+        check_route(cfg, candidates)
         Settings.of(cfg.profile)
         if not cfg.validate.tolerance_scale > 0:
             raise ConfigError(f"validate.tolerance_scale={cfg.validate.tolerance_scale} must be > 0; "
                               f"e.g. validate.tolerance_scale=1.0")
-        for name, bcfg in cfg.backends.items():  # each by its kind's schema, which names the kind
-            backend_registry.create(name, OmegaConf.to_container(bcfg, resolve=True))
+        backends = [Candidate.of(name, OmegaConf.to_container(bcfg, resolve=True))  # by its kind's schema
+                    for name, bcfg in cfg.backends.items()]
+        for backend in backends:
+            rules.check(backend)
         for key, valid in added_keys(cfg):
             raise ConfigError(f"{unknown_key(key, valid)} (a + adds a key only where its section takes any, "
                               f"e.g. +backends.inductor.options.<option>=...)")
         device = devices.resolve(cfg.device)
-        check_precision(cfg, device)
+        check_precision(cfg, backends, candidates, device)
         check_sizes(cfg, device)
         if run_dir is not None:
             check_run_dir(run_dir, bool(cfg.get("resume")))
@@ -204,3 +216,4 @@ def check_config(cfg: DictConfig, run_dir: Optional[Path] = None) -> None:
             raise ConfigError(problem)
         if cfg.tracking.enabled:
             store.check_store(cfg.tracking.uri)
+    return candidates

@@ -3,8 +3,9 @@
 A config mistake in one job (``device=cuda`` on a CPU machine, a bad value in a list of values)
 would otherwise surface only when that job runs: after the sweep directory, the MLflow parent run
 and every job before it. ``on_multirun_start`` runs before all of them (``check_jobs`` comes first
-in ``hydra.callbacks``): each job's config is composed as the launcher will compose it and goes
-through the same checks as a single run (``pipeline.runner.run``); the first mistake stops the
+in ``hydra.callbacks``): each job's config is composed as the launcher will compose it and is
+prepared as a single run prepares it (``pipeline.preflight.prepare``: its inputs completed and set at the
+longest tuned length, then every check); the first mistake stops the
 sweep, naming the job (:class:`SweepRefused`: Hydra turns a callback's ``Exception`` into a warning
 and launches the sweep anyway).
 
@@ -21,9 +22,8 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from pipeline import inputs as model_inputs
-from pipeline.preflight.checks import check_config
 from pipeline.errors import ConfigError
+from pipeline.preflight.prepare import prepare
 
 BASIC_SWEEPER = f"{BasicSweeper.__module__}.{BasicSweeper.__name__}"
 
@@ -59,7 +59,6 @@ class CheckJobs(Callback):
         for num, overrides in enumerate(job_overrides(config)):
             cfg = job_config(config, overrides)
             try:
-                model_inputs.complete(cfg)
-                check_config(cfg)
+                prepare(cfg)
             except ConfigError as exc:
                 raise SweepRefused(f"sweep job {num} ({' '.join(overrides)}): {exc}; nothing was run") from None

@@ -46,7 +46,7 @@ def fingerprint(ctx: Any) -> Dict[str, Any]:
                     if isinstance(v, torch.Tensor)},
         "inputs": {"spec": json.loads(json.dumps(ctx.inputs)), "examples": examples_digest(ctx.examples)},
         "device": {"type": ctx.device.type, "name": devices.name(ctx.device)},
-        "backends": json.loads(json.dumps(ctx.candidates)),
+        "backends": json.loads(json.dumps({name: c.config() for name, c in ctx.candidates.items()})),
         "torch": torch.__version__,
     }
 

@@ -285,7 +285,7 @@ class Recorder:
             from pipeline.record.heatmap import heatmap_plot
             from pipeline.route.decision import baseline
 
-            self.tracker.log_artifact(heatmap_plot(medians, ctx.route or None, baseline(ctx),
+            self.tracker.log_artifact(heatmap_plot(medians, ctx.route or None, baseline(ctx.candidates),
                                                    self.run_dir / "latency.png", title))
             return
         from pipeline.record.plots import latency_plot

@@ -40,12 +40,12 @@ from torch import nn
 
 from pipeline import backends as backend_registry
 from pipeline import devices
-from pipeline.compile import ahead as compile_ahead
-from pipeline.compile.cost import compiles_into
+from pipeline.backends import Backend
 from pipeline.batching import BatchDims
+from pipeline.compile import artifacts as compiled
+from pipeline.compile.build import BuildSpec, build_and_warm
 from pipeline.config import limits
 from pipeline.copies import holding
-from pipeline.compile import artifacts as compiled
 from pipeline.route import payload as payload_check
 from pipeline.models import make_inputs
 from pipeline.errors import CheckpointError  # noqa: F401 (callers catch it here)
@@ -117,7 +117,7 @@ def payload_of(routed: RoutedModule) -> Dict[str, Any]:
                             f"checkpoints hold only tensors so that loading executes nothing")
         state[key] = value.detach().cpu()
     used = list(dict.fromkeys(r.backend for r in routed.route))
-    quantized = any(routed.backends[n].quantizes for n in used)  # load quantizes the stored weights again
+    quantized = any(routed.backends[n].candidate.quantizes for n in used)  # load quantizes the stored weights again
     meta = plain({
         "format": FORMAT,
         "name": rec.name,
@@ -351,31 +351,30 @@ def rebuilt(payload: Mapping[str, Any], own: nn.Module, dev: torch.device, path:
     servable = range(1, int(payload["max_batch_size"]) + 1)
     built = {}
     for name in dict.fromkeys(r.backend for r in route):
-        cfg = {k: v for k, v in payload["backends"][name].items() if k != "name"}
-        backend = backend_registry.create(name, cfg)
+        backend = backend_registry.create(payload_check.stored_candidate(name, payload["backends"][name]))
         owned, owned_tuned, lengths = owned_by(route, name, servable, tuned, seq)
         dims = BatchDims.of(inputs, output_dims, seq.with_lengths(lengths) if seq else None)
         stored = name in (payload.get("compiled") or {}).get("backends", [])
         entry = report.backends[name] = compiled.BackendLoad(artifacts=report.artifacts if stored else "none")
+        spec = BuildSpec(own, make_inputs(inputs, max(owned), dev, SAMPLE_SEED), dev, owned, owned_tuned, dims)
+
+        def warm(built: Backend, dims: BatchDims = dims, sizes: List[int] = owned_tuned, lengths: List[int] = lengths
+                 ) -> None:
+            """A call at each tuned size it owns (at each length), so that compiles happen here, not in the first
+            served call."""
+            for bs in sizes:
+                one = make_inputs(inputs, bs, dev, SAMPLE_SEED)
+                for call in [dims.seq.resized(one, n) for n in lengths] if lengths else [one]:
+                    built(**call)
+
         try:
-            with compiles_into(entry), compiled.recorded(compile_ahead.compiles(cfg)) as artifacts:
-                start = time.perf_counter()
-                backend.build(own, make_inputs(inputs, max(owned), dev, SAMPLE_SEED), dev, owned, owned_tuned, dims)
-                entry.build_s, start = time.perf_counter() - start, time.perf_counter()
-                for bs in owned_tuned:  # so that compiles happen here, not in the first served call
-                    warm = make_inputs(inputs, bs, dev, SAMPLE_SEED)
-                    for one in [dims.seq.resized(warm, n) for n in lengths] if lengths else [warm]:
-                        backend(**one)
-                devices.synchronize(dev)
-                entry.warmup_s = time.perf_counter() - start
+            entry.warmup_s = build_and_warm(backend, spec, entry, warm)
         except Exception as exc:  # noqa: BLE001 -- whatever failed, the caller's model was not touched
             first = (str(exc).strip().splitlines() or [""])[0][:500]
             raise CheckpointError(f"{path}: backend {name!r} could not be rebuilt on {dev} ({type(exc).__name__}: "
                                   f"{first}); nothing was loaded, your model is as it was. Re-tune on this machine"
                                   ) from exc
-        entry.record_s = float(backend.stats().get("record_seconds", 0.0))
-        backend.artifacts = artifacts  # so that a loaded module saves its artifacts again
-        built[name] = backend
+        built[name] = backend  # its artifacts on it (build_and_warm): a loaded module saves them again
     devices.synchronize(dev)
     return RoutedModule(built, route, TuneRecord(payload["name"], own, inputs, tuned, dev, api=True,
                                                  output_batch_dims=output_dims, seq=seq,

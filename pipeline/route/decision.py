@@ -1,19 +1,34 @@
 """The route the profile so far gives, and the cells it rests on: what the route stage ships, and what the
 profile re-measures (a noisy cell is worth another window only where the route rests on it). Where lengths
-are tuned, the route is a (batch range x length range) table (``pipeline.route.table``)."""
+are tuned, the route is a (batch range x length range) table (``pipeline.route.table``). Decided on plain data
+(:class:`Race`), which the run context hands over (``RunContext.race``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Set, Tuple, Union
+from typing import Any, Collection, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-from pipeline.backends.precision import precision_of
-from pipeline.context import RunContext
-from pipeline.measure.padding import PROVED
+from pipeline.backends.candidate import Candidate
+from pipeline.config.schema import RouteConfig
 from pipeline.route import table
 from pipeline.route.policy import Range, choose_route, eager_baseline, rests_on, usable
 
 TIMED = ("router", "highest_throughput")  # the strategies whose choice rests on the profile's timings
+
+
+@dataclass(frozen=True)
+class Race:
+    """What a route is decided on: the profile's medians and intervals (candidate -> cell -> ms), the candidates in
+    config order, those that may not serve (and why), the eager baseline no profiled cell is served slower than,
+    the tuned lengths (none: a route of batch ranges) and the candidates that may serve untuned lengths."""
+
+    medians: Mapping[str, Mapping[Any, float]]
+    intervals: Mapping[str, Mapping[Any, Tuple[float, float]]]
+    order: Sequence[str]
+    failures: Mapping[str, str]
+    baseline: Optional[str]
+    lengths: Sequence[int] = ()
+    any_length: Collection[str] = ()
 
 
 @dataclass(frozen=True)
@@ -34,29 +49,23 @@ def contested(cells: List[Tuple[str, Any]]) -> Dict[Any, List[str]]:
     return {bs: names for bs, names in at.items() if len(names) > 1}
 
 
-def baseline(ctx: RunContext) -> Optional[str]:
+def baseline(candidates: Mapping[str, Candidate]) -> Optional[str]:
     """Plain eager at fp32 where it competes (else the first eager candidate): the route never loses to it."""
-    candidates = ctx.candidates
-    return (eager_baseline({n: c for n, c in candidates.items() if precision_of(c) == "fp32"})
-            or eager_baseline(candidates))
+    kinds = {n: c.kind for n, c in candidates.items()}
+    return (eager_baseline({n: kind for n, kind in kinds.items() if candidates[n].precision == "fp32"})
+            or eager_baseline(kinds))
 
 
-def any_length(ctx: RunContext) -> Set[str]:
-    """The candidates that may serve untuned lengths: padding proved, or running any length unpadded."""
-    return {n for n, o in ctx.outcomes.items() if o.padding == PROVED or o.any_length}
-
-
-def decide(ctx: RunContext) -> Decision:
-    """The configured strategy over the profile's medians and intervals (``pipeline.route.policy``; in two
-    dimensions ``pipeline.route.table``)."""
-    rcfg = ctx.cfg.route
-    medians, intervals = ctx.medians(), ctx.intervals()
-    order, failures, eager = list(ctx.candidates), ctx.failures(), baseline(ctx)
+def decide(race: Race, rcfg: RouteConfig) -> Decision:
+    """The configured strategy (``route``: strategy, min_gain, backend) over the race's medians and intervals
+    (``pipeline.route.policy``; in two dimensions ``pipeline.route.table``)."""
+    medians, intervals, eager = race.medians, race.intervals, race.baseline
+    order, failures = list(race.order), dict(race.failures)
     competed = {b: medians[b] for b in usable(medians, order, failures)}
     timed = rcfg.strategy in TIMED
-    if ctx.lengths:
-        tiles = table.choose_table(medians, order, ctx.lengths, rcfg.strategy, rcfg.min_gain, any_length(ctx),
-                                   rcfg.backend, failures, baseline=eager, intervals=intervals)
+    if race.lengths:
+        tiles = table.choose_table(medians, order, list(race.lengths), rcfg.strategy, rcfg.min_gain,
+                                   set(race.any_length), rcfg.backend, failures, baseline=eager, intervals=intervals)
         return Decision(tiles, eager, failures, table.rests_on(tiles, competed, intervals) if timed else [])
     route = choose_route(medians, order, rcfg.strategy, rcfg.min_gain, rcfg.backend, failures,
                          baseline=eager, intervals=intervals)

@@ -20,9 +20,12 @@ from typing import Any, Dict, List, Mapping, Optional
 import torch
 from torch import nn
 
-from pipeline import backends, devices
+from pipeline import backends as backends_registry
+from pipeline import devices
 from pipeline.backends import precision, rules
+from pipeline.backends.candidate import Candidate
 from pipeline.config import inductor_options, limits
+from pipeline.compile import artifacts as compiled
 from pipeline.errors import CheckpointError
 
 # Every field a payload may hold, and its type (``created`` and ``format`` are informative).
@@ -144,8 +147,6 @@ def table_problem(route: List[Any], backends: Mapping[str, Any], seq: Mapping[st
     """Tiles ``{len_lo, len_hi, lo, hi, backend}``: bands of lengths from 1 to the largest tuned one, disjoint and
     covering every tuned length, each band's ranges as :func:`route_problem` wants them; a band's untuned lengths
     routed only to a backend that pads (``seq.padded``) or runs any length."""
-    from pipeline import backends as registry
-
     lengths = seq["lengths"]
     if len(route) > 2 * len(lengths) * tuned:
         return f"route has {len(route)} tiles, more than {len(lengths)} tuned lengths x {tuned} batch sizes can give"
@@ -169,35 +170,40 @@ def table_problem(route: List[Any], backends: Mapping[str, Any], seq: Mapping[st
         if problem:
             return f"lengths {lo}..{hi}: {problem}"
         if any(n not in lengths for n in range(lo, hi + 1)):
-            unable = [r["backend"] for r in ranges if r["backend"] not in seq["padded"]
-                      and not registry.create(r["backend"], {k: v for k, v in backends[r["backend"]].items()
-                                                              if k != "name"}).any_length]
+            unable = [r["backend"] for r in ranges if r["backend"] not in seq["padded"] and not
+                      backends_registry.create(stored_candidate(r["backend"], backends[r["backend"]])).any_length]
             if unable:
                 return (f"lengths {lo}..{hi} hold untuned lengths, and backend {unable[0]!r} neither pads (seq.padded) "
                         f"nor runs any length")
     return None
 
 
+def stored_candidate(name: str, cfg: Mapping[str, Any]) -> Candidate:
+    """A stored backend (``Backend.describe``: its name beside its settings) as its candidate, held to its kind's
+    schema; settings added to a kind since the file was written take their defaults."""
+    return Candidate.of(name, {k: v for k, v in cfg.items() if k != "name"})
+
+
 def backend_problem(name: str, cfg: Any) -> Optional[str]:
     """One stored backend config, held to its kind's schema and rules (``rules.check``, as a run's are)."""
     if not isinstance(cfg, dict):
         return f"backend {name!r} is a {type(cfg).__name__}, not a config"
-    body = {k: v for k, v in cfg.items() if k != "name"}
-    if body.get("template"):
-        return f"backend {name!r} names template {body['template']!r}; a checkpoint holds a template's resolved options"
+    if cfg.get("template"):
+        return f"backend {name!r} names template {cfg['template']!r}; a checkpoint holds a template's resolved options"
     try:
-        settings = rules.check(name, body)
+        candidate = stored_candidate(name, cfg)
+        rules.check(candidate)
     except ValueError as exc:
         return str(exc)
-    return precision.name_problem(name, settings)
+    return precision.name_problem(candidate)
 
 
 def device_problem(payload: Mapping[str, Any], device: torch.device) -> Optional[str]:
     """Why a routed backend cannot run on ``device`` (a precision it lacks, a missing package), or None:
     asked of each backend before anything is built."""
     for name in dict.fromkeys(r["backend"] for r in payload["route"]):
-        backend = backends.create(name, {k: v for k, v in payload["backends"][name].items() if k != "name"})
-        reason = backend.unsupported_reason(device) or precision.device_problem(backend.precision, device)
+        backend = backends_registry.create(stored_candidate(name, payload["backends"][name]))
+        reason = backend.unsupported_reason(device) or precision.device_problem(backend.candidate.precision, device)
         if reason:
             return f"backend {name!r} cannot run on {device.type}: {reason}"
     return None
@@ -230,8 +236,6 @@ def check_state_dict(saved: Mapping[str, Any], model: nn.Module, name: str, path
 def compiled_problem(payload: Mapping[str, Any]) -> Optional[str]:
     """The record of compiled artifacts beside the file (``pipeline.compile.artifacts``): its form, and backends the
     route serves."""
-    from pipeline.compile import artifacts as compiled
-
     if "compiled" not in payload:
         return None
     problem = compiled.record_problem(payload["compiled"])

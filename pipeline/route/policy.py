@@ -136,12 +136,12 @@ def ranges_from_owners(owners: Mapping[int, str]) -> List[Range]:
     return ranges
 
 
-def eager_baseline(backends: Mapping[str, Mapping[str, Any]]) -> Optional[str]:
+def eager_baseline(kinds: Mapping[str, str]) -> Optional[str]:
     """The first backend (in config order) of kind ``eager``: no size is served slower than it.
 
-    ``backends`` maps names to backend configs (``cfg.backends``), each with its ``kind``.
+    ``kinds`` maps names to their backends' kinds.
     """
-    return next((name for name, bcfg in backends.items() if bcfg.get("kind") == "eager"), None)
+    return next((name for name, kind in kinds.items() if kind == "eager"), None)
 
 
 def check_profile(profile: Profile) -> None:

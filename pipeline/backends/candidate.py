@@ -1,0 +1,125 @@
+"""A candidate: one competitor of a run, its name and its kind's typed settings, the config object that the
+rooms after the checks dispatch on by type (torchao's lesson: a config is a typed object, not a dict).
+
+A backend config becomes one when it is held to its kind's schema (:meth:`Candidate.of`,
+``pipeline.config.backend_schema``): its settings are then that kind's dataclass, every key present. Each entry
+of the ``precision`` list makes candidates of every backend (``pipeline.backends.precision.candidates``), once
+per run; the run context holds the map, ``backends.create`` builds a backend of one, and the checkpoint stores
+:meth:`Candidate.config`. What every room used to derive again from a plain dict (its precision, its weights,
+whether it compiles, why a device cannot run it) is a property here.
+
+Settings are values: a candidate is never changed, a variant is a new one (``dataclasses.replace``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Dict, Mapping, Optional
+
+import torch
+
+from pipeline.backends import quantize
+from pipeline.config import backend_schema
+from pipeline.config.backend_schema import BackendSettings, InductorSettings, TorchSettings
+from pipeline.models import dtype_of
+
+AUTOCAST = {"bf16": "bfloat16", "fp16": "float16"}  # precision -> autocast dtype name
+
+
+@dataclass(frozen=True)
+class Candidate:
+    name: str
+    settings: BackendSettings
+
+    @classmethod
+    def of(cls, name: str, cfg: Mapping[str, Any]) -> "Candidate":
+        """``cfg`` held to its kind's schema, defaults filled (a one-line ConfigError naming the key otherwise);
+        the rules between its settings are ``rules.check``'s, asked where a backend is built."""
+        return cls(name, backend_schema.settings(name, cfg))
+
+    def config(self) -> Dict[str, Any]:
+        """The settings as plain data: what the checkpoint and the run's fingerprint store."""
+        return asdict(self.settings)
+
+    @property
+    def kind(self) -> str:
+        return self.settings.kind
+
+    @property
+    def runs_torch(self) -> bool:
+        """Whether its kind runs the PyTorch model itself, so a copy with cast weights can compete (exported
+        runtimes set their own inference precision)."""
+        return isinstance(self.settings, TorchSettings)
+
+    @property
+    def precision(self) -> str:
+        """fp32, tf32, bf16, fp16 or a quantization recipe: its ``precision``, or the autocast it sets itself
+        (older configs)."""
+        own = self.settings.precision
+        if own == "fp32" and self.runs_torch and self.settings.autocast_enabled:
+            return {v: k for k, v in AUTOCAST.items()}.get(self.settings.autocast_dtype, "fp32")
+        return own
+
+    @property
+    def quantizes(self) -> bool:
+        """A candidate of a quantized precision (``int8_weight_only``, ``int8_dynamic``, ``fp8``): it runs a bf16
+        copy of the model whose Linear layers torchao quantizes (``pipeline.backends.quantize``)."""
+        return self.precision in quantize.RECIPES
+
+    @property
+    def compute_dtype(self) -> Optional[torch.dtype]:
+        """The reduced precision it computes in besides fp32, if any (drives tolerances): autocast's, or the
+        quantized recipes' bf16 copy; None at fp32 and tf32."""
+        name = AUTOCAST.get(self.precision) or (quantize.BASE_DTYPE if self.quantizes else None)
+        return dtype_of(name) if name else None
+
+    @property
+    def casts_weights(self) -> bool:
+        """Whether it runs a copy of the model with weights cast to its precision's dtype (``cast_weights``, set
+        by the ``precision`` list; always where it quantizes)."""
+        cast = self.runs_torch and self.settings.cast_weights
+        return (cast or self.quantizes) and self.compute_dtype is not None
+
+    @property
+    def weights(self) -> str:
+        """The precision its weights run in: fp32, bf16/fp16 for a -weights candidate, int8 or fp8 quantized."""
+        if self.quantizes:
+            return quantize.RECIPES[self.precision]
+        return self.precision if self.casts_weights else "fp32"
+
+    @property
+    def judged_by_budget(self) -> bool:
+        """A reduced-precision candidate of the ``precision`` list: its outputs answer to the accuracy budget
+        alone, not to judge()'s tolerance (a backend setting ``autocast_*`` itself is held to both)."""
+        return self.settings.precision != "fp32"
+
+    @property
+    def reduces_in_model(self) -> bool:
+        """A PyTorch candidate at precision bf16/fp16 or quantized: it runs the model wrapped in
+        :class:`~pipeline.backends.precision.ReducedPrecision` (autocast, cast or quantized weights inside the
+        call, outputs in the model's dtype). A backend's own ``autocast_*`` settings keep the call-wide context."""
+        return (self.settings.precision in AUTOCAST or self.quantizes) and self.runs_torch
+
+    @property
+    def compiles(self) -> bool:
+        """Whether its build runs Inductor (an inductor backend, or a graph backend of Inductor's kernels)."""
+        return self.kind == "inductor" or (self.kind == "graph" and self.settings.compile_with_inductor)
+
+    @property
+    def per_length(self) -> bool:
+        """Compiled once per tuned length (``per_length: true``; where lengths are tuned)."""
+        return isinstance(self.settings, InductorSettings) and bool(self.settings.per_length)
+
+    @property
+    def splits_by_length(self) -> bool:
+        """Whether an Inductor backend competes twice where lengths are tuned: the length dynamic, and per length."""
+        return self.kind == "inductor" and self.settings.per_length is None and self.settings.dynamic is None
+
+    def unsupported_reason(self, device: torch.device) -> Optional[str]:
+        """Why its numerics cannot run on ``device``: TF32 exists only in CUDA kernels; a quantized recipe needs
+        torchao (and fp8 a GPU with float8 matmuls). Its kind may add reasons of its own (``Backend``)."""
+        if self.precision == "tf32" and device.type != "cuda":
+            return f"tf32 changes only CUDA matmuls and convolutions; on {device.type} it would repeat fp32"
+        if self.quantizes:
+            return quantize.unsupported_reason(self.precision, device)
+        return None
