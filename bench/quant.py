@@ -32,8 +32,6 @@ What it trades to finish inside one 10-minute call on one H200:
 from __future__ import annotations
 
 import argparse
-import copy
-import dataclasses
 import math
 import platform
 import sys
@@ -50,7 +48,7 @@ from bench.common import (command_line, joined_lanes, lane_arguments, run_lane, 
                           unfinished, within_budget, write_table)
 from bench.seed_table import MODELS as SEED_MODELS, SIZES as SEED_SIZES  # noqa: E402
 from pipeline import devices  # noqa: E402
-from pipeline.backends import precision as precisions  # noqa: E402
+from pipeline import runner  # noqa: E402
 from pipeline.context import RunContext  # noqa: E402
 from pipeline.measure import accuracy  # noqa: E402
 from pipeline.measure.interleaved import measure_interleaved  # noqa: E402
@@ -99,23 +97,10 @@ def overrides(model: str, args: argparse.Namespace) -> List[str]:
     return ov + [f"backends.{b}.grid=[{sizes}]" for b in args.backends if b.startswith("graph")]
 
 
-def restricted(ctx: RunContext, precision_list: Sequence[str]) -> RunContext:
-    """``ctx`` as a run of ``precision_list`` alone would have left it before routing: its candidates' outcomes,
-    measurements and built backends (the same objects), nothing routed yet."""
-    cfg = copy.deepcopy(ctx.cfg)
-    cfg.precision = list(precision_list)
-    names = set(precisions.of_config(cfg))
-    keep = lambda per: {n: v for n, v in per.items() if n in names}  # noqa: E731
-    return dataclasses.replace(ctx, cfg=cfg, backends=keep(ctx.backends), outcomes=keep(ctx.outcomes),
-                               profile=keep(ctx.profile), route=[], route_info={}, routed=None, checkpoint_path=None)
-
-
 def routed_over(ctx: RunContext, precision_list: Sequence[str], path: Path) -> Any:
-    """The route of ``ctx``'s measurements over ``precision_list``'s candidates, saved to ``path`` and loaded back."""
-    from stages import route
-
-    sub = restricted(ctx, precision_list)
-    route.run(sub)
+    """The route of ``ctx``'s measurements over ``precision_list``'s candidates (the route stage run again on them
+    alone: ``runner.rerun``), saved to ``path`` and loaded back."""
+    sub = runner.rerun(ctx, "route", precision=precision_list)
     checkpoint.save(sub.routed, path)
     return sub, checkpoint.load(path, ctx.model, device=ctx.device)
 

@@ -45,17 +45,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
-from hydra.utils import instantiate  # noqa: E402
-from omegaconf import DictConfig, OmegaConf  # noqa: E402
+from omegaconf import DictConfig  # noqa: E402
 
 from bench.common import command_line, host_probe_ms  # noqa: E402
-from pipeline import devices  # noqa: E402
+from pipeline import devices, runner  # noqa: E402
 from pipeline.api import compose_config  # noqa: E402
 from pipeline.context import RunContext  # noqa: E402
 from pipeline.measure.measurement import Measurement  # noqa: E402
-from pipeline.route.policy import backend_for, choose_route, eager_baseline, rests_on  # noqa: E402
-from stages import capture as capture_stage  # noqa: E402
-from stages import profile as profile_stage  # noqa: E402
+from pipeline.route.decision import baseline as eager_candidate  # noqa: E402
+from pipeline.route.policy import backend_for, choose_route, rests_on  # noqa: E402
 
 DISAGREE = 0.10  # medians further apart than this should have been flagged
 PROFILE = ["profile=default", "profile.warmup_ms=30", "profile.min_warmup_calls=3", "profile.min_samples=10",
@@ -107,11 +105,9 @@ def cpu_load(processes: int, deadline_s: float = 1800.0) -> Iterator[Dict[str, A
 
 
 def profile_run(base: RunContext, name: str) -> RunContext:
-    """One run of the real profile stage over already-built backends: the context it leaves."""
-    ctx = RunContext(cfg=base.cfg, run_dir=base.run_dir, device=base.device, model=base.model, inputs=base.inputs)
-    ctx.backends = dict(base.backends)
+    """One run of the real profile stage over already-built backends (``runner.rerun``): the context it leaves."""
     start = time.perf_counter()
-    profile_stage.run(ctx)
+    ctx = runner.rerun(base, "profile")
     print(f"    {name}: profiled in {time.perf_counter() - start:.1f} s", flush=True)
     return ctx
 
@@ -178,16 +174,13 @@ def regret(route_from: RunContext, judge: RunContext, order: List[str], min_gain
 
 
 def bench_model(model_name: str, args: argparse.Namespace, out: Path, load_processes: int) -> Dict[str, Any]:
-    cfg = bench_config(model_name, args.backends, args.device, args.override)
+    cfg = bench_config(model_name, args.backends, args.device, [*args.override, "stages=[capture]"])
     device = devices.resolve(args.device)
-    torch.manual_seed(cfg.seed)
-    model = instantiate(cfg.model.build).eval().to(device)
-    base = RunContext(cfg=cfg, run_dir=out, device=device, model=model,
-                      inputs=OmegaConf.to_container(cfg.model.inputs, resolve=True))
     start = time.perf_counter()
-    capture_stage.run(base)  # compiles and records once; every run below reuses these backends
+    # The capture stage of a run, which compiles and records once; every profile below reuses these backends.
+    base = runner.run(cfg, out / f"{model_name}-capture")
     print(f"  {model_name}: built {sorted(base.backends)} in {time.perf_counter() - start:.0f} s", flush=True)
-    order, baseline, min_gain = list(cfg.backends), eager_baseline(cfg.backends), float(cfg.route.min_gain)
+    order, baseline, min_gain = list(base.candidates), eager_candidate(base.candidates), float(cfg.route.min_gain)
     runs = {name: profile_run(base, f"{model_name}-{name}") for name in ("quiet_1", "quiet_2")}
     with cpu_load(load_processes) as load:
         runs["loaded"] = profile_run(base, f"{model_name}-loaded")
@@ -205,7 +198,7 @@ def bench_model(model_name: str, args: argparse.Namespace, out: Path, load_proce
         "busy_cpu_regret_product_route": {q: regret(runs["loaded"], runs[q], order, min_gain, baseline, True)
                                           for q, _ in quiet},
     }
-    del base, model, runs
+    del base, runs
     torch._dynamo.reset()
     if device.type == "cuda":
         torch.cuda.empty_cache()

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+import copy
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, TypeVar
 
@@ -15,6 +16,7 @@ from pipeline.backends.candidate import Candidate
 from pipeline.batching import BatchDims
 from pipeline.compile.cost import CandidateCost
 from pipeline.measure import accuracy
+from pipeline.config.schema import STAGE_NAMES
 from pipeline.route.decision import Race, baseline
 from pipeline.route.policy import Range
 from pipeline.measure.measurement import Measurement
@@ -26,6 +28,11 @@ T = TypeVar("T")
 
 # Added wherever an unverified backend is left out, so the error names the key that lets it in.
 ALLOW_HINT = " (validate.allow_unverified=true routes over unverified backends)"
+# What each stage leaves on the run context: the fields a stage run again starts without (RunContext.before).
+WRITES = {"capture": ("output_batch_dims", "output_seq_dims", "backends", "outcomes"),
+          "profile": ("screen", "screened_out", "profile"),
+          "route": ("route", "route_info", "routed", "checkpoint_path"),
+          "validate": ("validation",)}
 
 
 @dataclass
@@ -185,6 +192,20 @@ class RunContext:
         return Race(self.medians(), self.intervals(), list(self.candidates), self.failures(),
                     baseline(self.candidates), self.lengths,
                     {n for n, o in self.outcomes.items() if o.padding == PROVED or o.any_length})
+
+    def before(self, stage: str, candidates: Optional[Mapping[str, Candidate]] = None) -> "RunContext":
+        """A copy as the stages before ``stage`` left it (what ``stage`` and the later ones found is left out),
+        over ``candidates`` where given (some of this run's): the same built backends and measurements, and
+        outcomes of its own, so that running ``stage`` on the copy changes nothing here."""
+        keep = dict(candidates if candidates is not None else self.candidates)
+        ours = lambda per: {n: v for n, v in per.items() if n in keep}  # noqa: E731
+        later = {name for s in STAGE_NAMES[STAGE_NAMES.index(stage):] for name in WRITES[s]}
+        fresh = {f.name: f.default_factory() if f.default_factory is not MISSING else f.default
+                 for f in fields(self) if f.name in later}
+        kept = {"candidates": keep, "backends": ours(self.backends), "outcomes": copy.deepcopy(ours(self.outcomes)),
+                "screen": ours(self.screen), "screened_out": ours(self.screened_out), "profile": ours(self.profile),
+                "stage_seconds": {}}
+        return replace(self, **{**kept, **fresh})
 
     def unverified(self) -> List[str]:
         """Backends capture could neither prove right nor wrong."""

@@ -13,9 +13,11 @@ comes back after.
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, Optional, Sequence
 
@@ -26,7 +28,7 @@ from omegaconf import DictConfig, OmegaConf
 from pipeline import devices, stops
 from pipeline.compile import cache as compile_cache
 from pipeline.compile import cost
-from pipeline.preflight.checks import advice
+from pipeline.preflight.checks import advice, candidates_of
 from pipeline.preflight.prepare import Prepared, prepare
 from pipeline.config.errors import one_line
 from pipeline.errors import ConfigError
@@ -51,6 +53,22 @@ def stage_functions() -> Dict[str, Callable[[RunContext], None]]:
     from stages import capture, profile, route, validate
 
     return {"capture": capture.run, "profile": profile.run, "route": route.run, "validate": validate.run}
+
+
+def rerun(ctx: RunContext, stage: str, precision: Optional[Sequence[str]] = None) -> RunContext:
+    """``stage`` run again on a copy of a run's context, as the stages before it left it (``RunContext.before``):
+    nothing is built again, nothing is recorded, and ``ctx`` is left as it was. With ``precision``, over the
+    candidates of that list alone: what a run of that list would choose from the same measurements. The benches
+    ask it how far a profile moves on a re-run (``bench/timing.py``) and what a narrower race routes
+    (``bench/quant.py``)."""
+    cfg = copy.deepcopy(ctx.cfg)
+    if precision is not None:
+        cfg.precision = list(precision)
+    again = replace(ctx.before(stage, candidates_of(cfg)), cfg=cfg)
+    with devices.cpu_threads(cfg.threads), progress.scope():
+        stage_functions()[stage](again)
+    again.restore_model_state()
+    return again
 
 
 def resumed_config(run_dir: Path, overrides: Sequence[str] = ()) -> DictConfig:
