@@ -11,6 +11,7 @@ import torch
 from omegaconf import DictConfig
 from torch import nn
 
+from pipeline import progress
 from pipeline.backends import Backend
 from pipeline.backends.candidate import Candidate
 from pipeline.batching import BatchDims
@@ -111,6 +112,9 @@ class RunContext:
     earlier: Earlier = field(default_factory=Earlier)
     # Hears of every cell as it is measured: (backend, batch size, cell, "screen" or "profile").
     on_cell: Callable[[str, int, Measurement, str], None] = lambda name, bs, m, phase: None
+    # How long work shows itself (steps and track: pipeline.progress, a live bar or log lines), handed to the
+    # stages so that none of them picks its own UI; a caller may hand another with the same two functions.
+    progress: Any = progress
     # capture
     output_batch_dims: Dict[str, Optional[int]] = field(default_factory=dict)  # pipeline.batching
     output_seq_dims: Dict[str, Optional[int]] = field(default_factory=dict)  # pipeline.seqlen, with tuned lengths

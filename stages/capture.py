@@ -31,7 +31,6 @@ from omegaconf import OmegaConf
 
 from pipeline import backends as backend_registry
 from pipeline import devices
-from pipeline import progress
 from pipeline.backends import Backend, BackendUnsupported, Candidate
 from pipeline.batching import output_batch_dims, output_seq_dims
 from pipeline.compile import ahead as compile_ahead
@@ -205,7 +204,7 @@ def run(ctx: RunContext) -> None:
     cache = ctx.cfg.compile_cache
     with compile_ahead.started({n: candidates[n] for n in supported}, spec, cells, ctx.cfg.threads,
                                OmegaConf.to_container(cache, resolve=True), cache.workers) as ahead:
-        for name in progress.track(order, "capture", len(order)):
+        for name in ctx.progress.track(order, "capture", len(order)):
             earlier = ctx.earlier.outcomes.get(name)
             skip = budget_skip(ctx, candidates[name])
             if earlier is not None and earlier.status in ("failed", "skipped"):

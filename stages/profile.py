@@ -29,7 +29,6 @@ from pipeline.errors import RouteError
 from pipeline.measure.interleaved import measure_interleaved, profile_cells
 from pipeline.measure.measurement import Measurement, Settings
 from pipeline.measure.screening import screen_settings, screen_sizes, screened_out
-from pipeline import progress
 from pipeline.route.decision import baseline, contested, decide
 from pipeline.seqlen import Key, label
 
@@ -75,7 +74,7 @@ def screen(ctx: RunContext, calls: Calls) -> List[str]:
         ctx.screen.setdefault(name, {})[key] = m
         ctx.on_cell(name, key, m, "screen")
 
-    with progress.steps("screen", len(sizes) * max(1, len(lengths))) as bar:
+    with ctx.progress.steps("screen", len(sizes) * max(1, len(lengths))) as bar:
         ctx.screen.update(profile_cells(lambda key: calls(key, names), sizes, lengths, ctx.device,
                                         screen_settings(pcfg), known=known, on_cell=on_cell,
                                         on_step=lambda p, key: bar.next(f"{label(key)} ({len(names)} candidates)")))
@@ -128,7 +127,7 @@ def run(ctx: RunContext) -> None:
         ctx.on_cell(name, key, m, "profile")
 
     known = {n: per for n, per in ctx.earlier.cells.items() if n in timed}
-    with progress.steps("profile", pcfg.passes * len(ctx.cells)) as bar:
+    with ctx.progress.steps("profile", pcfg.passes * len(ctx.cells)) as bar:
         ctx.profile.update(profile_cells(
             lambda key: calls(key, timed), sizes, ctx.lengths, ctx.device, {**pcfg, "max_repeats": 0},
             device_check=checked, known=known, on_cell=on_cell,

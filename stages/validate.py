@@ -4,7 +4,7 @@ lengths are tuned, at each of them and at an untuned length in every band (padde
 from __future__ import annotations
 
 import logging
-from typing import Dict, List
+from typing import Callable, Dict, List
 
 import torch
 
@@ -14,7 +14,6 @@ from pipeline.measure import accuracy
 from pipeline.measure.compare import judge, tolerance
 from pipeline.context import RunContext
 from pipeline.measure.references import reference_at
-from pipeline import progress
 from pipeline.route.policy import backend_for
 from pipeline.route.table import backend_at
 from pipeline.seqlen import Key, between, cells, label
@@ -60,11 +59,11 @@ def row_cell(row: Dict[str, object]) -> str:
     return f"bs={row['batch_size']} len={row['seq_len']}{' padded' if row['padded'] else ''}"
 
 
-def check(ctx: RunContext, modules: Dict[str, torch.nn.Module], bar: progress.Steps) -> list:
+def check(ctx: RunContext, modules: Dict[str, torch.nn.Module], step: Callable[[str], None]) -> list:
     """One row per module and cell (batch size, and length where tuned): which backend served it, its error, how
     many tensors were compared and whether it is within tolerance. Eager's reference runs once per size (on inputs other
     than capture's: the user's rows from the second on, random fills at the next seed) and serves every
-    module; an uninformative row passes only with validate.allow_unverified. ``bar`` shows each size as
+    module; an uninformative row passes only with validate.allow_unverified. ``step`` shows each size as
     it is checked (a new size may compile for a while). Every row is also held to route.accuracy_budget
     against fp32 eager."""
     vcfg, budget = ctx.cfg.validate, ctx.cfg.route.accuracy_budget
@@ -72,7 +71,7 @@ def check(ctx: RunContext, modules: Dict[str, torch.nn.Module], bar: progress.St
     rows: Dict[str, list] = {check: [] for check in modules}  # all of one check, then the next
     for key in check_cells(ctx):
         name = owner(ctx, key)
-        bar.next(f"{label(key)} ({name})")
+        step(f"{label(key)} ({name})")
         numerics = ctx.backends[name].candidate
         dtype, precision = numerics.compute_dtype, numerics.precision
         ref = reference_at(ctx.model, key, sources, dtype, vcfg.tolerance_scale)
@@ -102,7 +101,7 @@ def run(ctx: RunContext) -> None:
         raise RuntimeError("validate needs the route stage first: add route to stages")
     modules = {"routed": ctx.routed}
     reload = ctx.cfg.validate.check_reload and ctx.checkpoint_path is not None
-    with progress.steps("validate", int(reload) + len(check_cells(ctx))) as bar:
+    with ctx.progress.steps("validate", int(reload) + len(check_cells(ctx))) as bar:
         if reload:
             from pipeline.route.checkpoint import load
 
@@ -110,7 +109,7 @@ def run(ctx: RunContext) -> None:
             # The run's own checkpoint, written moments ago from its own config: its options are trusted.
             modules["reloaded"] = load(ctx.checkpoint_path, ctx.model, device=ctx.device, trust_options=True)
         with strict_compiles():  # a new size that recompiles past a limit fails here, not silently
-            rows = check(ctx, modules, bar)
+            rows = check(ctx, modules, bar.next)
     fallbacks = {f"{check_name}:{name}": reason for check_name, module in modules.items()
                  for name, backend in module.backends.items() if (reason := backend.fallback_reason())}
     ctx.validation = {"ok": all(r["ok"] for r in rows) and not fallbacks, "rows": rows, "fallbacks": fallbacks}
