@@ -4,22 +4,20 @@ A ``.tweak`` checkpoint never runs code when loaded. Compiled artifacts do (Indu
 read with pickle and hold compiled kernels), so they are used only when trusted: signed with this
 user's own secret key (an HMAC-SHA256, the key made on first use in the user's tweakpipe directory and
 readable by the user alone), so what this user built on this machine loads fast with no flag; or
-when the caller says so. ``tweakpipe trust FILE.tweak`` signs a checkpoint's artifacts after the user
-has checked where they came from.
+when the caller says so. ``tweakpipe trust FILE.tweak`` (``pipeline.cli``) signs a checkpoint's artifacts after
+the user has checked where they came from.
 
 The key lives in ``$TWEAKPIPE_HOME`` (default ``~/.cache/tweakpipe``), file ``trust.key``.
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import hmac
 import os
 import secrets
-import sys
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import Optional
 
 KEY_FILE = "trust.key"
 KEY_BYTES = 32
@@ -64,32 +62,3 @@ def signed_by_user(data: bytes, recorded: str) -> bool:
     """Whether ``recorded`` is this user's signature of ``data`` (a constant-time comparison; no key: no)."""
     key = user_key(create=False)
     return key is not None and hmac.compare_digest(signature(data, key), recorded)
-
-
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    """``tweakpipe trust FILE.tweak ...``: sign each checkpoint's compiled artifacts with this user's key."""
-    parser = argparse.ArgumentParser(
-        prog="tweakpipe", description="Trust compiled artifacts: sign a checkpoint's FILE.tweak.compiled with your "
-                                      "own key, so pipeline.load uses them. Do it only for files whose origin you "
-                                      "checked: compiled artifacts run code when loaded.")
-    commands = parser.add_subparsers(dest="command", required=True)
-    trust = commands.add_parser("trust", help="sign the compiled artifacts beside each checkpoint")
-    trust.add_argument("checkpoints", nargs="+", type=Path, help="FILE.tweak (its FILE.tweak.compiled is signed)")
-    args = parser.parse_args(argv)
-    from pipeline.compile import artifacts as compiled
-
-    failed: List[str] = []
-    for path in args.checkpoints:
-        try:
-            signed = compiled.sign(path)
-        except (OSError, ValueError) as exc:
-            failed.append(f"{path}: {exc}")
-            continue
-        print(f"trusted {signed} (signed with {home() / KEY_FILE})")
-    for line in failed:
-        print(f"error: {line}", file=sys.stderr)
-    return 2 if failed else 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -115,7 +115,7 @@ def test_the_report_command_on_another_applications_database(tmp_path, template)
     db = tmp_path / "other_app.db"
     foreign(db, template)
     before = sha256(db)
-    proc = subprocess.run([sys.executable, "-m", "pipeline.record.report", "--uri", f"sqlite:///{db}"], cwd=tmp_path,
+    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "report", "--uri", f"sqlite:///{db}"], cwd=tmp_path,
                           env={**clean_env(), "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
     assert sha256(db) == before

@@ -78,6 +78,6 @@ def test_help_is_one_page_with_every_group_and_where_to_go_next():
     for group in groups:  # one line per group, listing its options
         (line,) = [line for line in lines if line.startswith(f"{group}: ")]
         assert all(f" {p.stem}" in line for p in (CONF / group).glob("*.yaml")), line
-    for pointer in ("-m, --multirun", "--config-dir", "python -m pipeline.config.templates", "python -m pipeline.record.report",
+    for pointer in ("-m, --multirun", "--config-dir", "tweakpipe templates", "tweakpipe report",
                     "resume=", "device=", "model.batch_sizes=", "tracking=off"):
         assert pointer in proc.stdout, pointer

@@ -148,14 +148,14 @@ def test_a_wrong_torch_version_recorded_falls_back(tuned, copy, caplog):
 def test_trust_signs_a_file_after_checking_it_is_the_one_the_checkpoint_records(tuned, copy, tmp_path):
     other = tmp_path / "another_user"
     env = {**clean_env(), "TWEAKPIPE_HOME": str(other)}
-    proc = subprocess.run([sys.executable, "-m", "pipeline.trust", "trust", str(copy)], cwd=ROOT, env=env,
+    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "trust", str(copy)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and "trusted" in proc.stdout, proc.stderr
     os.environ["TWEAKPIPE_HOME"] = str(other)  # restored by the copy fixture's monkeypatch
     assert loaded(copy).load_report.artifacts == "used"
     target = compiled.path_for(copy)
     target.write_bytes(target.read_bytes() + b"x")
-    proc = subprocess.run([sys.executable, "-m", "pipeline.trust", "trust", str(copy)], cwd=ROOT, env=env,
+    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "trust", str(copy)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "nothing was signed" in proc.stderr
 
@@ -183,7 +183,7 @@ def test_no_code_from_an_artifact_runs_before_every_check_passed(tuned, copy, tm
         served = loaded(copy)
         assert served.load_report.artifacts.startswith("ignored") and not marker.exists()
     monkeypatch.setenv("TWEAKPIPE_HOME", str(tmp_path / "attacker"))  # signed with another user's key
-    compiled.sign(copy)
+    checkpoint.sign(copy)
     monkeypatch.setenv("TWEAKPIPE_HOME", str(tuned[2]))
     assert loaded(copy).load_report.artifacts.startswith("ignored") and not marker.exists()
 

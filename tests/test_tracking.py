@@ -308,7 +308,7 @@ def test_parallel_fresh_processes_one_gpu_each_lose_no_run_and_report(tmp_path: 
         "jobs on two GPUs did not overlap"
     assert third.info.start_time > first.info.end_time, "GPU 0 ran two jobs at once"
 
-    out = subprocess.run([sys.executable, "-m", "pipeline.record.report", "--uri", uri, "--sweep", parent.info.run_id,
+    out = subprocess.run([sys.executable, "-m", "pipeline.cli", "report", "--uri", uri, "--sweep", parent.info.run_id,
                           "--out", str(tmp_path / "report")], cwd=ROOT, env=clean_env(), capture_output=True,
                          text=True, timeout=60)
     assert out.returncode == 0, out.stderr

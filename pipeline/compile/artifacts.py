@@ -310,11 +310,9 @@ def install(contents: Contents) -> None:
         torch.compiler.load_cache_artifacts(data)
 
 
-def sign(checkpoint: Path) -> Path:
-    """Sign ``checkpoint``'s artifacts with this user's key, after checking they are the ones it records."""
-    from pipeline.route.checkpoint import read
-
-    record = read(checkpoint).get("compiled")
+def sign(checkpoint: Path, record: Optional[Mapping[str, Any]]) -> Path:
+    """Sign the artifacts beside ``checkpoint`` with this user's key, after checking they are the ones its
+    ``compiled`` record names (the checkpoint's verified payload: ``pipeline.route.checkpoint.sign``)."""
     if not record:
         raise ValueError("the checkpoint records no compiled artifacts (its routed backends compile nothing, or it "
                          "was written without them)")

@@ -8,7 +8,7 @@ public config-source plugins (``hydra.plugins.config_source``, found by ``Plugin
 composing would need Hydra's global state, which a running app already holds, and would not say
 which file a template came from.
 
-``python -m pipeline.config.templates [--config-dir DIR]`` lists backends, backend sets and templates,
+``tweakpipe templates [--config-dir DIR]`` (:func:`main`) lists backends, backend sets and templates,
 one line each. It needs neither torch nor a GPU.
 """
 
@@ -145,13 +145,10 @@ def listing(paths: Optional[Sequence[str]] = None) -> str:
     ])
 
 
-def main(argv: Optional[Sequence[str]] = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m pipeline.config.templates", description=__doc__.split("\n")[0])
+def main(argv: Optional[Sequence[str]] = None, prog: str = "tweakpipe templates") -> None:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
     parser.add_argument("--config-dir", action="append", default=[],
                         help="a user config directory searched before the shipped conf/ (repeatable)")
     args = parser.parse_args(argv)
     print(listing([*args.config_dir, SHIPPED]))
 
-
-if __name__ == "__main__":
-    main()

@@ -1,4 +1,4 @@
-"""``python -m pipeline.record.report``: the seed-style latency table, built from MLflow.
+"""``tweakpipe report``: the seed-style latency table, built from MLflow.
 
 Rows are model x backend plus the routed ``auto``; columns are batch sizes; cells are median
 latency in ms, marked ``*`` where the profile flagged the cell noisy (``noisy/<backend>/bs<N>``).
@@ -11,11 +11,11 @@ the backend serving each (batch size, length) and its speed-up over eager. The r
 run), an experiment (the newest run of each model) or a list of run ids. The table is printed
 and written as Markdown and CSV::
 
-    python -m pipeline.record.report                                  # the newest sweep in outputs/mlflow.db
-    python -m pipeline.record.report --sweep <parent run id> --out outputs/reports/seed
-    python -m pipeline.record.report --experiment tweakpipe --uri http://127.0.0.1:5000
-    python -m pipeline.record.report --runs <run id> <run id>
-    python -m pipeline.record.report --experiment tweakpipe --accuracy  # + precision, score vs fp32 eager, in budget
+    tweakpipe report                                  # the newest sweep in outputs/mlflow.db
+    tweakpipe report --sweep <parent run id> --out outputs/reports/seed
+    tweakpipe report --experiment tweakpipe --uri http://127.0.0.1:5000
+    tweakpipe report --runs <run id> <run id>
+    tweakpipe report --experiment tweakpipe --accuracy  # + precision, score vs fp32 eager, in budget
 """
 
 from __future__ import annotations
@@ -328,8 +328,8 @@ def table_of(args: argparse.Namespace) -> Tuple[Table, str]:
     return table, label
 
 
-def main(argv: Optional[Sequence[str]] = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m pipeline.record.report", description=__doc__.split("\n\n")[0])
+def main(argv: Optional[Sequence[str]] = None, prog: str = "tweakpipe report") -> None:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0].replace("``", ""))
     parser.add_argument("--uri", default=os.environ.get("MLFLOW_TRACKING_URI", TrackingConfig.uri),
                         help=f"tracking store (default: $MLFLOW_TRACKING_URI or {TrackingConfig.uri})")
     parser.add_argument("--experiment", default=None, help="all models of this experiment (newest run each)")
@@ -350,6 +350,3 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     for path in write(table, (args.out or Path("outputs/reports") / label) / "report"):
         print(f"wrote {path}")
 
-
-if __name__ == "__main__":
-    main()

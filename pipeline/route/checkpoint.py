@@ -203,6 +203,12 @@ def read(path: PathLike) -> Dict[str, Any]:
     return payload
 
 
+def sign(path: PathLike) -> Path:
+    """Trust the compiled artifacts beside the checkpoint at ``path`` (``tweakpipe trust``): sign them with this
+    user's key, once the checkpoint is verified and they are the ones it records. Returns the artifacts' path."""
+    return compiled.sign(Path(path), read(path).get("compiled"))
+
+
 def requested_device(device: Optional[Union[str, torch.device]]) -> Optional[torch.device]:
     """``load``'s ``device`` argument as a torch device (None: the type the checkpoint was tuned for)."""
     if device is None or isinstance(device, torch.device):
