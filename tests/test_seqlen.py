@@ -243,6 +243,20 @@ def test_an_inductor_backend_competes_with_the_length_dynamic_and_per_length():
     assert create(names["inductor"]).any_length and not create(names["inductor.per_length"]).any_length
 
 
+def test_a_checkpoint_may_hold_a_per_length_candidate():
+    """``<candidate>.per_length`` says what it runs, so the payload check takes it (it refused the name before); a
+    name that says per length where the settings do not, or another precision, is still refused."""
+    from pipeline.route.payload import backend_problem
+
+    assert backend_problem("inductor.per_length", {"kind": "inductor", "per_length": True}) is None
+    assert backend_problem("inductor.bf16.per_length", {"kind": "inductor", "precision": "bf16", "per_length": True}
+                           ) is None
+    assert "named for another precision" in backend_problem("inductor.per_length", {"kind": "inductor",
+                                                                                     "per_length": False})
+    assert "named for another precision" in backend_problem("inductor.fp16.per_length", {
+        "kind": "inductor", "precision": "bf16", "per_length": True})
+
+
 # --- end to end: the issue's "Done when" --------------------------------------------------------------------------
 
 def test_a_tiny_bert_tuned_at_two_lengths_serves_an_untuned_pair_padded_also_after_reload(tmp_path):

@@ -157,13 +157,13 @@ class ValidateConfig:
 
 @dataclass
 class CompileCacheConfig:
-    """Inductor's on-disk caches (pipeline/compile_cache.py): one directory for every candidate, run and sweep
+    """Inductor's on-disk caches (pipeline/compile/cache.py): one directory for every candidate, run and sweep
     job on a machine, so a program is compiled once; a Redis server shares them between machines."""
 
     enabled: bool = True
     dir: str = "outputs/compile_cache"  # relative to where the run starts, like outputs/
     remote: Optional[str] = None  # redis://HOST:PORT: Inductor's remote caches (pip install -e ".[redis]")
-    # Worker processes that compile candidates' programs ahead of capture (pipeline/compile_ahead.py);
+    # Worker processes that compile candidates' programs ahead of capture (pipeline/compile/ahead.py);
     # null: one per 4 CPU cores, none below 8 cores; 0: compile in the run's own process only.
     workers: Optional[int] = None
 
