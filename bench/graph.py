@@ -64,7 +64,8 @@ def bench_model(name: str, device: torch.device) -> Dict:
 
     built, builds = {}, {}
     for bname in BACKENDS:
-        backend = backend_registry.create(Candidate.of(bname, OmegaConf.to_container(cfg.backends[bname], resolve=True)))
+        bcfg = OmegaConf.to_container(cfg.backends[bname], resolve=True)
+        backend = backend_registry.create(Candidate.of(bname, bcfg))
         devices.reset_peak_memory(device)
         try:
             backend.build(model, sample, device, list(range(1, largest + 1)))

@@ -94,7 +94,8 @@ def bench_backend(name: str, bcfg: Dict[str, Any], model: torch.nn.Module, spec:
             check = make_inputs(spec, bs, device, seed + 1)
             with torch.inference_mode():
                 expected = model(**check)
-            verdict, tol = judge(backend(**check), expected, backend.candidate.compute_dtype), tolerance(backend.candidate.compute_dtype)
+            dtype = backend.candidate.compute_dtype
+            verdict, tol = judge(backend(**check), expected, dtype), tolerance(dtype)
             fns = {"eager": lambda: model(**inputs), name: lambda: backend(**inputs)}
             with torch.inference_mode():
                 timed = measure_interleaved(fns, device, TIMING)

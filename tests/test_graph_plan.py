@@ -216,7 +216,8 @@ def test_graph_inductor_stores_a_template_as_its_options():
     cfg = {"kind": "graph", "compile_with_inductor": True, "template": "freezing"}
     described = backend_registry.create(Candidate.of("g", cfg)).describe()
     assert described["kind"] == "graph" and described["template"] is None and described["options"]
-    backend_registry.create(Candidate.of("g", {k: v for k, v in described.items() if k != "name"}))  # rebuilt without conf/
+    rebuilt = Candidate.of("g", {k: v for k, v in described.items() if k != "name"})
+    backend_registry.create(rebuilt)  # rebuilt without conf/
 
 
 def test_backend_sets_compose(compose_cfg):

@@ -288,7 +288,8 @@ def test_profile_stage_hands_on_every_tuned_size_as_it_is_measured(compose_cfg, 
     inputs = OmegaConf.to_container(config.model.inputs, resolve=True)
     seen = []
     ctx = RunContext(cfg=config, run_dir=tmp_path, device=CPU, model=model, inputs=inputs,
-                     candidates=candidates_of(config), on_cell=lambda name, bs, m, phase: seen.append((name, bs, m.count)))
+                     candidates=candidates_of(config),
+                     on_cell=lambda name, bs, m, phase: seen.append((name, bs, m.count)))
     eager = backends.create(Candidate.of("eager", {"kind": "eager"}))
     eager.build(model, {}, CPU, [1, 8])
     ctx.backends = {"eager": eager}

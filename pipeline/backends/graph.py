@@ -134,8 +134,8 @@ class GraphBackend(Backend):
         lengths = self.batch_dims.seq.lengths or (None,)
         if len(recorded) * len(lengths) > self.settings.max_graphs:
             raise RuntimeError(f"{len(recorded)} batch sizes x {len(lengths)} lengths make "
-                               f"{len(recorded) * len(lengths)} graphs, above max_graphs={self.settings.max_graphs}; set a smaller grid "
-                               f"(grid=[...]), fewer model.seq_lens, or raise max_graphs")
+                               f"{len(recorded) * len(lengths)} graphs, above max_graphs={self.settings.max_graphs}; "
+                               f"set a smaller grid (grid=[...]), fewer model.seq_lens, or raise max_graphs")
         return recorded, lengths
 
     def _build(self, model: nn.Module, sample: Dict[str, torch.Tensor], batch_sizes: list) -> None:

@@ -97,7 +97,8 @@ def candidates(backends: Mapping[str, Mapping[str, Any]], precisions: Sequence[s
                 split = lengths and base.splits_by_length
                 named = {name: settings}
                 if split:
-                    named = {name: replace(settings, per_length=False), name + PER_LENGTH: replace(settings, per_length=True)}
+                    named = {name: replace(settings, per_length=False),
+                             name + PER_LENGTH: replace(settings, per_length=True)}
                 taken = [n for n in named if n in out]
                 if taken:
                     raise ConfigError(f"backend {taken[0]!r} has the name of a {SEPARATOR}<precision> candidate"
