@@ -168,7 +168,7 @@ def run(cfg: DictConfig, run_dir: Path, model: Optional[torch.nn.Module] = None,
             for line in advice(cfg):
                 log.warning(line)
             ctx = build_context(cfg, run_dir, model, earlier_results(run_dir) if resume else None, examples)
-            problem = eager_problem(ctx.model, ctx.inputs, ctx.input_sources()[0])
+            problem = eager_problem(ctx.model, ctx.inputs, ctx.input_sources()[0], ctx.lengths)
             ctx.restore_model_state()
             if problem:
                 raise ConfigError(problem)

@@ -18,15 +18,15 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from pipeline import backends as backend_registry
-from pipeline import compile_cache, devices
+from pipeline import compile_cache, devices, trust
 from pipeline.backends import precision
-from pipeline.config import limits
+from pipeline.config import flags, limits
 from pipeline.measure import accuracy
 from pipeline.route import policy as routing
 from pipeline.record import store
 from pipeline.config.errors import ConfigError, unknown_key
 from pipeline.config.paths import writable_problem
-from pipeline.config.schema import STAGE_NAMES
+from pipeline.config.schema import STAGE_NAMES, Config
 from pipeline.measure.measurement import Settings
 
 # A stage needs the ones named here to have run earlier in the same run.
@@ -166,6 +166,9 @@ def advice(cfg: DictConfig) -> List[str]:
 def check_config(cfg: DictConfig, run_dir: Optional[Path] = None) -> None:
     """Raise :class:`ConfigError` for the first mistake in ``cfg``; cheap checks first, nothing written."""
     with reported():
+        problem = flags.problem(OmegaConf.to_container(cfg, resolve=True), Config)
+        if problem:
+            raise ConfigError(problem)
         check_stages(list(cfg.stages))
         if OmegaConf.is_missing(cfg, "backends") or not cfg.backends:
             raise ConfigError("no backends selected; e.g. 'backends=[eager,inductor]'")
@@ -197,8 +200,13 @@ def check_config(cfg: DictConfig, run_dir: Optional[Path] = None) -> None:
         check_sizes(cfg, device)
         if run_dir is not None:
             check_run_dir(run_dir, bool(cfg.get("resume")))
-        problem = compile_cache.settings_problem(OmegaConf.to_container(cfg.compile_cache, resolve=True))
+        cache = OmegaConf.to_container(cfg.compile_cache, resolve=True)
+        problem = compile_cache.settings_problem(cache)
         if problem:
             raise ConfigError(problem)
+        if "route" in cfg.stages and not compile_cache.foreign_sources(cache):  # the checkpoint's artifacts are signed
+            problem = trust.problem(create=True)
+            if problem:
+                raise ConfigError(f"{problem} (the route stage signs the checkpoint's compiled artifacts with it)")
         if cfg.tracking.enabled:
             store.check_store(cfg.tracking.uri)

@@ -300,9 +300,13 @@ def load(path: PathLike, model: nn.Module, device: Optional[Union[str, torch.dev
     warn_on_drift(payload, dev)
     report = compiled.LoadReport(read_s=time.perf_counter() - start)
     installing = time.perf_counter()
-    use_artifacts(payload, path, dev, trust_compiled, report)
-    report.artifacts_s = time.perf_counter() - installing
-    routed = rebuilt(payload, holding(model, payload["state_dict"]).eval().to(dev), dev, path, report)
+    artifacts = usable_artifacts(payload, path, dev, trust_compiled, report)
+    with compiled.load_cache(artifacts):  # what the load compiles or installs stays out of every other cache
+        if artifacts is not None:
+            compiled.install(artifacts.contents)
+            report.artifacts = "used"
+        report.artifacts_s = time.perf_counter() - installing
+        routed = rebuilt(payload, holding(model, payload["state_dict"]).eval().to(dev), dev, path, report)
     with torch.no_grad():  # the last step, once everything else succeeded
         model.load_state_dict(payload["state_dict"])
     routed.load_seconds = report.total_s = time.perf_counter() - start
@@ -312,27 +316,25 @@ def load(path: PathLike, model: nn.Module, device: Optional[Union[str, torch.dev
     return routed
 
 
-def use_artifacts(payload: Mapping[str, Any], path: Path, dev: torch.device, trust_compiled: Optional[bool],
-                  report: compiled.LoadReport) -> None:
-    """Install the checkpoint's compiled artifacts into the local Inductor cache where they may be used; else say
-    why in one line (or raise :class:`~pipeline.route.compiled.ArtifactsRefused` where the caller demanded them)."""
+def usable_artifacts(payload: Mapping[str, Any], path: Path, dev: torch.device, trust_compiled: Optional[bool],
+                     report: compiled.LoadReport) -> Optional[compiled.Usable]:
+    """The checkpoint's compiled artifacts where they may be used; else None, having said why in one line (or raise
+    :class:`~pipeline.route.compiled.ArtifactsRefused` where the caller demanded them)."""
     record = payload.get("compiled")
     if record is None:
         if trust_compiled:
             raise compiled.ArtifactsRefused(f"{path} records no compiled artifacts (its route compiles nothing, or it "
                                             f"was saved without them); nothing was loaded. Load it with "
                                             f"trust_compiled=None to rebuild its backends")
-        return
-    blobs, why = compiled.usable(record, path, dev, payload["state_dict"], trust_compiled)
-    if blobs is None:
+        return None
+    artifacts, why = compiled.usable(record, path, dev, payload["state_dict"], trust_compiled)
+    if artifacts is None:
         if trust_compiled:
             raise compiled.ArtifactsRefused(f"{path}: its compiled artifacts cannot be used: {why}; nothing was "
                                             f"loaded. Load it with trust_compiled=None to rebuild its backends")
         report.artifacts = f"ignored: {why}"
         log.info("%s: compiled artifacts ignored, the backends are rebuilt: %s", path, why)
-        return
-    compiled.install(blobs)
-    report.artifacts = "used"
+    return artifacts
 
 
 def rebuilt(payload: Mapping[str, Any], own: nn.Module, dev: torch.device, path: Path,
