@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 from urllib.parse import urlparse
 
-from pipeline import private
+from pipeline import disks, private
 
 log = logging.getLogger(__name__)
 
@@ -192,6 +192,9 @@ def settings_problem(cfg: Mapping[str, Any]) -> Optional[str]:
     if problem:
         return (f"compile_cache.dir={cfg['dir']}: {problem}; point it at a writable directory, or turn the cache off "
                 f"with compile_cache.enabled=false")
+    problem = disks.space_problem(directory(cfg), "compile_cache.dir")
+    if problem:
+        return problem
     return remote_problem(str(cfg["remote"])) if cfg.get("remote") else None
 
 

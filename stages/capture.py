@@ -30,7 +30,7 @@ import torch
 from omegaconf import OmegaConf
 
 from pipeline import backends as backend_registry
-from pipeline import compile_ahead, devices
+from pipeline import compile_ahead, compile_cache, devices, disks
 from pipeline.backends.precision import precision_of
 from pipeline.cost import Stopwatch, compiles_into
 from pipeline.record import progress
@@ -115,6 +115,10 @@ def capture_one(ctx: RunContext, name: str, cfg: dict,
     except Exception as exc:  # a backend's failure is an outcome, not a crash
         log.debug("backend %s failed:\n%s", name, traceback.format_exc())
         outcome.status, outcome.reason = "failed", f"{type(exc).__name__}: {exc}".strip()[:2000]
+        if disks.is_full(exc):  # Inductor's own words would be a compile error, far from the cause
+            cache = compile_cache.inductor_directory(OmegaConf.to_container(ctx.cfg.compile_cache, resolve=True))
+            disks.sweep_temporaries(cache)
+            outcome.reason = f"{disks.full_message(cache, 'compile_cache.dir')} ({outcome.reason[:300]})"
         return outcome
     stats = backend.stats()
     cost.record_s = float(stats.get("record_seconds", 0.0))

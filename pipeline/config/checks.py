@@ -18,7 +18,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from pipeline import backends as backend_registry
-from pipeline import compile_cache, devices, trust
+from pipeline import compile_cache, devices, disks, trust
 from pipeline.backends import precision
 from pipeline.config import flags, limits
 from pipeline.measure import accuracy
@@ -144,6 +144,9 @@ def check_run_dir(run_dir: Path, resuming: bool = False) -> None:
         raise ConfigError(f"run directory {run_dir}: {problem}; " + (
             "make it writable to resume the run there" if resuming else
             "pick a writable one (hydra.run.dir=... on the command line, run_dir=... in pipeline.tune)"))
+    problem = disks.space_problem(run_dir, "the run directory")
+    if problem:
+        raise ConfigError(f"{problem} (hydra.run.dir=... on the command line, run_dir=... in pipeline.tune)")
 
 
 def advice(cfg: DictConfig) -> List[str]:

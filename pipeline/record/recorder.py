@@ -28,6 +28,7 @@ from typing import Any, Dict, Iterator, Mapping, Tuple
 from omegaconf import DictConfig, OmegaConf
 
 from pipeline import compile_cache
+from pipeline.disks import write_atomic
 from pipeline.config.errors import ConfigError
 from pipeline.context import BackendOutcome, Earlier, RunContext
 from pipeline.measure.accuracy import describe
@@ -67,14 +68,6 @@ def profile_row(name: str, key: Key, m: Measurement) -> Dict[str, Any]:
     summary = m.summary()
     return {"backend": name, **cell_fields(key), **{k: summary[k] for k in COLUMNS if k in summary},
             "throughput_per_s": samples_per_second(key if isinstance(key, int) else key[0], m.median)}
-
-
-def write_atomic(path: Path, text: str) -> Path:
-    """Write ``text`` to ``path`` through a temporary file, so a reader never sees half of it."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-    return path
 
 
 def read_json(path: Path, resume_dir: Path) -> Any:

@@ -39,7 +39,7 @@ from omegaconf import OmegaConf
 from torch import nn
 
 from pipeline import backends as backend_registry
-from pipeline import compile_ahead, devices
+from pipeline import compile_ahead, devices, disks
 from pipeline.cost import compiles_into
 from pipeline.batching import BatchDims
 from pipeline.config import limits
@@ -141,20 +141,8 @@ def write(payload: Mapping[str, Any], path: PathLike) -> Path:
     buf = io.BytesIO()
     torch.save(dict(payload), buf)
     body = buf.getvalue()
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tmp.open("wb") as f:
-            f.write(MAGIC + f" {FORMAT}\n".encode())
-            f.write(f"sha256:{hashlib.sha256(body).hexdigest()}\n".encode())
-            f.write(body)
-        os.replace(tmp, path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise OSError(exc.errno, f"could not write the checkpoint {path} ({len(body) / 2**20:.1f} MiB): "
-                                 f"{exc.strerror or exc}; free space there or pick a writable directory") from exc
-    return path
+    head = MAGIC + f" {FORMAT}\n".encode() + f"sha256:{hashlib.sha256(body).hexdigest()}\n".encode()
+    return disks.write_atomic(Path(path), head + body, "checkpoint")
 
 
 def save(routed: RoutedModule, path: PathLike) -> Path:

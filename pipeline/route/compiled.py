@@ -40,7 +40,7 @@ from typing import Any, Dict, Iterator, Mapping, Optional, Tuple
 
 import torch
 
-from pipeline import compile_cache, private, trust
+from pipeline import compile_cache, disks, private, trust
 from pipeline.route.payload import CheckpointError
 
 log = logging.getLogger(__name__)
@@ -223,20 +223,12 @@ def unsigned_because(blobs: Any) -> str:
 
 def write_signed(target: Path, body: bytes, unsigned: str = "") -> None:
     """``target`` holding ``body``, signed with this user's key unless ``unsigned`` says why not (then a warning);
-    atomic, and a failed write (a full disk) leaves no partial file and names the path."""
+    atomic (``disks.write_atomic``)."""
     if unsigned:
         log.warning("%s is written unsigned: %s; `tweakpipe trust %s` signs it once you have checked that what "
                     "compiled it is yours", target.name, unsigned, str(target)[:-len(SUFFIX)])
     line = f"hmac-sha256:{UNSIGNED if unsigned else trust.signature(body)}\n".encode()
-    tmp = target.with_name(target.name + ".tmp")
-    try:
-        with tmp.open("wb") as f:
-            f.write(MAGIC + line + body)
-        os.replace(tmp, target)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise OSError(exc.errno, f"could not write the compiled artifacts {target} ({len(body) / 2**20:.1f} MiB): "
-                                 f"{exc.strerror or exc}; free space there or pick a writable directory") from exc
+    disks.write_atomic(target, MAGIC + line + body, "compiled artifacts")
 
 
 def _read(target: Path, expected_bytes: int) -> Tuple[str, bytes]:
