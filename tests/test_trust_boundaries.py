@@ -344,3 +344,13 @@ def test_private_judges_the_path_and_every_directory_above_it(tmp_path):
     (tmp_path / "g").chmod(0o770)
     assert "writable by its group" in private.problem(tmp_path / "g", "x")
     assert "lies in" in private.problem(tmp_path / "g" / "sub", "x")
+
+
+def test_load_caches_are_pruned_to_the_most_recently_used(tmp_path):
+    root = tmp_path / "loads"
+    for i in range(compiled.KEEP_LOADS + 4):
+        (root / f"cache{i:02d}").mkdir(parents=True)
+        os.utime(root / f"cache{i:02d}", (1000 + i, 1000 + i))
+    compiled.prune_loads(root)
+    kept = sorted(p.name for p in root.iterdir())
+    assert kept == [f"cache{i:02d}" for i in range(4, compiled.KEEP_LOADS + 4)]

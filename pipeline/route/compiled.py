@@ -32,6 +32,7 @@ import logging
 import os
 import platform
 import re
+import shutil
 import tempfile
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -331,6 +332,14 @@ def usable(record: Mapping[str, Any], checkpoint: Path, device: torch.device, st
 
 
 LOADS = "loads"  # under tweakpipe's directory: one Inductor cache per artifacts file used, by its SHA-256
+KEEP_LOADS = 16  # the load caches kept, most recently used first (each run's reload check makes one)
+
+
+def prune_loads(root: Path, keep: int = KEEP_LOADS) -> None:
+    """Remove all but the ``keep`` most recently used load caches under ``root``."""
+    caches = sorted((p for p in root.iterdir() if p.is_dir()), key=lambda p: p.stat().st_mtime, reverse=True)
+    for stale in caches[keep:]:
+        shutil.rmtree(stale, ignore_errors=True)
 
 
 @contextlib.contextmanager
@@ -344,6 +353,8 @@ def load_cache(artifacts: Optional[Usable]) -> Iterator[Path]:
     with contextlib.ExitStack() as stack:
         if artifacts is not None and not trust.home_problem():
             where = private.make_dir(trust.home() / LOADS / artifacts.digest[:32])
+            os.utime(where)  # most recently used
+            prune_loads(where.parent)
         else:
             where = compile_cache.ambient_directory()
             why = private.problem(where, "Inductor's cache directory")
