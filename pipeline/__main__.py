@@ -29,7 +29,7 @@ from pipeline.errors import ConfigError, RunFailed
 from pipeline.preflight.jobs import SweepRefused
 from pipeline.runner import resumed_config, run
 from pipeline.config.schema import register_configs
-from pipeline import stops
+from pipeline import disks, stops
 
 register_configs()
 FULL_ERROR = "HYDRA_FULL_ERROR"
@@ -64,6 +64,13 @@ def main(cfg: DictConfig) -> None:
         fail(f"{exc} (run directory: {run_dir})", code=1)
     except (KeyboardInterrupt, stops.Terminated) as exc:  # the run logged where its files are and how to resume
         raise SystemExit(STOPPED[type(exc)]) from None
+    except OSError as exc:
+        if not disks.is_full(exc):
+            raise
+        why = str(exc) if isinstance(exc, disks.DiskFull) else \
+            f"{disks.full_message(run_dir, 'the run directory')} ({one_line(exc)[:300]})"
+        resume = f"; python -m pipeline resume={run_dir} continues the run" if (run_dir / "run.json").exists() else ""
+        fail(f"{why}; what was measured is in {run_dir}{resume}", code=1)
     print(f"run directory: {run_dir}")
     if ctx.routed is not None:
         print(f"route: {ctx.routed.extra_repr()}")

@@ -39,7 +39,7 @@ def trust(argv: Sequence[str]) -> int:
         except (OSError, ValueError) as exc:
             failed.append(f"{path}: {exc}")
             continue
-        print(f"trusted {signed} (signed with {keys.home() / keys.KEY_FILE})")
+        print(f"trusted {signed} (signed with {keys.key_path()})")
     for line in failed:
         print(f"error: {line}", file=sys.stderr)
     return 2 if failed else 0

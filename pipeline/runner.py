@@ -188,7 +188,7 @@ def run(cfg: DictConfig, run_dir: Path, model: Optional[torch.nn.Module] = None,
             for line in advice(cfg):
                 log.warning(line)
             ctx = build_context(cfg, run_dir, prepared, model, earlier_results(run_dir) if resume else None)
-            problem = eager_problem(ctx.model, ctx.inputs, ctx.input_sources()[0])
+            problem = eager_problem(ctx.model, ctx.inputs, ctx.input_sources()[0], ctx.lengths)
             ctx.restore_model_state()
             if problem:
                 raise ConfigError(problem)

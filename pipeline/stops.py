@@ -6,7 +6,9 @@ Python swallows an exception raised where it cannot propagate (a weakref callbac
 "Exception ignored in ..."), and a Ctrl-C that lands there used to let the run go on to
 FINISHED. So a stop, once asked for, is raised again every :data:`AGAIN_S` seconds until the run
 says it caught it (:meth:`Stop.caught`): a timer fires, and raises unless the stop is already on
-its way up (being handled in an ``except`` or ``finally`` block).
+its way up (being handled in an ``except`` or ``finally`` block). A second signal (a second Ctrl-C, or a
+``timeout`` wrapper passing on the group's SIGINT) is absorbed while the first is handled, so the stop is one
+line, not a traceback from the cleanup it would have interrupted; a third raises again.
 """
 
 from __future__ import annotations
@@ -60,8 +62,10 @@ def stoppable() -> Iterator[Stop]:
 
     def on_signal(signum: int, frame: Any) -> None:
         stop.asked.append(signum)
+        if len(stop.asked) == 2:  # the first is on its way up (or swallowed, and the timer raises it again):
+            return  # raising now would land in its cleanup, printed by Python as "Exception ignored in ..."
         signal.setitimer(signal.ITIMER_REAL, AGAIN_S, AGAIN_S)
-        raise stop_for(signum)
+        raise stop_for(signum)  # a third signal raises again: whoever sends it insists
 
     def again(signum: int, frame: Any) -> None:
         if not is_stop(sys.exc_info()[1]):  # swallowed somewhere: raise it where it can propagate

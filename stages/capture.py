@@ -30,8 +30,9 @@ import torch
 from omegaconf import OmegaConf
 
 from pipeline import backends as backend_registry
-from pipeline import devices
+from pipeline import devices, disks
 from pipeline.backends import Backend, BackendUnsupported, Candidate
+from pipeline.compile import cache as compile_cache
 from pipeline.batching import output_batch_dims, output_seq_dims
 from pipeline.compile import ahead as compile_ahead
 from pipeline.compile.build import BuildSpec, build_and_warm
@@ -112,6 +113,10 @@ def capture_one(ctx: RunContext, backend: Backend,
     except Exception as exc:  # a backend's failure is an outcome, not a crash
         log.debug("backend %s failed:\n%s", name, traceback.format_exc())
         outcome.status, outcome.reason = "failed", f"{type(exc).__name__}: {exc}".strip()[:2000]
+        if disks.is_full(exc):  # Inductor's own words would be a compile error, far from the cause
+            cache = compile_cache.inductor_directory(OmegaConf.to_container(ctx.cfg.compile_cache, resolve=True))
+            disks.sweep_temporaries(cache)
+            outcome.reason = f"{disks.full_message(cache, 'compile_cache.dir')} ({outcome.reason[:300]})"
         return outcome
     stats = backend.stats()
     outcome.graphs, outcome.pool_mb = int(stats.get("graphs", 0)), float(stats.get("pool_bytes", 0)) / 2**20

@@ -99,13 +99,16 @@ def test_a_fresh_process_on_a_clean_machine_loads_them_without_compiling(tuned, 
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert report["artifacts"] == "used" and report["backends"]["inductor"]["cache_misses"] == 0
-    # Not even a C++ kernel was built there: every kernel library in the clean cache is one the artifacts carried
+    # Not even a C++ kernel was built: every kernel library in the load's own cache is one the artifacts carried
     # (the rest are Inductor's probes of this CPU's instruction sets, each marked .load_ok: once per machine).
     record = checkpoint.read(path)["compiled"]
     carried = compiled._contents(compiled._read(compiled.path_for(path), record["bytes"])[1], record["backends"]).files
-    kernels = {p.relative_to(clean).as_posix(): p.read_bytes() for p in clean.rglob("*.so")
+    scope = home / compiled.LOADS / record["sha256"][:32]
+    kernels = {p.relative_to(scope).as_posix(): p.read_bytes() for p in scope.rglob("*.so")
                if not p.with_name(p.name + ".load_ok").exists()}
     assert carried and kernels == carried
+    # and none of it entered the cache other loads and tunes read
+    assert not [p for p in clean.rglob("*") if p.suffix in (".so", ".py", ".pkl") or "fxgraph" in p.parts]
 
 
 def ignored_then_refused(path: Path, why: str, caplog) -> None:

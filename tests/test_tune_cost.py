@@ -3,21 +3,17 @@ re-measure only where the route rests, and account for every second."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-import shutil
-import socket
-import subprocess
-import time
 from pathlib import Path
-from typing import Iterator, List
+from typing import List
 
 import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
 from conftest import TINY
+from redis_helpers import free_port, redis_server
 from pipeline.api import compose_config
 from pipeline.preflight.checks import candidates_of, check_config
 from pipeline.errors import ConfigError
@@ -71,37 +67,9 @@ def test_a_worker_whose_program_differs_from_the_runs_is_named_in_a_warning(tmp_
     assert len(warned) == 1 and "compiled it twice" in warned[0], [r.getMessage() for r in caplog.records]
 
 
-@contextlib.contextmanager
-def redis_server() -> Iterator[int]:
-    """A real redis-server on a free loopback port, with nothing saved to disk."""
-    if shutil.which("redis-server") is None:
-        pytest.skip("redis-server is not installed (Debian: apt-get install redis-server; .ci/run installs it)")
-    pytest.importorskip("redis", reason='the redis package is missing: pip install -e ".[redis]"')
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                             "--appendonly", "no"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        import redis
-
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                redis.Redis(port=port).ping()
-                break
-            except redis.ConnectionError:
-                assert time.monotonic() < deadline, "redis-server did not start"
-                time.sleep(0.1)
-        yield port
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-
-
 def test_a_job_on_another_machine_loads_what_the_first_compiled_from_redis(tmp_path):
-    with redis_server() as port:
-        remote = f"compile_cache.remote=redis://127.0.0.1:{port}"
+    with redis_server() as server:
+        remote = f"compile_cache.remote=redis://127.0.0.1:{server.port}"
         first = inductor_cost(tmp_path, "first", f"compile_cache.dir={tmp_path / 'machine_a'}", remote)
         assert first.cache_misses >= 1
         # Another machine: its own, empty local cache; only the Redis server holds the programs.
@@ -110,10 +78,7 @@ def test_a_job_on_another_machine_loads_what_the_first_compiled_from_redis(tmp_p
 
 
 def test_a_remote_cache_that_does_not_answer_is_one_line_before_any_work(tmp_path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]  # nothing listens here once the socket is closed
-    for url, message in ((f"redis://127.0.0.1:{port}", "no Redis server answers there"),
+    for url, message in ((f"redis://127.0.0.1:{free_port()}", "no Redis server answers at"),
                          ("http://cache:6379", "is not a Redis address")):
         with pytest.raises(ConfigError, match=message):
             check_config(compose_config([*TINY, f"compile_cache.remote={url}"]))

@@ -2,7 +2,8 @@
 
 Inductor's compile is CPU-bound and mostly single-threaded Python, and capture builds candidates one
 after another: on a 16-core host, 16 candidates' compiles ran back to back. Here, worker processes
-(spawned fresh: their own CUDA context, Dynamo state and memory) build each compiling candidate exactly
+(fresh ``python -m pipeline.compile.worker`` processes: their own CUDA context, Dynamo state and memory, and
+never the user's script, which multiprocessing's ``spawn`` would import again) build each compiling candidate exactly
 as capture will (the same model, sample inputs, batch sizes and numerics), so its programs land in the
 on-disk, content-addressed cache (``pipeline.compile.cache``); capture waits for a candidate's job,
 then builds and checks it itself, loading its programs instead of compiling them. Nothing a worker
@@ -11,8 +12,11 @@ compiled is timed or served: only the cache is shared, and every backend still t
 one precision and weights) share one job. Workers stop when capture ends, so no compile runs while
 the profile times a window.
 
-Where the model cannot be sent to a worker (it does not pickle) or a worker fails, capture compiles in
-its own process as before; the log says why, and nothing else changes.
+Where the model cannot be sent to a worker (it does not pickle, or its classes live in the user's script)
+or a worker fails, capture compiles in its own process as before; the log says why, and nothing else
+changes. A worker cannot hang a run: one whose processes use no CPU for STALL_S seconds (stopped,
+deadlocked), or whose job runs past JOB_TIMEOUT_S, is stopped and named, and capture compiles that
+candidate itself. Workers die with their run, also when it is killed outright (``pipeline.compile.worker``).
 """
 
 from __future__ import annotations
@@ -21,25 +25,28 @@ import contextlib
 import json
 import logging
 import os
+import signal
+import sys
 import tempfile
-from concurrent.futures import Future, ProcessPoolExecutor
+import threading
+import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Mapping, Optional
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence
 
 import torch
 
-from pipeline import backends
 from pipeline.backends.candidate import Candidate
 from pipeline.backends.inductor import InductorBackend
-from pipeline.compile import cache as compile_cache
-from pipeline.compile.build import BuildSpec, build_and_warm
-from pipeline.compile.cost import BuildCost, Stopwatch
+from pipeline.compile.build import BuildSpec
 
 log = logging.getLogger(__name__)
 
-# Seconds capture waits for one job before compiling the candidate itself.
-JOB_TIMEOUT_S = 1800.0
+# A worker whose processes use no CPU for STALL_S seconds is stopped (a SIGSTOP, a deadlock), and one job may
+# take JOB_TIMEOUT_S at most; either way capture compiles that candidate itself. POLL_S: how often it is asked.
+STALL_S = 60.0
+JOB_TIMEOUT_S = 900.0
+POLL_S = 2.0
 CORES_PER_WORKER = 4
 MIN_CORES = 8  # below this, workers would only take cores from the run's own compiles
 
@@ -74,83 +81,182 @@ def plan(candidates: Mapping[str, Candidate]) -> Dict[str, str]:
     return {name: runner[key] for key, names in groups.items() for name in names}
 
 
-# --- in the worker process -------------------------------------------------------------------------------
-
-_WORKER: Dict[str, Any] = {}
-
-
-def _start_worker(setup_path: str, cache_cfg: Dict[str, Any], compile_threads: int) -> None:
-    """Once per worker: Inductor's thread share and the run's caches, then the build spec and the tuned cells'
-    inputs, on the run's device."""
-    os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = str(compile_threads)  # before Inductor reads its config
-    compile_cache.apply(cache_cfg)  # for the worker's life
-    setup = torch.load(setup_path, map_location="cpu", weights_only=False)  # written by this run a moment ago
-    spec: BuildSpec = setup["spec"]
-    if setup["threads"]:
-        torch.set_num_threads(setup["threads"])
-    on = lambda inputs: {n: t.to(spec.device) for n, t in inputs.items()}  # noqa: E731
-    _WORKER.update(spec=replace(spec, model=spec.model.eval().to(spec.device), sample=on(spec.sample)),
-                   cells=[on(cell) for cell in setup["cells"].values()])
-
-
-def _compile(candidate: Candidate) -> Dict[str, Any]:
-    """Build ``candidate`` as capture will and call it at every tuned cell: its programs enter the cache."""
-    watch, counted = Stopwatch(), BuildCost()
-    build_and_warm(backends.create(candidate), _WORKER["spec"], counted,
-                   lambda backend: [backend(**cell) for cell in _WORKER["cells"]])
-    return {"seconds": watch.seconds, "cache_hits": counted.cache_hits, "cache_misses": counted.cache_misses}
-
-
 # --- in the run's process --------------------------------------------------------------------------------
+
+def process_tree_cpu_s(pid: int) -> Optional[float]:
+    """CPU seconds used so far by ``pid`` and every process below it (Inductor's own compile pool), from /proc;
+    None where /proc cannot tell (not Linux, or the process is gone)."""
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    parents, cpu = {}, {}
+    for entry in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = entry.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        child = int(entry.parent.name)
+        parents[child], cpu[child] = int(fields[1]), (int(fields[11]) + int(fields[12])) / tick
+    if pid not in cpu:
+        return None
+    tree, frontier = {pid}, [pid]
+    while frontier:
+        below = [p for p, parent in parents.items() if parent in frontier and p not in tree]
+        tree.update(below)
+        frontier = below
+    return sum(cpu[p] for p in tree)
+
+
+class Worker:
+    """One compile worker process (``python -m pipeline.compile.worker``), its jobs in order, and what came back."""
+
+    def __init__(self, index: int, setup: str, threads: int, log_dir: Path) -> None:
+        import subprocess
+
+        self.index, self.log = index, log_dir / f"worker{index}.log"
+        read_end, write_end = os.pipe()
+        env = {**os.environ, "TORCHINDUCTOR_COMPILE_THREADS": str(threads)}
+        with self.log.open("w") as log_file:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "pipeline.compile.worker", setup, str(write_end), str(os.getpid())],
+                stdin=subprocess.PIPE, stdout=log_file, stderr=subprocess.STDOUT, pass_fds=(write_end,), env=env,
+                text=True, start_new_session=True)  # its own session: a Ctrl-C reaches the run, which stops it
+        os.close(write_end)
+        self.results: Dict[str, Dict[str, Any]] = {}
+        self.done = threading.Condition()
+        self.gone = ""  # why the worker is no longer to be waited for ("" while it works)
+        self.reader = threading.Thread(target=self._read, args=(os.fdopen(read_end),), daemon=True,
+                                       name=f"compile-worker-{index}")
+        self.reader.start()
+        self.progress = (time.monotonic(), 0.0)  # when its process tree last used CPU, and how much by then
+
+    def _read(self, stream: Any) -> None:
+        for line in stream:
+            answer = json.loads(line)
+            with self.done:
+                if "name" in answer:
+                    self.results[answer["name"]] = answer
+                self.done.notify_all()
+        with self.done:
+            self.gone = self.gone or f"worker {self.index} exited: {self.last_words()}"
+            self.done.notify_all()
+
+    def last_words(self) -> str:
+        """The last line the worker wrote to its log (its error, where it died of one)."""
+        try:
+            lines = [line for line in self.log.read_text(errors="replace").splitlines() if line.strip()]
+        except OSError:
+            lines = []
+        return lines[-1][:300] if lines else "it wrote nothing"
+
+    def submit(self, candidate: Candidate) -> None:
+        try:
+            self.process.stdin.write(json.dumps({"name": candidate.name, "cfg": candidate.config()}) + "\n")
+            self.process.stdin.flush()
+        except OSError:
+            self.gone = self.gone or f"worker {self.index} would not take jobs: {self.last_words()}"
+
+    def stalled(self, now: float) -> bool:
+        """Whether its process tree used no CPU for STALL_S seconds (stopped, or deadlocked)."""
+        used = process_tree_cpu_s(self.process.pid)
+        if used is None:
+            return False  # gone, or no /proc: the reader thread or the job's bound says so
+        if used > self.progress[1]:
+            self.progress = (now, used)
+        return now - self.progress[0] > STALL_S
+
+    def result(self, name: str, started: float) -> Dict[str, Any]:
+        """Wait for ``name``'s answer; raises RuntimeError naming why it will not come (the worker stalled,
+        exited, or the job ran past JOB_TIMEOUT_S)."""
+        with self.done:
+            while name not in self.results:
+                if self.gone:
+                    raise RuntimeError(self.gone)
+                now = time.monotonic()
+                if self.stalled(now):
+                    self.gone = (f"worker {self.index} made no progress for {STALL_S:.0f} s (its processes used no "
+                                 f"CPU: stopped or deadlocked)")
+                elif now - started > JOB_TIMEOUT_S:
+                    self.gone = f"worker {self.index} ran {name}'s job past {JOB_TIMEOUT_S:.0f} s"
+                if self.gone:
+                    self.stop()
+                    raise RuntimeError(self.gone)
+                self.done.wait(POLL_S)
+        answer = self.results[name]
+        if "error" in answer:
+            raise RuntimeError(answer["error"])
+        return answer
+
+    def stop(self) -> None:
+        """End the worker and everything it started (its session), now."""
+        if self.process.poll() is None:
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.process.wait()
+        if self.process.stdin:
+            with contextlib.suppress(OSError):
+                self.process.stdin.close()
+
 
 class CompileAhead:
     """Jobs for the compiling candidates, run by worker processes while capture builds the others."""
 
-    def __init__(self, jobs: Dict[str, str], futures: Dict[str, Future], pool: Optional[ProcessPoolExecutor]) -> None:
-        self.jobs, self.futures, self.pool = jobs, futures, pool
+    def __init__(self, jobs: Dict[str, str], workers: Sequence[Worker] = (), assigned: Optional[Dict[str, int]] = None
+                 ) -> None:
+        self.jobs, self.workers, self.assigned = jobs, list(workers), dict(assigned or {})
         self.seen: Dict[str, Dict[str, Any]] = {}
+        self.started = time.monotonic()
 
     def wait(self, name: str) -> Optional[Dict[str, Any]]:
         """Block until the job that compiles ``name``'s program is done; its figures, or None (no job, or it
-        failed: capture then compiles the candidate itself)."""
+        failed: capture then compiles the candidate itself, and the log says why)."""
         runner = self.jobs.get(name)
-        if runner is None or runner not in self.futures:
+        if runner is None or runner not in self.assigned:
             return None
-        if runner in self.seen:
-            return {**self.seen[runner], "shared_with": runner} if runner != name else self.seen[runner]
-        try:
-            result = self.futures[runner].result(timeout=JOB_TIMEOUT_S)
-        except Exception as exc:  # noqa: BLE001 -- a worker's failure only costs the head start
-            log.info("compile ahead: %s's job failed (%s: %s); capture compiles it itself", runner,
-                     type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
-            self.futures.pop(runner)
-            return None
-        self.seen[runner] = result
+        if runner not in self.seen:
+            worker = self.workers[self.assigned[runner]]
+            try:
+                self.seen[runner] = worker.result(runner, self.started)
+            except RuntimeError as exc:
+                log.warning("compile ahead: %s's job did not finish (%s); capture compiles it itself", runner,
+                            str(exc).splitlines()[0] if str(exc) else "")
+                self.assigned.pop(runner)
+                return None
+        result = self.seen[runner]
         return result if runner == name else {**result, "shared_with": runner}
 
     def drop(self, name: str) -> None:
-        """``name`` will not be built (skipped): its job is cancelled unless another candidate shares it."""
+        """``name`` will not be built (skipped): its job is not waited for unless another candidate shares it."""
         runner = self.jobs.pop(name, None)
-        if runner is not None and runner not in self.jobs.values() and runner in self.futures:
-            self.futures.pop(runner).cancel()
+        if runner is not None and runner not in self.jobs.values():
+            self.assigned.pop(runner, None)
 
     def close(self) -> None:
         """Stop every worker now, running jobs too: the profile must not time beside a compile."""
-        if self.pool is None:
-            return
-        processes = list(getattr(self.pool, "_processes", {}).values())
-        self.pool.shutdown(wait=False, cancel_futures=True)
-        for process in processes:
-            process.terminate()
-        for process in processes:
-            process.join(timeout=10)
-        self.pool = None
+        for worker in self.workers:
+            worker.stop()
+        self.workers = []
+
+
+def main_module_classes(setup: Path) -> List[str]:
+    """The classes and functions of ``__main__`` (the user's script) that the setup file refers to: a worker
+    would have to run that script to import them."""
+    import pickletools
+    import zipfile
+
+    with zipfile.ZipFile(setup) as archive:
+        data = archive.read(next(n for n in archive.namelist() if n.endswith("data.pkl")))
+    names = []
+    for opcode, arg, _ in pickletools.genops(data):
+        if opcode.name == "GLOBAL" and str(arg).split(" ")[0] == "__main__":
+            names.append(str(arg).split(" ", 1)[1])
+    return sorted(set(names))
 
 
 def model_file(spec: BuildSpec, cells: Mapping[Any, Mapping[str, Any]], directory: Path, **setup: Any
                ) -> Optional[str]:
-    """The worker's setup file (the build spec, the inputs at every tuned cell, on the CPU), or None with the
-    reason logged."""
+    """The workers' setup file (the build spec, the inputs at every tuned cell, on the CPU), or None with the reason
+    logged: the model does not pickle, or needs the user's script (``__main__``) to be imported."""
     path = directory / "setup.pt"
     cpu = lambda inputs: {n: t.detach().cpu() for n, t in inputs.items()}  # noqa: E731
     try:
@@ -159,6 +265,12 @@ def model_file(spec: BuildSpec, cells: Mapping[Any, Mapping[str, Any]], director
     except Exception as exc:  # noqa: BLE001 -- an unpicklable model only means no head start
         log.info("compile ahead: off, the model cannot be sent to a worker process (%s: %s); capture compiles "
                  "every candidate itself", type(exc).__name__, exc)
+        return None
+    in_main = main_module_classes(path)
+    if in_main:
+        log.info("compile ahead: off, the model uses %s from your script (__main__), which a worker would have to "
+                 "run again to import; capture compiles every candidate itself (define it in a module to compile "
+                 "ahead)", ", ".join(in_main[:3]))
         return None
     return str(path)
 
@@ -172,22 +284,21 @@ def started(candidates: Mapping[str, Candidate], spec: BuildSpec, cells: Mapping
     runners = list(dict.fromkeys(jobs[n] for n in candidates if n in jobs))
     count = worker_count(workers, len(runners)) if cache_cfg.get("enabled", True) else 0
     if not count:
-        yield CompileAhead({}, {}, None)
+        yield CompileAhead({})
         return
-    import multiprocessing
-
     with tempfile.TemporaryDirectory(prefix="tweakpipe-ahead-") as tmp:
-        setup = model_file(spec, cells, Path(tmp), threads=threads)
+        setup = model_file(spec, cells, Path(tmp), threads=threads, cache=dict(cache_cfg))
         if setup is None:
-            yield CompileAhead({}, {}, None)
+            yield CompileAhead({})
             return
         threads_each = max(1, (os.cpu_count() or 1) // count)
-        pool = ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("spawn"), initializer=_start_worker,
-                                   initargs=(setup, dict(cache_cfg), threads_each))
-        futures = {name: pool.submit(_compile, candidates[name]) for name in runners}
+        pool = [Worker(i, setup, threads_each, Path(tmp)) for i in range(count)]
+        assigned = {name: i % count for i, name in enumerate(runners)}
+        for name in runners:
+            pool[assigned[name]].submit(candidates[name])
         log.info("compile ahead: %d worker process(es) compile %d program(s) for %d candidate(s): %s", count,
                  len(runners), len(jobs), ", ".join(runners))
-        ahead = CompileAhead(jobs, futures, pool)
+        ahead = CompileAhead(jobs, pool, assigned)
         try:
             yield ahead
         finally:

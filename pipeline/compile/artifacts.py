@@ -32,6 +32,8 @@ import logging
 import os
 import platform
 import re
+import shutil
+import tempfile
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -39,7 +41,8 @@ from typing import Any, Dict, Iterator, Mapping, Optional, Tuple
 
 import torch
 
-from pipeline import trust
+from pipeline import disks, private, trust
+from pipeline.compile import cache as compile_cache
 from pipeline.compile.cost import BuildCost
 from pipeline.errors import CheckpointError
 
@@ -68,6 +71,9 @@ class Recorded:
 
     data: bytes = b""
     files: Dict[str, bytes] = field(default_factory=dict)
+    # Why these entries may hold code that is not this user's own (a shared cache, a remote one, artifacts trusted
+    # unsigned at load: ``compile_cache.foreign_now``), or "": then they are written unsigned.
+    foreign: str = ""
 
     def __bool__(self) -> bool:
         return bool(self.data)
@@ -90,6 +96,7 @@ def recorded(compiles: bool) -> Iterator[Recorded]:
     finally:
         saved = torch.compiler.save_cache_artifacts()
         holder.data = saved[0] if saved else b""
+        holder.foreign = compile_cache.foreign_now() or ""
         holder.files = _library_files({k: v for k, v in _cpp_libraries().items() if k not in libraries})
         manager.clear()
 
@@ -187,8 +194,12 @@ def weights_digest(state_dict: Mapping[str, torch.Tensor]) -> str:
 
 def write(checkpoint: Path, blobs: Mapping[str, Recorded], device: torch.device,
           state_dict: Mapping[str, torch.Tensor]) -> Optional[Dict[str, Any]]:
-    """Write the routed backends' artifacts beside ``checkpoint``, signed with this user's key; the record the
-    checkpoint keeps of them, or None (and no file) where no backend compiled anything."""
+    """Write the routed backends' artifacts beside ``checkpoint``; the record the checkpoint keeps of them, or None
+    (and no file) where no backend compiled anything.
+
+    They are signed with this user's key only where every entry came from this user's own sources (this process's
+    compiles, the user's private cache, artifacts the user signed); otherwise, or where the key is refused, they
+    are written unsigned, with one warning saying why and how to trust them."""
     blobs = {name: rec for name, rec in blobs.items() if rec}
     target = path_for(checkpoint)
     if not blobs:
@@ -199,12 +210,28 @@ def write(checkpoint: Path, blobs: Mapping[str, Recorded], device: torch.device,
               "files": {path: len(data) for path, data in files.items()}}
     body = (json.dumps(header).encode() + b"\n" + b"".join(rec.data for rec in blobs.values())
             + b"".join(files.values()))
-    tmp = target.with_name(target.name + ".tmp")
-    with tmp.open("wb") as f:
-        f.write(MAGIC + f"hmac-sha256:{trust.signature(body)}\n".encode() + body)
-    os.replace(tmp, target)
+    write_signed(target, body, unsigned_because(blobs.values()))
     return {"sha256": hashlib.sha256(body).hexdigest(), "backends": sorted(blobs), "built_for": built_for(device),
             "weights": weights_digest(state_dict), "bytes": len(body)}
+
+
+def unsigned_because(blobs: Any) -> str:
+    """Why artifacts made of ``blobs`` may not be signed automatically ("" where they may)."""
+    foreign = sorted({rec.foreign for rec in blobs if rec.foreign})
+    if foreign:
+        return f"their entries came from {' and '.join(foreign)}, which others can write"
+    why = trust.problem(create=True)
+    return f"your key is refused: {why}" if why else ""
+
+
+def write_signed(target: Path, body: bytes, unsigned: str = "") -> None:
+    """``target`` holding ``body``, signed with this user's key unless ``unsigned`` says why not (then a warning);
+    atomic (``disks.write_atomic``)."""
+    if unsigned:
+        log.warning("%s is written unsigned: %s; `tweakpipe trust %s` signs it once you have checked that what "
+                    "compiled it is yours", target.name, unsigned, str(target)[:-len(SUFFIX)])
+    line = f"hmac-sha256:{UNSIGNED if unsigned else trust.signature(body)}\n".encode()
+    disks.write_atomic(target, MAGIC + line + body, "compiled artifacts")
 
 
 def _read(target: Path, expected_bytes: int) -> Tuple[str, bytes]:
@@ -260,8 +287,18 @@ def _contents(body: bytes, backends: Any) -> Contents:
     return Contents(dict(zip(lengths, parts[:len(lengths)])), dict(zip(files, parts[len(lengths):])))
 
 
+@dataclass(frozen=True)
+class Usable:
+    """An artifacts file that passed every check: its contents, and why its code is not vouched for by this
+    user's own signature ("" where it is: then loading it is the user's own code, else the caller's trust)."""
+
+    contents: Contents
+    digest: str
+    foreign: str = ""
+
+
 def usable(record: Mapping[str, Any], checkpoint: Path, device: torch.device, state_dict: Mapping[str, torch.Tensor],
-           trust_compiled: Optional[bool]) -> Tuple[Optional[Contents], str]:
+           trust_compiled: Optional[bool]) -> Tuple[Optional[Usable], str]:
     """The artifacts, or None and why not; nothing in them is unpickled or written here.
 
     ``trust_compiled``: None uses artifacts signed with this user's key; True also unsigned or foreign ones;
@@ -275,8 +312,9 @@ def usable(record: Mapping[str, Any], checkpoint: Path, device: torch.device, st
         return None, str(exc)
     if hashlib.sha256(body).hexdigest() != record["sha256"]:
         return None, f"{target.name} changed after the checkpoint was written (its SHA-256 does not match the record)"
-    if trust_compiled is None and not trust.signed_by_user(body, signature):
-        how = "unsigned" if signature == UNSIGNED else "not signed with your key"
+    signed, key_why = trust.signed_by_user(body, signature)
+    if trust_compiled is None and not signed:
+        how = "unsigned" if signature == UNSIGNED else "not signed with your key" + (f" ({key_why})" if key_why else "")
         return None, (f"{target.name} is {how}; it runs code when loaded, so it is used only once you trust it: "
                       f"`tweakpipe trust {checkpoint}` (after checking where it came from) or "
                       f"pipeline.load(..., trust_compiled=True)")
@@ -288,14 +326,59 @@ def usable(record: Mapping[str, Any], checkpoint: Path, device: torch.device, st
     if weights_digest(state_dict) != record["weights"]:
         return None, f"{target.name} was built with other weights than the checkpoint holds"
     try:
-        return _contents(body, record["backends"]), ""
+        contents = _contents(body, record["backends"])
     except (ValueError, UnicodeDecodeError) as exc:
         return None, f"{target.name} is damaged: {exc}"
+    foreign = "" if signed else f"the artifacts of {checkpoint.name}, trusted with trust_compiled=True but not signed with your key"
+    return Usable(contents, record["sha256"], foreign), ""
+
+
+LOADS = "loads"  # under tweakpipe's directory: one Inductor cache per artifacts file used, by its SHA-256
+KEEP_LOADS = 16  # the load caches kept, most recently used first (each run's reload check makes one)
+
+
+def prune_loads(root: Path, keep: int = KEEP_LOADS) -> None:
+    """Remove all but the ``keep`` most recently used load caches under ``root``."""
+    caches = sorted((p for p in root.iterdir() if p.is_dir()), key=lambda p: p.stat().st_mtime, reverse=True)
+    for stale in caches[keep:]:
+        shutil.rmtree(stale, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def load_cache(artifacts: Optional[Usable]) -> Iterator[Path]:
+    """The Inductor cache a load compiles in and installs its artifacts into, for the block: never the cache other
+    loads and tunes read, so code a load brings does not outlive it there.
+
+    With artifacts, a cache of their own under tweakpipe's private directory (``loads/<sha256>``: a second load of
+    the same file finds its entries again); without, Inductor's usual cache where it is private to this user,
+    else a temporary one (a cold compile, said in one line). Triton's cache follows Inductor's."""
+    with contextlib.ExitStack() as stack:
+        if artifacts is not None and not trust.home_problem():
+            where = private.make_dir(trust.home() / LOADS / artifacts.digest[:32])
+            os.utime(where)  # most recently used
+            prune_loads(where.parent)
+        else:
+            where = compile_cache.ambient_directory()
+            why = private.problem(where, "Inductor's cache directory")
+            if artifacts is not None or why:
+                if why:
+                    log.info("load: %s, so this load compiles in a temporary cache", why)
+                where = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tweakpipe-load-")))
+        saved = os.environ.get("TRITON_CACHE_DIR")
+        if saved is not None:
+            os.environ["TRITON_CACHE_DIR"] = str(where / "triton")
+        try:
+            with compile_cache.active({"dir": str(where), "enabled": True},
+                                      foreign=artifacts.foreign if artifacts is not None else None):
+                yield where
+        finally:
+            if saved is not None:
+                os.environ["TRITON_CACHE_DIR"] = saved
 
 
 def install(contents: Contents) -> None:
-    """Put trusted artifacts into the local Inductor cache (this unpickles them and writes the libraries it
-    carries where the cache has none yet: checked by :func:`usable` first)."""
+    """Put trusted artifacts into the current Inductor cache (the load's own, :func:`load_cache`): this unpickles
+    them and writes the libraries it carries where the cache has none yet (checked by :func:`usable` first)."""
     from torch._inductor.runtime.cache_dir_utils import cache_dir
 
     root = Path(cache_dir()).resolve()
@@ -320,9 +403,7 @@ def sign(checkpoint: Path, record: Optional[Mapping[str, Any]]) -> Path:
     _, body = _read(target, int(record["bytes"]))
     if hashlib.sha256(body).hexdigest() != record["sha256"]:
         raise ValueError(f"{target.name} is not the file the checkpoint records (SHA-256 differs); nothing was signed")
-    tmp = target.with_name(target.name + ".tmp")
-    tmp.write_bytes(MAGIC + f"hmac-sha256:{trust.signature(body)}\n".encode() + body)
-    os.replace(tmp, target)
+    write_signed(target, body)
     return target
 
 

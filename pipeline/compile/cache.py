@@ -7,72 +7,121 @@ Inductor's compiled artifacts are shared: every backend still traces its own pro
 keeps its own Dynamo cache and recompile budget (``pipeline.backends.program``).
 
 :func:`active` points Inductor at ``compile_cache.dir`` for a run (through the environment, so compile
-workers spawned by the run inherit it) and, with ``compile_cache.remote=redis://HOST:PORT``, turns on
-Inductor's Redis remote caches, so sweep jobs on other machines load what one compiled.
+workers spawned by the run inherit it) and, with ``compile_cache.remote=redis[s]://[USER:PASSWORD@]HOST:PORT``,
+turns on Inductor's Redis remote caches, so sweep jobs on other machines load what one compiled.
 ``compile_cache.enabled=false`` makes every compile cold. :func:`counts` reads the hit and miss counters
 and compile timers that the cost account (``pipeline.compile.cost``) takes differences of.
+
+A cache is code: Inductor imports the modules and unpickles the entries it finds there without checking
+them. So the directory is the user's own (``pipeline.private``: made 0700, and one that another user owns
+or others may write is refused before any work) unless the user says otherwise (``compile_cache.shared``),
+and a remote cache is the user's explicit trust in every client of that server. Where either is in use,
+what the run compiled may hold others' code, and :func:`foreign_now` says so: the checkpoint's compiled
+artifacts are then written unsigned (``pipeline.compile.artifacts``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 from urllib.parse import urlparse
 
-REMOTE_SCHEMES = ("redis",)
+from pipeline import disks, private
+
+log = logging.getLogger(__name__)
+
+REMOTE_SCHEMES = ("redis", "rediss")  # rediss: Redis over TLS
 REDIS_EXTRA = 'pip install -e ".[redis]"'
+# Seconds a Redis call may take: the check before any work, and every get and put of a compile. A server that
+# stalls past it is given up for the rest of the process, and candidates compile locally.
 PING_SECONDS = 2.0
+CALL_SECONDS = 5.0
+PASSWORD_ENV = "TWEAKPIPE_REDIS_PASSWORD"  # keeps the password out of the command line and Hydra's .hydra/ files
+REDACTED = "***"
+REDIS_FORM = "redis://[[USER]:PASSWORD@]HOST[:PORT] (rediss:// for TLS), e.g. compile_cache.remote=redis://localhost:6379"
 
 
 def remote_address(url: str) -> Tuple[str, int]:
-    """``redis://HOST:PORT`` as (host, port); ValueError naming the expected form otherwise."""
+    """``redis[s]://[user:password@]HOST[:PORT]`` as (host, port); ValueError naming the expected form otherwise."""
     parsed = urlparse(url)
-    if parsed.scheme not in REMOTE_SCHEMES or not parsed.hostname or parsed.path not in ("", "/"):
-        raise ValueError(f"compile_cache.remote={url!r} is not a Redis address; use redis://HOST:PORT, "
-                         f"e.g. compile_cache.remote=redis://localhost:6379")
+    if parsed.scheme not in REMOTE_SCHEMES or not parsed.hostname or parsed.path not in ("", "/", "/0"):
+        raise ValueError(f"compile_cache.remote={redacted(url)!r} is not a Redis address; use {REDIS_FORM}")
     try:
         port = parsed.port or 6379
     except ValueError:
-        raise ValueError(f"compile_cache.remote={url!r} has no valid port; use redis://HOST:PORT, "
-                         f"e.g. compile_cache.remote=redis://localhost:6379") from None
+        raise ValueError(f"compile_cache.remote={redacted(url)!r} has no valid port; use {REDIS_FORM}") from None
     return parsed.hostname, port
 
 
+def redacted(url: str) -> str:
+    """``url`` with its password replaced by ``***``: what logs, config.yaml and MLflow may show."""
+    parsed = urlparse(str(url))
+    if not parsed.password:
+        return str(url)
+    user = f"{parsed.username}:" if parsed.username else ":"
+    host = parsed.netloc.rpartition("@")[2]
+    return parsed._replace(netloc=f"{user}{REDACTED}@{host}").geturl()
+
+
+def redacted_config(cfg: Dict[str, Any]) -> Dict[str, Any]:
+    """A run's config as plain data with ``compile_cache.remote``'s password redacted (config.yaml, MLflow)."""
+    remote = (cfg.get("compile_cache") or {}).get("remote")
+    return {**cfg, "compile_cache": {**cfg["compile_cache"], "remote": redacted(remote)}} if remote else cfg
+
+
+def redis_client(url: str, seconds: float) -> Any:
+    """A Redis client for ``url`` (user, password and TLS from the URL; the password from ``$TWEAKPIPE_REDIS_PASSWORD``
+    where the URL has none or a redacted one) whose every call gives up after ``seconds``, without retries: a
+    stalled server costs one timeout, not minutes."""
+    import redis
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    password = urlparse(url).password
+    extra = ({"password": os.environ[PASSWORD_ENV]} if password in (None, REDACTED) and os.environ.get(PASSWORD_ENV)
+             else {})
+    return redis.Redis.from_url(url, socket_timeout=seconds, socket_connect_timeout=seconds,
+                                retry=Retry(NoBackoff(), 0), **extra)
+
+
+def redis_failure(url: str, exc: BaseException, seconds: float) -> str:
+    """What went wrong talking to the Redis at ``url``, in words that name Redis and the fix."""
+    import redis
+
+    where = "Redis at {}:{}".format(*remote_address(url))
+    if isinstance(exc, redis.exceptions.AuthenticationError) or "NOAUTH" in str(exc) or "WRONGPASS" in str(exc):
+        return (f"the {where} refused the credentials ({exc}); give its password in ${PASSWORD_ENV} or in the URL "
+                f"(redis://:PASSWORD@HOST:PORT; redis://USER:PASSWORD@HOST:PORT for an ACL user)")
+    if isinstance(exc, redis.exceptions.TimeoutError):
+        return f"the {where} stalled: no answer within {seconds:g} s ({exc})"
+    if isinstance(exc, redis.exceptions.ConnectionError):
+        return f"no Redis server answers at {where.split(' at ')[1]} ({type(exc).__name__}: {exc})"
+    return f"the {where} failed ({type(exc).__name__}: {exc})"
+
+
 def remote_problem(url: str) -> Optional[str]:
-    """Why ``url`` cannot serve as Inductor's remote cache (bad address, no client package, no server), or None."""
+    """Why ``url`` cannot serve as Inductor's remote cache (bad address, no client package, no server, refused
+    credentials, a stalled server), or None."""
     try:
-        host, port = remote_address(url)
+        remote_address(url)
     except ValueError as exc:
         return str(exc)
     try:
-        import redis
+        import redis  # noqa: F401
     except ImportError:
-        return f"compile_cache.remote={url} needs the redis package: {REDIS_EXTRA}"
+        return f"compile_cache.remote={redacted(url)} needs the redis package: {REDIS_EXTRA}"
     try:
-        redis.Redis(host=host, port=port, socket_connect_timeout=PING_SECONDS, socket_timeout=PING_SECONDS).ping()
+        redis_client(url, PING_SECONDS).ping()
     except Exception as exc:  # noqa: BLE001 -- any failure means no usable server
-        return (f"compile_cache.remote={url}: no Redis server answers there ({type(exc).__name__}: {exc}); start "
-                f"one (redis-server --port {port}) or drop compile_cache.remote")
+        port = remote_address(url)[1]
+        return (f"compile_cache.remote={redacted(url)}: {redis_failure(url, exc, PING_SECONDS)}; start one "
+                f"(redis-server --port {port}), fix the URL, or drop compile_cache.remote")
     return None
-
-
-def settings_problem(cfg: Mapping[str, Any]) -> Optional[str]:
-    """Why ``compile_cache`` cannot be used as configured (a directory that cannot be written, a remote that does
-    not answer), or None. Run with the config's other checks, before any work."""
-    from pipeline.config.paths import writable_problem
-
-    if cfg.get("workers") is not None and int(cfg["workers"]) < 0:
-        return f"compile_cache.workers={cfg['workers']} must be >= 0 (0: no compile workers), or null for one per 4 cores"
-    if not cfg.get("enabled", True):
-        return None
-    problem = writable_problem(directory(cfg))
-    if problem:
-        return (f"compile_cache.dir={cfg['dir']}: {problem}; point it at a writable directory, or turn the cache off "
-                f"with compile_cache.enabled=false")
-    return remote_problem(str(cfg["remote"])) if cfg.get("remote") else None
 
 
 def directory(cfg: Mapping[str, Any]) -> Path:
@@ -80,19 +129,133 @@ def directory(cfg: Mapping[str, Any]) -> Path:
     return Path(str(cfg["dir"])).expanduser().absolute()
 
 
+def inductor_directory(cfg: Mapping[str, Any]) -> Path:
+    """The directory Inductor writes and imports its generated code from during the run: ``compile_cache.dir``,
+    or with the cache off, Inductor's own (``$TORCHINDUCTOR_CACHE_DIR``, else torch's default under the temporary
+    directory), where it still writes each generated module before importing it."""
+    if cfg.get("enabled", True):
+        return directory(cfg)
+    return ambient_directory()
+
+
+def ambient_directory() -> Path:
+    """The Inductor cache directory of this process's environment (torch's default where none is set)."""
+    if os.environ.get("TORCHINDUCTOR_CACHE_DIR"):
+        return Path(os.environ["TORCHINDUCTOR_CACHE_DIR"]).expanduser().absolute()
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    return Path(default_cache_dir())
+
+
+def privacy_problem(cfg: Mapping[str, Any]) -> Optional[str]:
+    """Why the caches this run would read hold code that others could have written, or None: a directory that is
+    not the user's own alone (unless ``compile_cache.shared``), or a ``$TRITON_CACHE_DIR`` likewise."""
+    if cfg.get("shared"):
+        return None
+    places = [(inductor_directory(cfg), "compile_cache.dir" if cfg.get("enabled", True) else
+               "Inductor's cache directory (TORCHINDUCTOR_CACHE_DIR, or torch's default)")]
+    if os.environ.get("TRITON_CACHE_DIR"):
+        places.append((Path(os.environ["TRITON_CACHE_DIR"]), "TRITON_CACHE_DIR"))
+    for path, what in places:
+        problem = private.problem(path, what)
+        if problem:
+            return (f"{problem}: whoever can write there can run code in your runs (Inductor imports and unpickles "
+                    f"what it finds). Use a directory of your own (chmod go-w it, or point compile_cache.dir "
+                    f"elsewhere), or say you trust everyone who can write it: compile_cache.shared=true")
+    return None
+
+
+def foreign_sources(cfg: Mapping[str, Any]) -> Optional[str]:
+    """Why compiled code this run loads may come from others than this user (a shared directory, a remote cache),
+    or None: its artifacts are then written unsigned (``pipeline.compile.artifacts``)."""
+    reasons = []
+    if cfg.get("enabled", True) and cfg.get("remote"):
+        reasons.append(f"the remote cache {redacted(str(cfg['remote']))} (any of its clients can write entries)")
+    if cfg.get("shared") and private.problem(inductor_directory(cfg), "compile_cache.dir"):
+        reasons.append(f"the shared compile_cache.dir {inductor_directory(cfg)} (compile_cache.shared=true)")
+    return " and ".join(reasons) or None
+
+
+def settings_problem(cfg: Mapping[str, Any]) -> Optional[str]:
+    """Why ``compile_cache`` cannot be used as configured (a directory that cannot be written or that others can,
+    a remote that does not answer), or None. Run with the config's other checks, before any work."""
+    from pipeline.config.paths import writable_problem
+
+    if cfg.get("workers") is not None and int(cfg["workers"]) < 0:
+        return f"compile_cache.workers={cfg['workers']} must be >= 0 (0: no compile workers), or null for one per 4 cores"
+    problem = privacy_problem(cfg)
+    if problem:
+        return problem
+    if not cfg.get("enabled", True):
+        return None
+    problem = writable_problem(directory(cfg))
+    if problem:
+        return (f"compile_cache.dir={cfg['dir']}: {problem}; point it at a writable directory, or turn the cache off "
+                f"with compile_cache.enabled=false")
+    problem = disks.space_problem(directory(cfg), "compile_cache.dir")
+    if problem:
+        return problem
+    return remote_problem(str(cfg["remote"])) if cfg.get("remote") else None
+
+
 def environment(cfg: Mapping[str, Any]) -> Dict[str, str]:
-    """The environment variables that point Inductor (and Triton, under it) at this run's caches."""
+    """The environment variables that point Inductor (and Triton, under it) at this run's caches (compile workers
+    inherit them)."""
     env = {"TORCHINDUCTOR_CACHE_DIR": str(directory(cfg))}
     if cfg.get("remote"):
-        host, port = remote_address(str(cfg["remote"]))
-        env.update(TORCHINDUCTOR_REDIS_HOST=host, TORCHINDUCTOR_REDIS_PORT=str(port))
+        remote_address(str(cfg["remote"]))
+        env[REDIS_URL_ENV] = str(cfg["remote"])
     return env
 
 
+REDIS_URL_ENV = "TORCHINDUCTOR_REDIS_URL"  # where workers (and torch's own Redis backend) read the remote's URL
+# Inductor's remote caches whose Redis backend :func:`guarded_redis` replaces.
+REMOTE_CACHES = ("RemoteFxGraphCache", "RemoteAOTAutogradCache", "RemoteAutotuneCache", "RemoteBundledAutotuneCache")
+# Why the Redis at a URL was given up in this process (one warning each): later calls go straight to local compiles.
+_REMOTE_FAILED: Dict[str, str] = {}
+# Why compiled code loaded now may not be this user's own (pipeline.compile.artifacts writes such artifacts unsigned).
+_FOREIGN: List[Optional[str]] = [None]
+
+
+@functools.lru_cache(maxsize=None)
+def guarded_redis() -> type:
+    """Inductor's Redis cache backend, but with the URL's credentials and TLS, a CALL_SECONDS timeout on every call,
+    and any failure (refused credentials, no server, a stall) said once, naming Redis, after which this process
+    compiles locally. torch's own backend knows a host and port only, waits as long as the socket does, and
+    raises a timeout that fails the compile without naming Redis."""
+    from torch._inductor.remote_cache import RemoteCacheBackend
+
+    class GuardedRedis(RemoteCacheBackend):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.url = os.environ[REDIS_URL_ENV]
+            self.client = None if self.url in _REMOTE_FAILED else redis_client(self.url, CALL_SECONDS)
+
+        def _call(self, action: Callable[[Any], Any]) -> Any:
+            if self.client is None or self.url in _REMOTE_FAILED:
+                return None
+            try:
+                return action(self.client)
+            except Exception as exc:  # noqa: BLE001 -- any failure costs the remote's help, never the compile
+                _REMOTE_FAILED[self.url] = why = redis_failure(self.url, exc, CALL_SECONDS)
+                log.warning("compile cache: %s; this process compiles locally from here on (compile_cache.remote=%s)",
+                            why, redacted(self.url))
+                return None
+
+        def _get(self, key: str) -> Optional[bytes]:
+            value = self._call(lambda client: client.get(key))
+            return value if isinstance(value, bytes) else None
+
+        def _put(self, key: str, data: bytes) -> None:
+            self._call(lambda client: client.set(key, data))
+
+    return GuardedRedis
+
+
 def _config_flags(cfg: Mapping[str, Any]) -> Dict[Tuple[Any, str], Any]:
-    """(config module, attribute) -> value for this run: every cache off, or the remote caches on. The local
-    caches are on by torch's defaults, so a default run imports no compiler config (a run without a compiling
-    backend never loads Inductor)."""
+    """(config module or class, attribute) -> value for this run: every cache off, or the remote caches on, through
+    :func:`guarded_redis`. The local caches are on by torch's defaults, so a default run imports no compiler config
+    (a run without a compiling backend never loads Inductor)."""
     if cfg.get("enabled", True) and not cfg.get("remote"):
         return {}
     import torch._functorch.config as functorch_config
@@ -100,8 +263,12 @@ def _config_flags(cfg: Mapping[str, Any]) -> Dict[Tuple[Any, str], Any]:
 
     if not cfg.get("enabled", True):
         return {(inductor_config, "force_disable_caches"): True}
+    from torch._inductor import remote_cache
+
     flags = {(inductor_config, "fx_graph_remote_cache"): True, (inductor_config, "autotune_remote_cache"): True,
-             (functorch_config, "enable_remote_autograd_cache"): True}
+             (functorch_config, "enable_remote_autograd_cache"): True,
+             **{(getattr(remote_cache, name), "backend_override_cls"): guarded_redis()
+                for name in REMOTE_CACHES if hasattr(getattr(remote_cache, name, None), "backend_override_cls")}}
     return {key: value for key, value in flags.items() if hasattr(*key)}
 
 
@@ -117,8 +284,10 @@ def clear_in_memory() -> None:
         clear()
 
 
-def apply(cfg: Mapping[str, Any]) -> Callable[[], None]:
-    """Point Inductor at ``cfg``'s (``compile_cache``) caches now; returns what puts the previous settings back."""
+def apply(cfg: Mapping[str, Any], foreign: Optional[str] = None) -> Callable[[], None]:
+    """Point Inductor at ``cfg``'s (``compile_cache``) caches now (a new directory made private); returns what puts
+    the previous settings back. ``foreign`` (else :func:`foreign_sources`) says why what is compiled or loaded
+    meanwhile may not be this user's own."""
     env = environment(cfg) if cfg.get("enabled", True) else {}
     saved_env = {key: os.environ.get(key) for key in env}
     flags = _config_flags(cfg)
@@ -127,7 +296,8 @@ def apply(cfg: Mapping[str, Any]) -> Callable[[], None]:
     for (module, attr), value in flags.items():
         setattr(module, attr, value)
     if env:
-        directory(cfg).mkdir(parents=True, exist_ok=True)
+        private.make_dir(directory(cfg))
+    _FOREIGN.append(foreign or foreign_sources(cfg))
     clear_in_memory()
 
     def restore() -> None:
@@ -138,19 +308,25 @@ def apply(cfg: Mapping[str, Any]) -> Callable[[], None]:
                 os.environ[key] = value
         for (module, attr), value in saved_flags.items():
             setattr(module, attr, value)
+        _FOREIGN.pop()
         clear_in_memory()
 
     return restore
 
 
 @contextlib.contextmanager
-def active(cfg: Mapping[str, Any]) -> Iterator[Path]:
+def active(cfg: Mapping[str, Any], foreign: Optional[str] = None) -> Iterator[Path]:
     """Inductor's caches at ``cfg`` (``compile_cache``) for the block; the previous settings come back after."""
-    restore = apply(cfg)
+    restore = apply(cfg, foreign)
     try:
         yield directory(cfg)
     finally:
         restore()
+
+
+def foreign_now() -> Optional[str]:
+    """Why compiled code loaded in this process now may not be this user's own, or None (see :func:`apply`)."""
+    return _FOREIGN[-1]
 
 
 # torch's compile timers (torch._dynamo.utils.compilation_time_metrics) the cost account reads: Dynamo's whole

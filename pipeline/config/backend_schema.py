@@ -17,6 +17,7 @@ from typing import Any, Dict, List, Mapping, Optional, Type
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from pipeline.config import flags
 from pipeline.errors import ConfigError
 
 
@@ -148,6 +149,9 @@ def settings(name: str, cfg: Mapping[str, Any]) -> BackendSettings:
     for key in body:
         if key not in keys(kind):
             raise ConfigError(foreign_key_problem(name, kind, str(key)))
+    problem = flags.problem(body, KINDS[kind])
+    if problem:
+        raise ConfigError(f"backend {name!r} (kind {kind}) {problem}")
     try:
         typed = OmegaConf.merge(OmegaConf.structured(KINDS[kind]), body)
     except OmegaConfBaseException as exc:
@@ -158,4 +162,4 @@ def settings(name: str, cfg: Mapping[str, Any]) -> BackendSettings:
 def register(store: Any) -> None:
     """Register every kind's schema in Hydra's ConfigStore as ``schema_backend_<kind>``."""
     for kind, schema in KINDS.items():
-        store.store(name=f"schema_backend_{kind}", node=schema)
+        store.store(name=f"schema_backend_{kind}", node=flags.loose(schema))  # booleans: config.flags

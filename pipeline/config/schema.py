@@ -19,7 +19,7 @@ from hydra.core.config_store import ConfigStore
 from pipeline.config.resolvers import register_resolvers
 from omegaconf import MISSING
 
-from pipeline.config import backend_schema
+from pipeline.config import backend_schema, flags
 
 STAGE_NAMES = ("capture", "profile", "route", "validate")
 
@@ -161,8 +161,13 @@ class CompileCacheConfig:
     job on a machine, so a program is compiled once; a Redis server shares them between machines."""
 
     enabled: bool = True
-    dir: str = "outputs/compile_cache"  # relative to where the run starts, like outputs/
-    remote: Optional[str] = None  # redis://HOST:PORT: Inductor's remote caches (pip install -e ".[redis]")
+    dir: str = "outputs/compile_cache"  # relative to where the run starts, like outputs/; made 0700
+    # A dir that another user owns or others may write is refused unless shared: true, which trusts everyone who
+    # can write it to run code in your runs (Inductor imports what it finds there); artifacts are then unsigned.
+    shared: bool = False
+    # redis[s]://[USER:PASSWORD@]HOST:PORT: Inductor's remote caches (pip install -e ".[redis]"); every client of
+    # that server can run code in your runs. The password may come from $TWEAKPIPE_REDIS_PASSWORD instead.
+    remote: Optional[str] = None
     # Worker processes that compile candidates' programs ahead of capture (pipeline/compile/ahead.py);
     # null: one per 4 CPU cores, none below 8 cores; 0: compile in the run's own process only.
     workers: Optional[int] = None
@@ -218,7 +223,7 @@ def register_configs() -> None:
     (``- /schema_model@_here_``) while ``--help`` and ``model=...`` offer only real options."""
     register_resolvers()
     cs = ConfigStore.instance()
-    cs.store(name="base_config", node=Config)
+    cs.store(name="base_config", node=flags.loose(Config))  # booleans checked by the early checks (config.flags)
     for name, node in SCHEMAS.items():
-        cs.store(name=f"schema_{name}", node=node)
+        cs.store(name=f"schema_{name}", node=flags.loose(node))
     backend_schema.register(cs)

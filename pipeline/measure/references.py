@@ -87,11 +87,36 @@ def same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.shape == b.shape and a.dtype == b.dtype and torch.equal(*(t.view(torch.uint8) for t in flat))
 
 
-def eager_problem(model: nn.Module, spec: Mapping[str, Any], source: InputSource) -> str:
-    """Why eager itself cannot be the reference on the batches of ``source`` ('' if it can): it fails on them,
-    writes into them, or answers the same inputs differently from one call to the next (a call counter,
-    randomness). Every backend is held to eager on the same batch many times over, so each would make
-    every backend fail for a reason that is the model's; asked before anything is built."""
+def length_problem(model: nn.Module, spec: Mapping[str, Any], source: InputSource, lengths: Sequence[int]) -> str:
+    """Why eager cannot run the shortest or the longest tuned length ('' if it can): positions that end below it,
+    or a length dimension that names an axis the model needs at one size (a feature axis)."""
+    seq_inputs = sorted(n for n, s in spec.items() if s.get("seq_dim") is not None)
+    for length in sorted({min(lengths), max(lengths)}):
+        try:
+            with torch.inference_mode():
+                model(**source[1]((PROBE_SIZES[0], length)))
+        except Exception as exc:  # noqa: BLE001 -- whatever the model raises, the length is what it was given
+            message = (str(exc).strip().splitlines() or [""])[0][:300]
+            positions = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+            limit = (f"its config's max_position_embeddings={positions}: tune lengths up to {positions}, "
+                     if isinstance(positions, int) else "")
+            return (f"eager fails at length {length} ({type(exc).__name__}: {message}), cutting or padding "
+                    f"{', '.join(seq_inputs)} along its length dimension: the model does not take that length. "
+                    f"Either its positions end below it ({limit}model.seq_lens / seq_lens= in pipeline.tune), or the "
+                    f"length dimension names an axis the model needs at one size, such as features "
+                    f"(model.inputs.<name>.seq_dim / seq_dims= in pipeline.tune)")
+    return ""
+
+
+def eager_problem(model: nn.Module, spec: Mapping[str, Any], source: InputSource, lengths: Sequence[int] = ()) -> str:
+    """Why eager itself cannot be the reference on the batches of ``source`` ('' if it can): it fails on them
+    (at the tuned ``lengths`` too), writes into them, or answers the same inputs differently from one call to the
+    next (a call counter, randomness). Every backend is held to eager on the same batch many times over, so each
+    would make every backend fail for a reason that is the model's; asked before anything is built."""
+    if lengths:
+        problem = length_problem(model, spec, source, lengths)
+        if problem:
+            return problem
     size = PROBE_SIZES[0]
     label, inputs = f"{source[0]} at batch size {size}", source[1](size)
     layout = ", ".join(f"{n}: {layout_of(s['shape'], int(s.get('batch_dim', 0)))} {s['dtype']}" for n, s in spec.items())

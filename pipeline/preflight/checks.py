@@ -18,18 +18,18 @@ from typing import Dict, Iterator, List, Optional, Tuple
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from pipeline import devices
+from pipeline import devices, disks, trust
 from pipeline.backends import precision, rules
 from pipeline.backends.candidate import Candidate
 from pipeline.compile import cache as compile_cache
-from pipeline.config import limits
+from pipeline.config import flags, limits
 from pipeline.measure import accuracy
 from pipeline.route import policy as routing
 from pipeline.record import store
 from pipeline.config.errors import unknown_key
 from pipeline.errors import ConfigError
 from pipeline.config.paths import writable_problem
-from pipeline.config.schema import STAGE_NAMES
+from pipeline.config.schema import STAGE_NAMES, Config
 from pipeline.measure.measurement import Settings
 
 # A stage needs the ones named here to have run earlier in the same run.
@@ -154,6 +154,9 @@ def check_run_dir(run_dir: Path, resuming: bool = False) -> None:
         raise ConfigError(f"run directory {run_dir}: {problem}; " + (
             "make it writable to resume the run there" if resuming else
             "pick a writable one (hydra.run.dir=... on the command line, run_dir=... in pipeline.tune)"))
+    problem = disks.space_problem(run_dir, "the run directory")
+    if problem:
+        raise ConfigError(f"{problem} (hydra.run.dir=... on the command line, run_dir=... in pipeline.tune)")
 
 
 def advice(cfg: DictConfig) -> List[str]:
@@ -177,6 +180,9 @@ def check_config(cfg: DictConfig, run_dir: Optional[Path] = None) -> Dict[str, C
     """Raise :class:`ConfigError` for the first mistake in ``cfg``; cheap checks first, nothing written. Returns
     the run's candidates, in order."""
     with reported():
+        problem = flags.problem(OmegaConf.to_container(cfg, resolve=True), Config)
+        if problem:
+            raise ConfigError(problem)
         check_stages(list(cfg.stages))
         if OmegaConf.is_missing(cfg, "backends") or not cfg.backends:
             raise ConfigError("no backends selected; e.g. 'backends=[eager,inductor]'")
@@ -211,9 +217,14 @@ def check_config(cfg: DictConfig, run_dir: Optional[Path] = None) -> Dict[str, C
         check_sizes(cfg, device)
         if run_dir is not None:
             check_run_dir(run_dir, bool(cfg.get("resume")))
-        problem = compile_cache.settings_problem(OmegaConf.to_container(cfg.compile_cache, resolve=True))
+        cache = OmegaConf.to_container(cfg.compile_cache, resolve=True)
+        problem = compile_cache.settings_problem(cache)
         if problem:
             raise ConfigError(problem)
+        if "route" in cfg.stages and not compile_cache.foreign_sources(cache):  # the checkpoint's artifacts are signed
+            problem = trust.problem(create=True)
+            if problem:
+                raise ConfigError(f"{problem} (the route stage signs the checkpoint's compiled artifacts with it)")
         if cfg.tracking.enabled:
             store.check_store(cfg.tracking.uri)
     return candidates

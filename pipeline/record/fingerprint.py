@@ -29,12 +29,16 @@ def digest(text: str) -> str:
 
 
 def examples_digest(examples: Mapping[str, torch.Tensor]) -> str:
-    """A digest of the user's example rows (their shapes, dtypes and bytes)."""
+    """A digest of the user's example rows: each tensor's shape, dtype, strides and offset, and the bytes of the
+    storage it views. Never the rows laid out in full: a stored tensor of a few bytes may view gigabytes (an
+    expanded one), which the run itself only ever takes a batch of."""
     h = hashlib.sha256()
     for name, t in sorted(examples.items()):
-        flat = t.detach().cpu().contiguous().reshape(-1)
-        h.update(f"{name}{tuple(t.shape)}{t.dtype}".encode())
-        h.update(flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b"")
+        t = t.detach()
+        h.update(f"{name}{tuple(t.shape)}{t.dtype}{t.stride()}{t.storage_offset()}".encode())
+        raw = torch.empty(0, dtype=torch.uint8, device=t.device).set_(t.untyped_storage())
+        if raw.numel():
+            h.update(memoryview(raw.cpu().numpy()))
     return h.hexdigest()[:16]
 
 

@@ -27,6 +27,8 @@ from typing import Any, Dict, Iterator, Mapping, Tuple
 
 from omegaconf import DictConfig, OmegaConf
 
+from pipeline.compile import cache as compile_cache
+from pipeline.disks import write_atomic
 from pipeline.errors import ConfigError
 from pipeline.context import BackendOutcome, Earlier, RunContext
 from pipeline.measure.accuracy import describe
@@ -66,14 +68,6 @@ def profile_row(name: str, key: Key, m: Measurement) -> Dict[str, Any]:
     summary = m.summary()
     return {"backend": name, **cell_fields(key), **{k: summary[k] for k in COLUMNS if k in summary},
             "throughput_per_s": samples_per_second(key if isinstance(key, int) else key[0], m.median)}
-
-
-def write_atomic(path: Path, text: str) -> Path:
-    """Write ``text`` to ``path`` through a temporary file, so a reader never sees half of it."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-    return path
 
 
 def read_json(path: Path, resume_dir: Path) -> Any:
@@ -139,14 +133,13 @@ class Recorder:
                 (self.run_dir / name).unlink(missing_ok=True)
         self.record = {"fingerprint": dict(fingerprint), "stages_done": done, "status": "RUNNING"}
         write_atomic(self.run_dir / RECORD_FILE, json.dumps(self.record, indent=1))
-        write_atomic(self.run_dir / "config.yaml", OmegaConf.to_yaml(self.cfg, resolve=True))
-        cfg = self.cfg
+        cfg, shown = self.cfg, compile_cache.redacted_config(OmegaConf.to_container(self.cfg, resolve=True))
+        write_atomic(self.run_dir / "config.yaml", OmegaConf.to_yaml(shown))
         tags = {"model": cfg.model.name, "stages": ",".join(cfg.stages), "backends": ",".join(cfg.backends),
                 "run_dir": str(self.run_dir)}
         earlier = self.run_dir / RUN_FILE
         resume_id = json.loads(earlier.read_text())["run_id"] if earlier.is_file() else None
-        self.tracker.start(cfg.tracking.get("run_name") or cfg.model.name,
-                           OmegaConf.to_container(cfg, resolve=True), tags, resume_id=resume_id)
+        self.tracker.start(cfg.tracking.get("run_name") or cfg.model.name, shown, tags, resume_id=resume_id)
         if self.tracker.run_id is not None:
             write_atomic(earlier, json.dumps({"run_id": self.tracker.run_id, "tracking_uri": cfg.tracking.uri}))
         self.tracker.log_artifact(self.run_dir / "config.yaml")

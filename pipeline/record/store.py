@@ -280,7 +280,7 @@ class StoreGuard:
                 if time.monotonic() > deadline:
                     raise StoreLocked(f"MLflow store {self.uri} stayed locked for more than "
                                       f"{self.max_wait_s:.0f}s; {SERVER_HINT}") from exc
-                log.warning("mlflow: %s is locked; retrying in %.1fs", self.uri, delay)
+                log.debug("mlflow: %s is locked; retrying in %.1fs", self.uri, delay)  # one warning if it stays so
                 time.sleep(delay * random.uniform(1.0, 2.0))
                 delay = min(delay * 2, 5.0)
 

@@ -116,6 +116,14 @@ class NullTracker:
     def finish(self, status: str) -> None: ...
 
 
+class LostClient:
+    """Stands in for MLflow's client where the store stayed locked before the client could open it: every write
+    is skipped from then on (``MlflowTracker.write``), so its methods are never called; they would do nothing."""
+
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        return lambda *args, **kwargs: None
+
+
 class MlflowTracker(NullTracker):
     """Logs to the store named by ``tracking.uri``; every write goes through a :class:`StoreGuard`.
 
@@ -132,7 +140,9 @@ class MlflowTracker(NullTracker):
         self.guard = StoreGuard(self.uri, float(tcfg.get("max_wait_s", 120.0)))
         self.lost: Optional[str] = None  # when the store stayed locked past its wait (then nothing is written)
         self.experiment_id = self.write(open_experiment, self.uri, tcfg["experiment"], self.guard, guarded=False)
-        self.client = MlflowClient(tracking_uri=self.uri)
+        # Opening the client reads the store (SQLite's schema check), so it waits like a write; a store lost
+        # already leaves a stand-in, since nothing more is written to it.
+        self.client = self.write(MlflowClient, tracking_uri=self.uri) or LostClient()
 
     def write(self, fn: Callable[..., T], *args: Any, guarded: bool = True, **kwargs: Any) -> Optional[T]:
         """``fn(*args, **kwargs)`` under the guard (``guarded=False``: ``fn`` takes the guard itself), or

@@ -39,7 +39,7 @@ from omegaconf import OmegaConf
 from torch import nn
 
 from pipeline import backends as backend_registry
-from pipeline import devices
+from pipeline import devices, disks
 from pipeline.backends import Backend
 from pipeline.batching import BatchDims
 from pipeline.compile import artifacts as compiled
@@ -143,20 +143,8 @@ def write(payload: Mapping[str, Any], path: PathLike) -> Path:
     buf = io.BytesIO()
     torch.save(dict(payload), buf)
     body = buf.getvalue()
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tmp.open("wb") as f:
-            f.write(MAGIC + f" {FORMAT}\n".encode())
-            f.write(f"sha256:{hashlib.sha256(body).hexdigest()}\n".encode())
-            f.write(body)
-        os.replace(tmp, path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise OSError(exc.errno, f"could not write the checkpoint {path} ({len(body) / 2**20:.1f} MiB): "
-                                 f"{exc.strerror or exc}; free space there or pick a writable directory") from exc
-    return path
+    head = MAGIC + f" {FORMAT}\n".encode() + f"sha256:{hashlib.sha256(body).hexdigest()}\n".encode()
+    return disks.write_atomic(Path(path), head + body, "checkpoint")
 
 
 def save(routed: RoutedModule, path: PathLike) -> Path:
@@ -308,9 +296,13 @@ def load(path: PathLike, model: nn.Module, device: Optional[Union[str, torch.dev
     warn_on_drift(payload, dev)
     report = compiled.LoadReport(read_s=time.perf_counter() - start)
     installing = time.perf_counter()
-    use_artifacts(payload, path, dev, trust_compiled, report)
-    report.artifacts_s = time.perf_counter() - installing
-    routed = rebuilt(payload, holding(model, payload["state_dict"]).eval().to(dev), dev, path, report)
+    artifacts = usable_artifacts(payload, path, dev, trust_compiled, report)
+    with compiled.load_cache(artifacts):  # what the load compiles or installs stays out of every other cache
+        if artifacts is not None:
+            compiled.install(artifacts.contents)
+            report.artifacts = "used"
+        report.artifacts_s = time.perf_counter() - installing
+        routed = rebuilt(payload, holding(model, payload["state_dict"]).eval().to(dev), dev, path, report)
     with torch.no_grad():  # the last step, once everything else succeeded
         model.load_state_dict(payload["state_dict"])
     routed.load_seconds = report.total_s = time.perf_counter() - start
@@ -320,27 +312,25 @@ def load(path: PathLike, model: nn.Module, device: Optional[Union[str, torch.dev
     return routed
 
 
-def use_artifacts(payload: Mapping[str, Any], path: Path, dev: torch.device, trust_compiled: Optional[bool],
-                  report: compiled.LoadReport) -> None:
-    """Install the checkpoint's compiled artifacts into the local Inductor cache where they may be used; else say
-    why in one line (or raise :class:`~pipeline.compile.artifacts.ArtifactsRefused` where the caller demanded them)."""
+def usable_artifacts(payload: Mapping[str, Any], path: Path, dev: torch.device, trust_compiled: Optional[bool],
+                     report: compiled.LoadReport) -> Optional[compiled.Usable]:
+    """The checkpoint's compiled artifacts where they may be used; else None, having said why in one line (or raise
+    :class:`~pipeline.compile.artifacts.ArtifactsRefused` where the caller demanded them)."""
     record = payload.get("compiled")
     if record is None:
         if trust_compiled:
             raise compiled.ArtifactsRefused(f"{path} records no compiled artifacts (its route compiles nothing, or it "
                                             f"was saved without them); nothing was loaded. Load it with "
                                             f"trust_compiled=None to rebuild its backends")
-        return
-    blobs, why = compiled.usable(record, path, dev, payload["state_dict"], trust_compiled)
-    if blobs is None:
+        return None
+    artifacts, why = compiled.usable(record, path, dev, payload["state_dict"], trust_compiled)
+    if artifacts is None:
         if trust_compiled:
             raise compiled.ArtifactsRefused(f"{path}: its compiled artifacts cannot be used: {why}; nothing was "
                                             f"loaded. Load it with trust_compiled=None to rebuild its backends")
         report.artifacts = f"ignored: {why}"
         log.info("%s: compiled artifacts ignored, the backends are rebuilt: %s", path, why)
-        return
-    compiled.install(blobs)
-    report.artifacts = "used"
+    return artifacts
 
 
 def rebuilt(payload: Mapping[str, Any], own: nn.Module, dev: torch.device, path: Path,

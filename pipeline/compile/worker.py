@@ -1,0 +1,103 @@
+"""A compile worker process: ``python -m pipeline.compile.worker SETUP RESULTS_FD PARENT_PID``.
+
+Started by :mod:`pipeline.compile.ahead` through tweakpipe's own entry point, never through
+multiprocessing's ``spawn`` or ``forkserver``, which import the parent's ``__main__`` in every child: a
+user's script that calls ``pipeline.tune`` at top level (no ``if __name__ == "__main__":``) would run again
+in each worker. Here the worker's ``__main__`` is this module; it reads the run's setup file (the build spec,
+the inputs at every tuned cell, the cache settings), then compiles one job per line of its standard input (a
+JSON object: the candidate's name and settings), built and warmed exactly as capture will
+(``pipeline.compile.build``), and answers each with one JSON line on the file descriptor ``RESULTS_FD``: the
+seconds and cache counts, or the error.
+
+It dies with its run: the kernel sends it SIGKILL when the run's process ends (Linux's
+``PR_SET_PDEATHSIG``), a thread watches ``PARENT_PID`` where that is missing, and an end of standard input
+ends it too. SIGINT is ignored: a Ctrl-C in the terminal stops the run, and the run stops its workers.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from dataclasses import replace
+from typing import Any, Dict, List, Optional
+
+PR_SET_PDEATHSIG = 1
+PARENT_POLL_S = 1.0
+
+
+def die_with_parent(parent: int) -> None:
+    """End this process when ``parent`` ends: at once through the kernel where it can (Linux), else within
+    PARENT_POLL_S seconds (a thread polling the parent's pid)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:  # the parent ended before the kernel was told
+        os._exit(1)
+
+    def watch() -> None:
+        while True:
+            time.sleep(PARENT_POLL_S)
+            if os.getppid() != parent:
+                os._exit(1)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def start(setup_path: str) -> Dict[str, Any]:
+    """The worker's state: the run's caches first, then the build spec and the tuned cells' inputs, on the run's
+    device."""
+    import torch
+
+    setup = torch.load(setup_path, map_location="cpu", weights_only=False)  # written by this run a moment ago
+    from pipeline.compile import cache as compile_cache
+
+    compile_cache.apply(setup["cache"])  # for the worker's life (the remote's guard, the private directory)
+    spec = setup["spec"]
+    if setup["threads"]:
+        torch.set_num_threads(setup["threads"])
+    on = lambda inputs: {n: t.to(spec.device) for n, t in inputs.items()}  # noqa: E731
+    return {"spec": replace(spec, model=spec.model.eval().to(spec.device), sample=on(spec.sample)),
+            "cells": [on(cell) for cell in setup["cells"].values()]}
+
+
+def compile_one(state: Dict[str, Any], name: str, settings: Dict[str, Any]) -> Dict[str, Any]:
+    """Build the candidate as capture will and call it at every tuned cell: its programs enter the cache."""
+    from pipeline import backends
+    from pipeline.backends.candidate import Candidate
+    from pipeline.compile.build import build_and_warm
+    from pipeline.compile.cost import BuildCost, Stopwatch
+
+    watch, counted = Stopwatch(), BuildCost()
+    build_and_warm(backends.create(Candidate.of(name, settings)), state["spec"], counted,
+                   lambda backend: [backend(**cell) for cell in state["cells"]])
+    return {"seconds": watch.seconds, "cache_hits": counted.cache_hits, "cache_misses": counted.cache_misses}
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    setup_path, results_fd, parent = (argv or sys.argv[1:])[:3]
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    die_with_parent(int(parent))
+    results = os.fdopen(int(results_fd), "w", buffering=1)
+    state = start(setup_path)
+    results.write(json.dumps({"ready": True}) + "\n")
+    for line in sys.stdin:
+        job = json.loads(line)
+        try:
+            answer = {"name": job["name"], **compile_one(state, job["name"], job["cfg"])}
+        except Exception as exc:  # noqa: BLE001 -- the run compiles this candidate itself
+            answer = {"name": job["name"], "error": f"{type(exc).__name__}: {str(exc).strip()[:500]}",
+                      "traceback": traceback.format_exc()[-4000:]}
+        results.write(json.dumps(answer) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,133 @@
+"""Compile workers that never run the user's script, cannot hang a run and do not outlive it (issues 36 and 38).
+
+Every case starts real worker processes (``python -m pipeline.compile.worker``) compiling a real Inductor
+program on the CPU; "the user" is a plain script without a main guard, run as ``python user_script.py``."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import List
+
+
+from conftest import ROOT, TINY
+from mlflow_helpers import clean_env
+from pipeline.compile import ahead as compile_ahead
+from pipeline.api import compose_config
+from pipeline.runner import run
+
+WORKERS = [*TINY, "backends=[eager,inductor]", "stages=[capture]", "compile_cache.workers=1"]
+
+USER_SCRIPT = """
+import os, torch, pipeline
+print("TOP-LEVEL runs in pid", os.getpid(), flush=True)
+m = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8)).eval()
+t = pipeline.tune(m, torch.randn(4, 32), overrides=["device=cpu", "backends=[eager,inductor]", "profile=quick",
+    "tracking=off", "model.batch_sizes=[1,4]", "compile_cache.workers=1", "compile_cache.dir=CACHE"], run_dir="run")
+"""
+
+MAIN_MODEL_SCRIPT = """
+import torch, pipeline
+class Mine(torch.nn.Module):  # defined in the script itself: a worker cannot import it without running the script
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 4)
+    def forward(self, x):
+        return torch.relu(self.lin(x))
+pipeline.tune(Mine().eval(), torch.randn(4, 8), overrides=["device=cpu", "backends=[eager,inductor]", "profile=quick",
+    "tracking=off", "model.batch_sizes=[1,4]", "compile_cache.workers=1", "compile_cache.dir=CACHE"], run_dir="run")
+"""
+
+
+def script_run(tmp_path: Path, body: str) -> subprocess.CompletedProcess:
+    script = tmp_path / "user_script.py"
+    script.write_text(body.replace("CACHE", str(tmp_path / "cache")))
+    env = {**clean_env(), "PYTHONPATH": str(ROOT), "TWEAKPIPE_HOME": str(tmp_path / "home")}
+    return subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=600)
+
+
+def test_a_script_without_a_main_guard_runs_its_top_level_once_and_its_workers_program_is_a_hit(tmp_path):
+    proc = script_run(tmp_path, USER_SCRIPT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("TOP-LEVEL runs in pid") == 1, proc.stdout
+    cost = json.loads((tmp_path / "run" / "capture.json").read_text())["inductor"]["cost"]
+    assert cost["ahead_s"] > 0  # a worker compiled it first
+    assert cost["cache_hits"] >= 1 and cost["cache_misses"] == 0, cost  # and the run only loaded it
+
+
+def test_a_model_defined_in_the_script_compiles_in_the_run_with_the_reason_in_one_line(tmp_path):
+    proc = script_run(tmp_path, MAIN_MODEL_SCRIPT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    said = [line for line in proc.stderr.splitlines() if "compile ahead: off" in line]
+    assert len(said) == 1 and "Mine from your script (__main__)" in said[0], proc.stderr[-3000:]
+    cost = json.loads((tmp_path / "run" / "capture.json").read_text())["inductor"]["cost"]
+    assert cost["ahead_s"] == 0 and cost["cache_misses"] >= 1
+
+
+def workers_of(pid: int) -> List[int]:
+    """The compile workers started by process ``pid``."""
+    found = []
+    for entry in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            argv = entry.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"pipeline.compile.worker" in argv and argv[-2:-1] == [str(pid).encode()]:
+            found.append(int(entry.parent.name))
+    return found
+
+
+def test_a_stopped_worker_is_named_and_bypassed_and_capture_compiles_its_candidate(tmp_path, caplog, monkeypatch):
+    assert compile_ahead.STALL_S <= 90  # the bound a user gets: a stopped worker costs at most this much
+    monkeypatch.setattr(compile_ahead, "STALL_S", 15.0)  # the same rule, sooner, so the test is short
+
+    def stop_the_worker() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            for pid in workers_of(os.getpid()):
+                os.kill(pid, signal.SIGSTOP)
+                return
+            time.sleep(0.2)
+
+    threading.Thread(target=stop_the_worker, daemon=True).start()
+    start = time.monotonic()
+    with caplog.at_level("WARNING", logger="pipeline.compile.ahead"):
+        ctx = run(compose_config([*WORKERS, f"compile_cache.dir={tmp_path / 'cache'}"]), tmp_path / "run")
+    assert time.monotonic() - start < 120
+    warned = [r.getMessage() for r in caplog.records if "did not finish" in r.getMessage()]
+    assert len(warned) == 1 and "made no progress for 15 s" in warned[0] and "capture compiles it" in warned[0]
+    assert ctx.outcomes["inductor"].status == "ok" and ctx.outcomes["inductor"].cost.ahead_s == 0
+    assert not workers_of(os.getpid())  # stopped, not left behind
+
+
+KILLED_RUN = """
+import sys, pipeline.runner as runner
+from pipeline.api import compose_config
+runner.run(compose_config(sys.argv[2:]), __import__("pathlib").Path(sys.argv[1]))
+"""
+
+
+def test_a_run_killed_outright_leaves_no_worker_behind(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-c", KILLED_RUN, str(tmp_path / "run"), *WORKERS,
+                             f"compile_cache.dir={tmp_path / 'cache'}"], cwd=ROOT,
+                            env={**clean_env(), "TWEAKPIPE_HOME": str(tmp_path / "home")},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not workers_of(proc.pid):
+        assert time.monotonic() < deadline and proc.poll() is None, "no worker started"
+        time.sleep(0.2)
+    orphans = workers_of(proc.pid)
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while any(Path(f"/proc/{pid}").exists() and b"pipeline.compile.worker" in Path(f"/proc/{pid}/cmdline").read_bytes()
+              for pid in orphans if Path(f"/proc/{pid}/cmdline").exists()):
+        assert time.monotonic() < deadline, f"worker(s) {orphans} outlived the run by 10 s"
+        time.sleep(0.2)
