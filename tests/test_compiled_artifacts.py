@@ -28,7 +28,8 @@ from pipeline.compile import artifacts as compiled
 from pipeline.route import checkpoint
 from pipeline.runner import run
 
-ROUTE = [*TINY, "backends=[eager,inductor]", "route=one_backend", "route.backend=inductor"]
+# The mega-cache path: route.aot=false (tests/test_ahead_of_time.py holds the programs built ahead of time).
+ROUTE = [*TINY, "backends=[eager,inductor]", "route=one_backend", "route.backend=inductor", "route.aot=false"]
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,8 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf, open_dict
 
 from conftest import CONF, ROOT, TINY
-from pipeline import backends, templates
+from pipeline import backends
+from pipeline.config import templates
 from pipeline.measure.compare import tolerance
 from pipeline.preflight.checks import check_config
 from pipeline.runner import run

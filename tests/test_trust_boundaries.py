@@ -155,7 +155,8 @@ def unsigned_route(tmp_path_factory):
     old = os.environ.get("TWEAKPIPE_HOME")
     os.environ["TWEAKPIPE_HOME"] = str(folder / "author_home")
     try:
-        ctx = run(compose_config([*ROUTE, f"compile_cache.dir={folder / 'cache'}"]), folder / "run")
+        # Inductor's cache entries only (route.aot=false): the artifacts a load installs into a cache
+        ctx = run(compose_config([*ROUTE, f"compile_cache.dir={folder / 'cache'}", "route.aot=false"]), folder / "run")
     finally:
         os.environ.pop("TWEAKPIPE_HOME") if old is None else os.environ.update(TWEAKPIPE_HOME=old)
     return ctx.checkpoint_path
@@ -179,7 +180,12 @@ def test_a_trusted_load_leaves_the_shared_cache_byte_for_byte_as_it_was(unsigned
 
 def test_a_module_loaded_from_artifacts_the_user_did_not_sign_saves_them_unsigned(unsigned_route, tmp_path):
     served = pipeline.load(unsigned_route, MLP(width=16, depth=2).eval(), trust_compiled=True)
-    target = pipeline.save(served, tmp_path / "again.tweak")
+    target = pipeline.save(served, tmp_path / "again.tweak", aot=False)
+    assert compiled.path_for(target).read_bytes().splitlines()[1] == b"hmac-sha256:" + compiled.UNSIGNED.encode()
+    # With its program built ahead of time here (this process's own compile), the file still carries the entries
+    # the load took from the unsigned artifacts: still unsigned.
+    target = pipeline.save(served, tmp_path / "ahead.tweak")
+    assert served.aot["inductor"]["used"]
     assert compiled.path_for(target).read_bytes().splitlines()[1] == b"hmac-sha256:" + compiled.UNSIGNED.encode()
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Any, ClassVar, Dict, List, Optional, Sequence
+from typing import Callable, Any, ClassVar, Dict, List, Optional, Sequence
 
 import torch
 from torch import nn
@@ -43,7 +43,17 @@ class Backend:
         # Inductor's cache entries of its programs, as its build and checks made or loaded them (compiled artifacts
         # a checkpoint may carry beside it: pipeline.compile.artifacts.Recorded); empty where nothing compiled.
         self.artifacts: Any = b""
+        # The module as the backend runs it (the model, or its reduced-precision copy), set by build: what an
+        # ahead-of-time program is exported from (pipeline.compile.aot), and whose weights a loaded one binds.
+        self.module: Optional[nn.Module] = None
+        # Where a load hands over a program built ahead of time: module -> the callable to run instead of compiling
+        # (backends that compile only; pipeline.compile.aot.loader_for).
+        self.prebuilt: Optional[Callable[[nn.Module], Any]] = None
         self._fn: Any = None
+
+    def inductor_options(self) -> Dict[str, Any]:
+        """The Inductor options its program compiles with ({} for a backend that compiles nothing)."""
+        return {}
 
     def unsupported_reason(self, device: torch.device) -> Optional[str]:
         """Why this backend cannot run on ``device``, or None if it can. Answered before any work."""
@@ -95,6 +105,7 @@ class Backend:
                                                    numerics.precision if numerics.quantizes else None)
             if numerics.quantizes and not model.quantized:
                 raise BackendUnsupported(quantize.nothing_quantized(numerics.precision))
+        self.module = model
         with torch.inference_mode():
             self._build(model, sample, list(batch_sizes))
         self.build_seconds = time.perf_counter() - start

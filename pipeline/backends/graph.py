@@ -120,9 +120,14 @@ class GraphBackend(Backend):
                     f"or XPU (torch.xpu.XPUGraph); {device.type} has none")
         return self._inductor.unsupported_reason(device) if self._inductor else super().unsupported_reason(device)
 
+    def inductor_options(self) -> Dict[str, Any]:
+        return self._inductor.effective_options() if self._inductor else {}
+
     def _compiled(self, model: nn.Module) -> Any:
         if self._inductor is None:
             return model
+        if self.prebuilt is not None:  # Inductor's kernels built ahead of time (a load): the graphs record those
+            return self.prebuilt(model)
         self._inductor.device, self._inductor.batch_dims = self.device, self.batch_dims
         self.program = self._inductor.program_for(model)
         return self.program
@@ -152,7 +157,7 @@ class GraphBackend(Backend):
         # largest first: smaller graphs reuse its memory in the pool
         order = sorted(views, key=lambda key: (key[0] * (key[1] or 1), key), reverse=True)
         fn = self._compiled(model)
-        if self._inductor:
+        if self._inductor and self.prebuilt is None:
             for inputs in views.values():  # dynamic dimensions: a few compiles, not one per size
                 self._inductor.mark_dynamic(inputs)
 

@@ -100,7 +100,13 @@ class InductorBackend(Backend):
             kwargs["mode"] = self.settings.mode
         return kwargs
 
+    def inductor_options(self) -> Dict[str, Any]:
+        return self.effective_options()
+
     def _build(self, model: nn.Module, sample: Dict[str, torch.Tensor], batch_sizes: list) -> None:
+        if self.prebuilt is not None:  # a program built ahead of time (a load): nothing to trace or compile
+            self._fn = self.prebuilt(model)
+            return
         if self.options:
             unused = inductor_options.ineffective(self.options, self.device)
             if unused:

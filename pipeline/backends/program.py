@@ -23,6 +23,7 @@ instead of falling back to eager.
 from __future__ import annotations
 
 import contextlib
+import sys
 import types
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Dict, Iterator, Mapping, Optional
@@ -45,7 +46,10 @@ class CompileEvidence:
 
 
 def dynamo_counts() -> Dict[str, int]:
-    """Process-wide Dynamo counters: compiled graphs, graph breaks and frames handed to Dynamo."""
+    """Process-wide Dynamo counters: compiled graphs, graph breaks and frames handed to Dynamo (zeros while Dynamo
+    is not loaded: nothing has been traced, and a load of ahead-of-time programs does not pay its import)."""
+    if "torch._dynamo.utils" not in sys.modules:
+        return {"graphs": 0, "graph_breaks": 0, "frames": 0}
     from torch._dynamo.utils import counters
 
     return {"graphs": int(counters["stats"]["unique_graphs"]),

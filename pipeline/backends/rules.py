@@ -47,9 +47,11 @@ def effective_options(settings: BackendSettings, options: Optional[Mapping[str, 
     """The options torch applies: the resolved options, or those the mode implies."""
     if options is not None:
         return dict(options)
+    if settings.mode in (None, "default"):  # Inductor's defaults: nothing to ask it (importing it takes seconds)
+        return {}
     from torch._inductor import list_mode_options
 
-    return dict(list_mode_options(settings.mode)) if settings.mode else {}
+    return dict(list_mode_options(settings.mode))
 
 
 def check_inductor(name: str, settings: BackendSettings) -> Optional[Dict[str, Any]]:

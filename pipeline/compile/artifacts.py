@@ -42,6 +42,7 @@ from typing import Any, Dict, Iterator, Mapping, Optional, Tuple
 import torch
 
 from pipeline import disks, private, trust
+from pipeline.compile import aot
 from pipeline.compile import cache as compile_cache
 from pipeline.compile.cost import BuildCost
 from pipeline.errors import CheckpointError
@@ -193,26 +194,31 @@ def weights_digest(state_dict: Mapping[str, torch.Tensor]) -> str:
 
 
 def write(checkpoint: Path, blobs: Mapping[str, Recorded], device: torch.device,
-          state_dict: Mapping[str, torch.Tensor]) -> Optional[Dict[str, Any]]:
+          state_dict: Mapping[str, torch.Tensor], packages: Optional[Mapping[str, Any]] = None
+          ) -> Optional[Dict[str, Any]]:
     """Write the routed backends' artifacts beside ``checkpoint``; the record the checkpoint keeps of them, or None
     (and no file) where no backend compiled anything.
 
     They are signed with this user's key only where every entry came from this user's own sources (this process's
     compiles, the user's private cache, artifacts the user signed); otherwise, or where the key is refused, they
-    are written unsigned, with one warning saying why and how to trust them."""
+    are written unsigned, with one warning saying why and how to trust them. ``packages`` (backend ->
+    ``pipeline.compile.aot.Package``) are the routed programs built ahead of time, carried in the same file."""
     blobs = {name: rec for name, rec in blobs.items() if rec}
+    packages = dict(packages or {})
     target = path_for(checkpoint)
-    if not blobs:
+    if not blobs and not packages:
         target.unlink(missing_ok=True)  # an older file would not match this checkpoint
         return None
     files = {path: data for rec in blobs.values() for path, data in sorted(rec.files.items())}
     header = {"backends": {name: len(rec.data) for name, rec in blobs.items()},
-              "files": {path: len(data) for path, data in files.items()}}
+              "files": {path: len(data) for path, data in files.items()},
+              **({"aot": {name: len(p.data) for name, p in packages.items()}} if packages else {})}
     body = (json.dumps(header).encode() + b"\n" + b"".join(rec.data for rec in blobs.values())
-            + b"".join(files.values()))
-    write_signed(target, body, unsigned_because(blobs.values()))
+            + b"".join(files.values()) + b"".join(p.data for p in packages.values()))
+    write_signed(target, body, unsigned_because([*blobs.values(), *packages.values()]))
     return {"sha256": hashlib.sha256(body).hexdigest(), "backends": sorted(blobs), "built_for": built_for(device),
-            "weights": weights_digest(state_dict), "bytes": len(body)}
+            "weights": weights_digest(state_dict), "bytes": len(body),
+            **({"aot": {name: p.manifest for name, p in packages.items()}} if packages else {})}
 
 
 def unsigned_because(blobs: Any) -> str:
@@ -261,19 +267,23 @@ class Contents:
 
     backends: Dict[str, bytes]
     files: Dict[str, bytes]
+    aot: Dict[str, bytes] = field(default_factory=dict)  # backend -> its program built ahead of time (a package)
 
 
-def _contents(body: bytes, backends: Any) -> Contents:
-    """The parts of a body whose header must name exactly the recorded backends and describe every byte."""
+def _contents(body: bytes, backends: Any, ahead: Any = ()) -> Contents:
+    """The parts of a body whose header must name exactly the recorded backends (and programs built ahead of time)
+    and describe every byte."""
     head, _, blob = body.partition(b"\n")
     if len(head) > MAX_HEADER:
         raise ValueError("its header is too long")
     header = json.loads(head)
-    if not isinstance(header, dict) or set(header) != {"backends", "files"}:
+    if not isinstance(header, dict) or set(header) != {"backends", "files", *(("aot",) if ahead else ())}:
         raise ValueError("its header does not describe its contents")
-    lengths, files = header["backends"], header["files"]
-    sizes = [*lengths.values(), *files.values()] if isinstance(lengths, dict) and isinstance(files, dict) else [None]
+    lengths, files, programs = header["backends"], header["files"], header.get("aot", {})
+    sizes = ([*lengths.values(), *files.values(), *programs.values()]
+             if all(isinstance(x, dict) for x in (lengths, files, programs)) else [None])
     if (not isinstance(lengths, dict) or sorted(lengths) != sorted(backends) or not isinstance(files, dict)
+            or not isinstance(programs, dict) or sorted(programs) != sorted(ahead)
             or not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in sizes)
             or sum(sizes) != len(blob)):
         raise ValueError("its header does not describe its contents")
@@ -284,7 +294,9 @@ def _contents(body: bytes, backends: Any) -> Contents:
     for length in sizes:
         parts.append(blob[start:start + length])
         start += length
-    return Contents(dict(zip(lengths, parts[:len(lengths)])), dict(zip(files, parts[len(lengths):])))
+    cut = len(lengths) + len(files)
+    return Contents(dict(zip(lengths, parts[:len(lengths)])), dict(zip(files, parts[len(lengths):cut])),
+                    dict(zip(programs, parts[cut:])))
 
 
 @dataclass(frozen=True)
@@ -326,7 +338,7 @@ def usable(record: Mapping[str, Any], checkpoint: Path, device: torch.device, st
     if weights_digest(state_dict) != record["weights"]:
         return None, f"{target.name} was built with other weights than the checkpoint holds"
     try:
-        contents = _contents(body, record["backends"])
+        contents = _contents(body, record["backends"], record.get("aot", {}))
     except (ValueError, UnicodeDecodeError) as exc:
         return None, f"{target.name} is damaged: {exc}"
     foreign = "" if signed else f"the artifacts of {checkpoint.name}, trusted with trust_compiled=True but not signed with your key"
@@ -376,9 +388,13 @@ def load_cache(artifacts: Optional[Usable]) -> Iterator[Path]:
                 os.environ["TRITON_CACHE_DIR"] = saved
 
 
-def install(contents: Contents) -> None:
+def install(contents: Contents, skip: Any = ()) -> None:
     """Put trusted artifacts into the current Inductor cache (the load's own, :func:`load_cache`): this unpickles
-    them and writes the libraries it carries where the cache has none yet (checked by :func:`usable` first)."""
+    them and writes the libraries it carries where the cache has none yet (checked by :func:`usable` first).
+    Backends in ``skip`` (those served by programs built ahead of time) need none of it: where that is all of
+    them, nothing is installed and Inductor is not even imported."""
+    if not [name for name in contents.backends if name not in skip]:
+        return
     from torch._inductor.runtime.cache_dir_utils import cache_dir
 
     root = Path(cache_dir()).resolve()
@@ -389,8 +405,9 @@ def install(contents: Contents) -> None:
             tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
             tmp.write_bytes(data)
             os.replace(tmp, path)
-    for data in contents.backends.values():
-        torch.compiler.load_cache_artifacts(data)
+    for name, data in contents.backends.items():
+        if name not in skip:
+            torch.compiler.load_cache_artifacts(data)
 
 
 def sign(checkpoint: Path, record: Optional[Mapping[str, Any]]) -> Path:
@@ -409,8 +426,15 @@ def sign(checkpoint: Path, record: Optional[Mapping[str, Any]]) -> Path:
 
 def record_problem(record: Any) -> Optional[str]:
     """Why a checkpoint's ``compiled`` record is not one this format allows, or None (the payload check)."""
-    if not isinstance(record, dict) or set(record) != {"sha256", "backends", "built_for", "weights", "bytes"}:
-        return "compiled must hold exactly sha256, backends, built_for, weights and bytes"
+    keys = {"sha256", "backends", "built_for", "weights", "bytes"}
+    if not isinstance(record, dict) or set(record) - {"aot"} != keys:
+        return "compiled must hold exactly sha256, backends, built_for, weights and bytes (and aot)"
+    ahead = record.get("aot", {})
+    if not (isinstance(ahead, dict) and all(isinstance(n, str) for n in ahead)):
+        return "compiled.aot must map backend names to their programs' manifests"
+    problem = next((f"compiled.aot.{n}: {why}" for n, m in ahead.items() if (why := aot.manifest_problem(m))), None)
+    if problem:
+        return problem
     if not (isinstance(record["sha256"], str) and len(record["sha256"]) == 64 and set(record["sha256"]) <= HEX):
         return "compiled.sha256 must be 64 hex digits"
     if not (isinstance(record["weights"], str) and len(record["weights"]) == 64 and set(record["weights"]) <= HEX):
@@ -433,6 +457,8 @@ class BackendLoad(BuildCost):
 
     artifacts: str = "none"  # used | ignored: <why> | none (it compiles nothing)
     warmup_s: float = 0.0
+    program: str = "none"  # ahead of time (a package, loaded: pipeline.compile.aot) | traced | none (no compile)
+    traced: bool = False  # whether Dynamo traced or Inductor compiled anything while it was built and warmed
 
 
 @dataclass
@@ -443,6 +469,7 @@ class LoadReport:
     artifacts_s: float = 0.0
     artifacts: str = "none"
     backends: Dict[str, BackendLoad] = field(default_factory=dict)
+    aot: Dict[str, str] = field(default_factory=dict)  # backend -> why its program built ahead of time went unused
     total_s: float = 0.0
 
     def to_dict(self) -> Dict[str, Any]:
@@ -451,8 +478,8 @@ class LoadReport:
         return asdict(self)
 
     def summary(self) -> str:
-        parts = [f"{name}: build {b.build_s:.2f} s (trace {b.trace_s:.2f}, compile {b.compile_s:.2f}, record "
-                 f"{b.record_s:.2f}, {b.cache_hits} hit(s) {b.cache_misses} miss(es)), warm-up {b.warmup_s:.2f} s"
-                 for name, b in self.backends.items()]
+        parts = [f"{name}: {b.program} program, build {b.build_s:.2f} s (trace {b.trace_s:.2f}, compile "
+                 f"{b.compile_s:.2f}, record {b.record_s:.2f}, {b.cache_hits} hit(s) {b.cache_misses} miss(es)), "
+                 f"warm-up {b.warmup_s:.2f} s" for name, b in self.backends.items()]
         return (f"read {self.read_s:.2f} s, artifacts {self.artifacts} ({self.artifacts_s:.2f} s); "
                 + "; ".join(parts))

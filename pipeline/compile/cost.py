@@ -38,11 +38,13 @@ class CandidateCost(BuildCost):
     ahead_s: float = 0.0  # a compile worker's seconds on its program, before capture built it (overlapped)
     screen_s: float = 0.0  # its calls in the screen
     profile_s: float = 0.0  # its calls in the profile
+    aot_s: float = 0.0  # routed only: building its program ahead of time at save, and holding it to the traced one
 
     @property
     def total_s(self) -> float:
-        """What it cost the run's own process: build, checks, screen and profile (workers run beside it)."""
-        return self.build_s + self.check_s + self.screen_s + self.profile_s
+        """What it cost the run's own process: build, checks, screen, profile and its program ahead of time (workers
+        run beside it)."""
+        return self.build_s + self.check_s + self.screen_s + self.profile_s + self.aot_s
 
     def to_dict(self) -> Dict[str, float]:
         return {**asdict(self), "total_s": self.total_s}
@@ -78,13 +80,13 @@ class Stopwatch:
 
 
 COLUMNS = ("build_s", "check_s", "trace_s", "compile_s", "cache_hits", "cache_misses", "record_s", "ahead_s",
-           "screen_s", "profile_s", "total_s")
+           "screen_s", "profile_s", "aot_s", "total_s")
 
 
 def table(costs: Mapping[str, CandidateCost], stage_seconds: Mapping[str, float], tune_s: float) -> str:
     """The cost account as a short text table: a row per candidate, then the stages and ``tune_s``."""
     width = max([len("candidate"), *(len(n) for n in costs)])
-    heads = ("build", "check", "trace", "compile", "hits", "misses", "record", "ahead", "screen", "profile", "total")
+    heads = ("build", "check", "trace", "compile", "hits", "misses", "record", "ahead", "screen", "profile", "aot", "total")
     lines = [f"  {'candidate':<{width}}  " + "  ".join(f"{h:>7}" for h in heads)]
     for name, cost in costs.items():
         row = cost.to_dict()
@@ -92,5 +94,5 @@ def table(costs: Mapping[str, CandidateCost], stage_seconds: Mapping[str, float]
         lines.append(f"  {name:<{width}}  " + "  ".join(cells))
     stages = ", ".join(f"{stage} {seconds:.1f} s" for stage, seconds in stage_seconds.items())
     lines.append(f"  stages: {stages}; tune_s {tune_s:.1f} (seconds; hits and misses: FX-graph cache; "
-                 f"ahead: compile workers, overlapped)")
+                 f"ahead: compile workers, overlapped; aot: the program built ahead of time at save)")
     return "\n".join(lines)

@@ -120,8 +120,9 @@ def admits_free_text(declared: Any) -> bool:
 
 def untrusted(options: Mapping[str, Any]) -> List[str]:
     """The options (dotted) that could name something Inductor runs, reads or writes: those whose
-    declared type admits free text. A checkpoint's options are refused unless its reader trusts it."""
-    return [key for key in flatten(options) if admits_free_text(declared_type(key))]
+    declared type admits free text. A checkpoint's options are refused unless its reader trusts it. No options:
+    nothing to ask Inductor (importing it takes seconds, which a load of programs built ahead of time skips)."""
+    return [key for key in flatten(options) if admits_free_text(declared_type(key))] if options else []
 
 
 def type_problem(key: str, value: Any) -> Optional[str]:

@@ -137,6 +137,10 @@ class RouteConfig:
     # Fail the run, saving nothing, when the route rests on cells the profile flagged noisy.
     require_confident: bool = False
     checkpoint_name: str = "model.tweak"
+    # Save each routed Inductor program ahead of time too (an AOTInductor package in the compiled artifacts, where
+    # it matches the traced program's outputs and speed): a trusted load then traces and compiles nothing. false:
+    # the checkpoint carries Inductor's cache entries only (a load traces each program), and saving is quicker.
+    aot: bool = True
     # Measured against fp32 eager at every tuned size; a candidate outside it never serves.
     accuracy_budget: AccuracyBudget = field(default_factory=AccuracyBudget)
 

@@ -228,33 +228,39 @@ class Recorder:
         self.plot(ctx)
 
     def route(self, ctx: RunContext) -> None:
-        """``route.json`` and the checkpoint, which validate then reloads."""
+        """The checkpoint, which validate then reloads, and ``route.json`` (with what building each routed program
+        ahead of time found, once the checkpoint is saved)."""
         if not ctx.route_info:
             return
         from pipeline.route import checkpoint
 
-        path = write_atomic(self.run_dir / "route.json", json.dumps(ctx.route_info, indent=2))
         self.tracker.set_tags({
             "route.rests_on_noisy": str(ctx.route_info["rests_on_noisy"]).lower(),
             "route.noisy_cells": ", ".join(f"{c['backend']} bs={c['batch_size']}"
                                            + (f" len={c['seq_len']}" if "seq_len" in c else "")
                                            for c in ctx.route_info["noisy_cells"]),
         })
-        self.tracker.log_artifact(path)
-        if ctx.routed is None:  # refused (route.require_confident): route.json says why, nothing ships
-            return
-        if ctx.lengths:  # the table (pipeline.route.table); the report's 1-D route_json stays away
-            from pipeline.route.table import describe
+        if ctx.routed is not None:  # else refused (route.require_confident): route.json says why, nothing ships
+            if ctx.lengths:  # the table (pipeline.route.table); the report's 1-D route_json stays away
+                from pipeline.route.table import describe
 
-            self.tracker.set_tags({"route": describe(ctx.route),
-                                   "route_table_json": json.dumps([t.to_dict() for t in ctx.route])})
-        else:
-            self.tracker.set_tags({
-                "route": "; ".join(f"{r.lo}-{r.hi or 'inf'}:{r.backend}" for r in ctx.route),
-                "route_json": json.dumps([r.to_dict() for r in ctx.route]),
-            })
-        ctx.checkpoint_path = checkpoint.save(ctx.routed, self.run_dir / self.cfg.route.checkpoint_name)
-        log.info("route   checkpoint %s", ctx.checkpoint_path)
+                self.tracker.set_tags({"route": describe(ctx.route),
+                                       "route_table_json": json.dumps([t.to_dict() for t in ctx.route])})
+            else:
+                self.tracker.set_tags({
+                    "route": "; ".join(f"{r.lo}-{r.hi or 'inf'}:{r.backend}" for r in ctx.route),
+                    "route_json": json.dumps([r.to_dict() for r in ctx.route]),
+                })
+            write_atomic(self.run_dir / "route.json", json.dumps(ctx.route_info, indent=2))  # kept if the save fails
+            ctx.checkpoint_path = checkpoint.save(ctx.routed, self.run_dir / self.cfg.route.checkpoint_name,
+                                                  aot=self.cfg.route.aot)
+            log.info("route   checkpoint %s", ctx.checkpoint_path)
+            for name, aot in ctx.routed.aot.items():  # its program built ahead of time: what it cost, and whether
+                ctx.outcomes[name].cost.aot_s = float(aot.get("build_s", 0.0))
+            ctx.route_info["aot"] = ctx.routed.aot
+        self.tracker.log_artifact(write_atomic(self.run_dir / "route.json", json.dumps(ctx.route_info, indent=2)))
+        if ctx.routed is None:
+            return
         if self.cfg.tracking.log_checkpoint:
             self.tracker.log_artifact(ctx.checkpoint_path)
         self.plot(ctx)

@@ -32,7 +32,7 @@ import platform
 import time
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 from omegaconf import OmegaConf
@@ -42,6 +42,7 @@ from pipeline import backends as backend_registry
 from pipeline import devices, disks
 from pipeline.backends import Backend
 from pipeline.batching import BatchDims
+from pipeline.compile import aot
 from pipeline.compile import artifacts as compiled
 from pipeline.compile.build import BuildSpec, build_and_warm
 from pipeline.config import limits
@@ -62,9 +63,10 @@ MAGIC = b"TWEAKPIPE-CHECKPOINT"
 # 5: a precision may name a quantization recipe (pipeline.backends.quantize: the fp32 weights are stored, and
 # load quantizes them again), and versions then records torchao's; 6: compiled, the record of the compiled
 # artifacts beside the file (pipeline.compile.artifacts); 7: seq (tuned lengths, pipeline.seqlen) with a route of tiles,
-# inputs' seq_dim and pad, backends' per_length and graph caps
-FORMAT = 7
-READS = (2, 3, 4, 5, 6, 7)  # older files are format-7 files without seq, their backends' newer keys at their defaults
+# inputs' seq_dim and pad, backends' per_length and graph caps; 8: compiled.aot, the manifests of the routed programs
+# built ahead of time (pipeline.compile.aot)
+FORMAT = 8
+READS = (2, 3, 4, 5, 6, 7, 8)  # older files are format-7 files without seq, their backends' newer keys at their defaults
 KEYS = ("name", "route", "backends", "state_dict", "inputs", "batch_sizes", "max_batch_size", "versions", "device")
 # The seed of the sample inputs used to build and warm the backends on load.
 SAMPLE_SEED = 0
@@ -147,14 +149,36 @@ def write(payload: Mapping[str, Any], path: PathLike) -> Path:
     return disks.write_atomic(Path(path), head + body, "checkpoint")
 
 
-def save(routed: RoutedModule, path: PathLike) -> Path:
+def save(routed: RoutedModule, path: PathLike, aot: bool = True) -> Path:
     """Write the checkpoint of a routed model to ``path``, and beside it (``path.compiled``, signed with this user's
-    key) the routed backends' compiled artifacts, whose SHA-256 and build setup the checkpoint records."""
+    key) the routed backends' compiled artifacts, whose SHA-256 and build setup the checkpoint records; with
+    ``aot``, they carry each routed Inductor program built ahead of time, where it holds up (``routed.aot``)."""
     payload, path = payload_of(routed), Path(path)
     used = dict.fromkeys(r.backend for r in routed.route)
+    packages = ahead_of_time(routed, used) if aot else {}
     record = compiled.write(path, {n: routed.backends[n].artifacts for n in used}, routed.record.device,
-                            payload["state_dict"])
+                            payload["state_dict"], packages)
     return write({**payload, **({"compiled": record} if record else {})}, path)
+
+
+def ahead_of_time(routed: RoutedModule, used: Sequence[str]) -> Dict[str, Any]:
+    """Each routed program that compiles, built ahead of time where it holds up against the traced one
+    (``pipeline.compile.aot.package_for``); ``routed.aot`` says per backend whether, why not, and what it cost."""
+    rec, packages = routed.record, {}
+    tuned = sorted(int(b) for b in rec.batch_sizes)
+    routed.aot = {}
+    for name in used:
+        backend = routed.backends[name]
+        if not backend.candidate.compiles:
+            continue
+        package, report = aot.package_for(backend, rec.inputs, sizes_owned(routed.route, name, tuned) if not rec.seq else [],
+                                    limits.MAX_BATCH_SIZE)
+        routed.aot[name] = report
+        if package is not None:
+            packages[name] = package
+        else:
+            log.info("save: %s keeps its traced program (%s)", name, report["why"])
+    return packages
 
 
 def read(path: PathLike) -> Dict[str, Any]:
@@ -297,12 +321,13 @@ def load(path: PathLike, model: nn.Module, device: Optional[Union[str, torch.dev
     report = compiled.LoadReport(read_s=time.perf_counter() - start)
     installing = time.perf_counter()
     artifacts = usable_artifacts(payload, path, dev, trust_compiled, report)
-    with compiled.load_cache(artifacts):  # what the load compiles or installs stays out of every other cache
+    with compiled.load_cache(artifacts) as where:  # what the load compiles or installs stays out of every other cache
+        programs = ahead_programs(payload, artifacts, where, dev, path, report)
         if artifacts is not None:
-            compiled.install(artifacts.contents)
+            compiled.install(artifacts.contents, skip=programs)
             report.artifacts = "used"
         report.artifacts_s = time.perf_counter() - installing
-        routed = rebuilt(payload, holding(model, payload["state_dict"]).eval().to(dev), dev, path, report)
+        routed = rebuilt(payload, holding(model, payload["state_dict"]).eval().to(dev), dev, path, report, programs)
     with torch.no_grad():  # the last step, once everything else succeeded
         model.load_state_dict(payload["state_dict"])
     routed.load_seconds = report.total_s = time.perf_counter() - start
@@ -333,8 +358,30 @@ def usable_artifacts(payload: Mapping[str, Any], path: Path, dev: torch.device, 
     return artifacts
 
 
+def ahead_programs(payload: Mapping[str, Any], artifacts: Optional[compiled.Usable], where: Path, dev: torch.device,
+                   path: Path, report: compiled.LoadReport) -> Dict[str, Callable[[nn.Module], Any]]:
+    """Backend -> what builds its program ahead of time (``pipeline.compile.aot.loader_for``), for the trusted
+    artifacts' packages that fit this machine; one made elsewhere, or refused, leaves its backend traced."""
+    if artifacts is None:
+        return {}
+    manifests, programs = payload["compiled"].get("aot", {}), {}
+    for name, data in artifacts.contents.aot.items():
+        why = aot.mismatch(manifests[name], dev)
+        if not why:
+            graph = payload["backends"][name].get("kind") == "graph"
+            try:
+                programs[name] = aot.loader_for(data, manifests[name], where, dev, single_threaded=graph)
+            except ValueError as exc:
+                why = str(exc)
+        if why:
+            report.aot[name] = f"not used: {why}"
+            log.info("%s: %s's program built ahead of time is not used (%s); it is traced", path, name, why)
+    return programs
+
+
 def rebuilt(payload: Mapping[str, Any], own: nn.Module, dev: torch.device, path: Path,
-            report: compiled.LoadReport) -> RoutedModule:
+            report: compiled.LoadReport, programs: Optional[Mapping[str, Callable[[nn.Module], Any]]] = None
+            ) -> RoutedModule:
     """The routed module of a checked payload, its backends built and warmed on ``own`` (the model's copy); what
     each cost goes into ``report``."""
     inputs, tuned = payload["inputs"], [int(b) for b in payload["batch_sizes"]]
@@ -363,6 +410,8 @@ def rebuilt(payload: Mapping[str, Any], own: nn.Module, dev: torch.device, path:
                 for call in [dims.seq.resized(one, n) for n in lengths] if lengths else [one]:
                     built(**call)
 
+        backend.prebuilt = (programs or {}).get(name)
+        before = aot.activity()
         try:
             entry.warmup_s = build_and_warm(backend, spec, entry, warm)
         except Exception as exc:  # noqa: BLE001 -- whatever failed, the caller's model was not touched
@@ -370,6 +419,9 @@ def rebuilt(payload: Mapping[str, Any], own: nn.Module, dev: torch.device, path:
             raise CheckpointError(f"{path}: backend {name!r} could not be rebuilt on {dev} ({type(exc).__name__}: "
                                   f"{first}); nothing was loaded, your model is as it was. Re-tune on this machine"
                                   ) from exc
+        entry.program = ("ahead of time" if backend.prebuilt is not None else
+                         "traced" if backend.candidate.compiles else "none")
+        entry.traced = aot.activity() != before
         built[name] = backend  # its artifacts on it (build_and_warm): a loaded module saves them again
     devices.synchronize(dev)
     return RoutedModule(built, route, TuneRecord(payload["name"], own, inputs, tuned, dev, api=True,

@@ -61,6 +61,9 @@ class RoutedModule(nn.Module):
         self.backends: Dict[str, Backend] = dict(backends)
         self.route: List[Any] = list(route)  # Range, or Tile where lengths are tuned
         self.record = record
+        # Per compiling backend, once saved: whether its program was built ahead of time, why not, what it cost
+        # (pipeline.route.checkpoint.ahead_of_time).
+        self.aot: Dict[str, Dict[str, Any]] = {}
         self.input_names = list(record.inputs)
         # Hot-path tables, so a call costs a few dict and list lookups: per-sample shapes and dtypes to
         # check, and for every size up to the last range's start the owner's lock and backend.

@@ -1,0 +1,325 @@
+"""Ahead-of-time programs: a routed Inductor program saved as an AOTInductor package, loaded with no trace.
+
+A checkpoint's mega-cache artifacts (``pipeline.compile.artifacts``) spare a load Inductor's compile, but
+Dynamo still traces every program and Inductor still loads (seconds, on every replica's start). Here, at
+save time and once per routed program, the backend's own module (the model as it compiles it: cast,
+channels-last, under its precision's wrapper) is exported with its batch dimension dynamic and compiled
+by AOTInductor into a package (a shared library and its metadata) that holds no weights; a load binds
+the weights from the user's model, so the package is code and the checkpoint stays the data.
+
+Loading constructs torch's package loader directly: ``torch._inductor.aoti_load_package`` would first
+probe the CPU's vector instruction sets by compiling test programs with g++ (seconds; on torch 2.11
+also one Python child per instruction set, with no timeout) and unpickle parts of the archive. The
+probe's only use is a warning; what it would find is recorded at build (the package's ISA, torch's CPU
+capability, and the CPU's model and flags digest the artifacts record already) and compared at load.
+Nothing here imports Dynamo or Inductor at load.
+
+The package is native code: it is used only where the artifacts file that carries it is trusted
+(signed with the user's key, or ``trust_compiled=True``), after every check, and its layout is
+checked before the loader sees it (a package without its library would make the loader run the
+compiler command written in it). The generated code trusts shapes, dtypes and strides, so every
+weight is checked against what the build recorded, and every call's inputs against the program's.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import sys
+import tempfile
+import time
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
+
+import torch
+from torch import nn
+
+from pipeline import devices
+from pipeline.compile import cache as compile_cache
+from pipeline.models import make_inputs
+
+log = logging.getLogger(__name__)
+
+MODEL_NAME = "model"
+# Every weight stays a bindable constant: none in the library, and none inlined as a literal (Inductor inlines
+# small 1-D constants, such as an 8-wide bias, unless told to keep them).
+INDUCTOR_CONFIGS = {"aot_inductor.package_constants_in_so": False, "always_keep_tensor_constants": True}
+# Inductor options that cannot hold in a package (it records no CUDA graphs of its own: a graph backend records
+# them over the loaded program); a backend setting one keeps its traced program.
+NOT_AHEAD = ("triton.cudagraphs",)
+FORMAT = "aoti/1"
+
+
+class ByName(nn.Module):
+    """``module`` called with one dict of inputs by name: what is exported (a backend calls ``module(**inputs)``),
+    so the package takes its inputs as the flat leaves of that dict, in the recorded order."""
+
+    def __init__(self, module: nn.Module) -> None:
+        super().__init__()
+        self.inner = module
+
+    def forward(self, inputs: Dict[str, torch.Tensor]) -> Any:
+        return self.inner(**inputs)
+
+
+def why_not(backend: Any) -> str:
+    """Why ``backend``'s program cannot be saved ahead of time ("" where it can)."""
+    candidate = backend.candidate
+    if not candidate.compiles:
+        return "it compiles nothing"
+    if getattr(backend, "module", None) is None:
+        return "it was not built"
+    if candidate.quantizes:
+        return f"{candidate.precision} weights are tensor subclasses a package cannot bind"
+    if backend.batch_dims.seq:
+        return "lengths are tuned (its length dimension stays traced)"
+    options = backend.inductor_options()
+    held = [key for key in NOT_AHEAD if options.get(key)]
+    if held:
+        return f"its Inductor setting {held[0]} has no ahead-of-time form"
+    return ""
+
+
+@dataclass
+class Package:
+    """One routed program ahead of time: the package's bytes, and what a load must find to use it."""
+
+    data: bytes
+    manifest: Dict[str, Any]
+    build_s: float
+    foreign: str = ""  # as the mega-cache's (pipeline.compile.artifacts.Recorded): why it may not be signed
+
+
+def device_key(device: torch.device) -> Dict[str, str]:
+    """What the package's code was compiled for, beyond the artifacts' record (torch, CUDA, CPU model and flags):
+    torch's CPU capability (the vector ISA its kernels use), and the GPU's compute capability."""
+    key = {"cpu_capability": str(torch.backends.cpu.get_cpu_capability())}
+    if device.type == "cuda":
+        major, minor = torch.cuda.get_device_capability(device)
+        key["compute_capability"] = f"{major}.{minor}"
+    return key
+
+
+def _spec(t: torch.Tensor) -> Dict[str, Any]:
+    return {"shape": list(t.shape), "stride": list(t.stride()), "dtype": str(t.dtype).removeprefix("torch.")}
+
+
+def constants_of(module: nn.Module) -> Dict[str, torch.Tensor]:
+    """Every tensor ``module`` holds by qualified name (parameters, buffers, non-persistent ones too), detached:
+    what the package's constants are bound from, with :class:`ByName`'s prefix."""
+    named = {**dict(module.named_parameters(remove_duplicate=False)),
+             **dict(module.named_buffers(remove_duplicate=False))}
+    return {f"inner.{k}": v.detach() for k, v in named.items()}
+
+
+def build(backend: Any, sample: Mapping[str, torch.Tensor], largest: int, directory: Path) -> Package:
+    """Export ``backend``'s module at ``sample`` (the batch dimension of every input dynamic, 1 to ``largest``) and
+    compile it into a package under ``directory``; raises what export or Inductor raise."""
+    from torch.export import Dim
+
+    start = time.perf_counter()
+    names = sorted(sample)
+    inputs = {n: sample[n] for n in names}
+    batch = Dim("batch", min=1, max=max(2, int(largest)))
+    dims = ({n: {backend.batch_dims.input(n): batch} for n in names},)
+    module = ByName(backend.module).eval()
+    options = {k: v for k, v in backend.inductor_options().items() if k not in NOT_AHEAD}
+    path = directory / "program.pt2"
+    with torch.no_grad(), backend.autocast():  # its numerics (TF32) hold while Inductor picks kernels
+        exported = torch.export.export(module, (inputs,), dynamic_shapes=dims)
+        torch._inductor.aoti_compile_and_package(exported, package_path=str(path),
+                                                 inductor_configs={**options, **INDUCTOR_CONFIGS})
+    loader = torch._C._aoti.AOTIModelPackageLoader(str(path), MODEL_NAME, False, 1, -1)
+    held = constants_of(backend.module)
+    manifest = {
+        "format": FORMAT,
+        "inputs": [{"name": n, "batch_dim": backend.batch_dims.input(n), **_spec(inputs[n])} for n in names],
+        "largest": int(largest),
+        "constants": {fqn: _spec(held[fqn]) for fqn in loader.get_constant_fqns()},
+        "device": str(backend.device.type),
+        **device_key(backend.device),
+        "isa": str(loader.get_metadata().get("AOTI_CPU_ISA", "")),
+    }
+    return Package(path.read_bytes(), manifest, time.perf_counter() - start, compile_cache.foreign_now() or "")
+
+
+def manifest_problem(manifest: Any) -> Optional[str]:
+    """Why a package's manifest (from a checkpoint, so anyone's) is not one this format allows, or None."""
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        return f"an ahead-of-time program must be of format {FORMAT}"
+    inputs, constants = manifest.get("inputs"), manifest.get("constants")
+    if not (isinstance(inputs, list) and inputs and all(isinstance(i, dict) and isinstance(i.get("name"), str)
+                                                        and _spec_ok(i) and isinstance(i.get("batch_dim"), int)
+                                                        for i in inputs)):
+        return "its inputs must list names, shapes, strides, dtypes and batch dimensions"
+    if not (isinstance(constants, dict) and all(isinstance(k, str) and _spec_ok(v) for k, v in constants.items())):
+        return "its constants must map names to shapes, strides and dtypes"
+    if not (isinstance(manifest.get("largest"), int) and not isinstance(manifest["largest"], bool)
+            and 1 <= manifest["largest"] <= 1 << 20):
+        return "its largest batch size must be an integer from 1 to 2**20"
+    if not all(isinstance(manifest.get(k), str) for k in ("device", "cpu_capability", "isa")):
+        return "it must name its device, CPU capability and ISA"
+    return None
+
+
+def _spec_ok(spec: Any) -> bool:
+    dims = lambda v: isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in v)  # noqa: E731
+    return isinstance(spec, dict) and dims(spec.get("shape")) and dims(spec.get("stride")) and \
+        isinstance(spec.get("dtype"), str) and isinstance(getattr(torch, spec["dtype"], None), torch.dtype)
+
+
+def mismatch(manifest: Mapping[str, Any], device: torch.device) -> str:
+    """Why this machine is not the one the package was compiled for ("" where it is): no probe, a comparison."""
+    here = device_key(device)
+    if manifest["device"] != device.type:
+        return f"it was compiled for {manifest['device']}, not {device.type}"
+    differ = [f"{k} {manifest.get(k)!r} (here {v!r})" for k, v in here.items() if manifest.get(k) != v]
+    return "it was compiled for " + ", ".join(differ) if differ else ""
+
+
+def check_layout(data: bytes) -> None:
+    """The package's layout, before the loader sees it: exactly one library and no compiler flags (without its
+    library the loader runs the compiler command a package names), no path that climbs out; ValueError else."""
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        names = archive.namelist()
+    climbing = [n for n in names if n.startswith("/") or ".." in n.split("/") or "\\" in n]
+    libraries = [n for n in names if n.endswith(".so")]
+    flags = [n for n in names if n.endswith(("_compile_flags.json", "_linker_flags.json"))]
+    if climbing or flags or len(libraries) != 1 or f"/data/aotinductor/{MODEL_NAME}/" not in "/" + libraries[0]:
+        raise ValueError(f"its package is not one tweakpipe builds (libraries {libraries[:3]}, compiler flags "
+                         f"{flags[:3]}, paths out of it {climbing[:3]})")
+
+
+class Loaded:
+    """A loaded package, called as the backend's module is (``program(**inputs)``): each call's inputs are checked
+    against the program's (the generated code reads out of bounds otherwise) and handed over as flat leaves."""
+
+    def __init__(self, loader: Any, manifest: Mapping[str, Any], bound: Dict[str, torch.Tensor]) -> None:
+        import torch.utils._pytree as pytree
+
+        self.loader, self.bound = loader, bound  # the bound weights stay alive as long as the program
+        self.inputs = [(i["name"], i["batch_dim"], tuple(i["shape"]), getattr(torch, i["dtype"]))
+                       for i in manifest["inputs"]]
+        self.largest = int(manifest["largest"])
+        self.out_spec = pytree.treespec_loads(loader.get_call_spec()[1])
+        self.unflatten = pytree.tree_unflatten
+
+    def __call__(self, **inputs: torch.Tensor) -> Any:
+        flat = []
+        for name, dim, shape, dtype in self.inputs:
+            t = inputs[name]
+            batch = t.shape[dim] if t.dim() == len(shape) else -1
+            if (t.dtype != dtype or t.dim() != len(shape) or not 1 <= batch <= self.largest
+                    or any(a != b for i, (a, b) in enumerate(zip(t.shape, shape)) if i != dim)):
+                raise ValueError(f"input {name!r}: {tuple(t.shape)} {t.dtype}, the program takes batch 1 to "
+                                 f"{self.largest} of {shape} {dtype} along dimension {dim}")
+            flat.append(t if t.is_contiguous() else t.contiguous())
+        return self.unflatten(self.loader.boxed_run(flat), self.out_spec)
+
+
+def loader_for(data: bytes, manifest: Mapping[str, Any], where: Path, device: torch.device,
+               single_threaded: bool) -> Callable[[nn.Module], Loaded]:
+    """What builds the backend's program from its module at load: the package written under ``where`` (the load's
+    own cache), loaded directly (no probe, no compile), its weights bound from the module after every check.
+    ``single_threaded``: a graph backend records device graphs over it, which the threaded runner forbids."""
+    check_layout(data)
+    path = where / f"program-{len(data)}-{os.getpid()}.pt2"
+    path.write_bytes(data)
+
+    def program(module: nn.Module) -> Loaded:
+        held = constants_of(module)
+        want = manifest["constants"]
+        missing = sorted(set(want) - set(held))
+        if missing:
+            raise ValueError(f"the program binds weights the model lacks: {missing[:3]}")
+        bound = {}
+        for fqn, spec in want.items():
+            t = held[fqn]
+            if _spec(t) != dict(spec):
+                t = t.contiguous() if spec["stride"] == list(torch.empty(spec["shape"], device="meta").stride()) \
+                    else t
+                if _spec(t) != dict(spec):
+                    raise ValueError(f"weight {fqn!r} is {_spec(held[fqn])}, the program was compiled for {spec}")
+            bound[fqn] = t
+        index = device.index if device.index is not None else (torch.cuda.current_device()
+                                                               if device.type == "cuda" else -1)
+        loader = torch._C._aoti.AOTIModelPackageLoader(str(path), MODEL_NAME, single_threaded, 1, index)
+        fqns = set(loader.get_constant_fqns())
+        if fqns != set(want):
+            raise ValueError(f"the program's weights {sorted(fqns)[:3]} are not the ones it records")
+        loader.load_constants(bound, False, True, True)  # the model's own tensors, checked above: no copy
+        return Loaded(loader, manifest, bound)
+
+    return program
+
+
+# Rounds of the comparison at save time, and how much slower than the traced program a package may be at a tuned
+# size before the traced program is kept (a faster load never buys a slower route).
+ROUNDS = 21
+SLACK = 0.05
+
+
+def _timed(fn: Callable[[], Any], device: torch.device, times: list) -> None:
+    devices.synchronize(device)
+    start = time.perf_counter()
+    fn()
+    devices.synchronize(device)
+    times.append((time.perf_counter() - start) * 1e3)
+
+
+def package_for(backend: Any, spec: Mapping[str, Any], sizes: Sequence[int], largest: int) -> Tuple[Optional[Package], Dict]:
+    """``backend``'s program ahead of time, or None, and why: built, loaded here, and held to the traced program it
+    replaces at each tuned size ``sizes`` it serves (``spec``: the inputs' spec): the same outputs (within its
+    precision's tolerance) and no slower beyond SLACK in interleaved rounds, else the traced program stays."""
+    from pipeline.measure.compare import judge
+
+    reason = why_not(backend)
+    if reason:
+        return None, {"used": False, "why": reason}
+    device, traced = backend.device, backend.program or backend._fn
+    with scratch() as tmp:
+        try:
+            package = build(backend, make_inputs(spec, 2, device, 0), largest, Path(tmp))
+            program = loader_for(package.data, package.manifest, Path(tmp), device, False)(backend.module)
+        except Exception as exc:  # noqa: BLE001 -- export or AOTInductor cannot take it: the traced program stays
+            first = (str(exc).strip().splitlines() or [""])[0][:300]
+            return None, {"used": False, "why": f"it could not be built ahead of time ({type(exc).__name__}: {first})"}
+        report: Dict[str, Any] = {"build_s": round(package.build_s, 3), "aot_ms": {}, "traced_ms": {}}
+        with torch.inference_mode(), backend.autocast():
+            for bs in sizes:
+                inputs = make_inputs(spec, bs, device, 1)
+                verdict = judge(program(**inputs), traced(**inputs), backend.candidate.compute_dtype)
+                if not verdict.ok:
+                    return None, {**report, "used": False, "why": f"its outputs differ at batch {bs}: {verdict.reason}"}
+                times: Dict[str, list] = {"aot": [], "traced": []}
+                for i in range(ROUNDS):
+                    for name in (("aot", "traced") if i % 2 else ("traced", "aot")):
+                        _timed(lambda: (program if name == "aot" else traced)(**inputs), device, times[name])
+                for name, values in times.items():
+                    report[f"{name}_ms"][bs] = round(sorted(values)[len(values) // 2], 4)
+        slower = [bs for bs in sizes if report["aot_ms"][bs] > report["traced_ms"][bs] * (1 + SLACK)]
+        if slower:
+            return None, {**report, "used": False, "why": f"it is slower than the traced program at batch {slower}"}
+        return package, {**report, "used": True, "why": ""}
+
+
+def activity() -> Dict[str, int]:
+    """Dynamo's frames and Inductor's cache lookups so far (zeros while neither was imported): a load that
+    differs in none of them traced and compiled nothing."""
+    if "torch._dynamo.utils" not in sys.modules:
+        return {"frames": 0, "compiles": 0}
+    from torch._dynamo.utils import counters
+
+    return {"frames": int(counters["frames"]["total"]),
+            "compiles": int(counters["inductor"]["fxgraph_cache_hit"] + counters["inductor"]["fxgraph_cache_miss"])}
+
+
+def scratch() -> tempfile.TemporaryDirectory:
+    """A private directory for one build's package (removed after)."""
+    return tempfile.TemporaryDirectory(prefix="tweakpipe-aot-")
+
+
+__all__ = ["Package", "build", "why_not", "loader_for", "manifest_problem", "mismatch", "activity", "scratch"]

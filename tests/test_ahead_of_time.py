@@ -1,0 +1,208 @@
+"""Load without tracing (issue 39): routed Inductor programs saved ahead of time, loaded with no trace, no compile
+and no g++, under the trust the compiled artifacts already have.
+
+Every case tunes a real Inductor route of a real model on the CPU; its checkpoint's artifacts carry the program as
+an AOTInductor package. "No g++" is watched by putting logging stand-ins for the C and C++ compilers first on the
+loading process's PATH (a positive control shows they do catch a compiler run)."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+
+import pipeline
+from conftest import ROOT, TINY
+from mlflow_helpers import clean_env
+from pipeline.api import compose_config
+from pipeline.compile import aot
+from pipeline.compile import artifacts as compiled
+from pipeline.models import MLP
+from pipeline.route import checkpoint
+from pipeline.runner import run
+
+ROUTE = [*TINY, "backends=[eager,inductor]", "route=one_backend", "route.backend=inductor", "compile_cache.workers=0"]
+COMPILERS = ("g++", "c++", "gcc", "cc", "clang", "clang++")
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    """A tuned Inductor route saved with its program ahead of time, signed with its own TWEAKPIPE_HOME's key."""
+    folder = tmp_path_factory.mktemp("aot")
+    old = os.environ.get("TWEAKPIPE_HOME")
+    os.environ["TWEAKPIPE_HOME"] = str(folder / "home")
+    try:
+        ctx = run(compose_config([*ROUTE, f"compile_cache.dir={folder / 'cache'}"]), folder / "run")
+    finally:
+        os.environ.pop("TWEAKPIPE_HOME") if old is None else os.environ.update(TWEAKPIPE_HOME=old)
+    return ctx, ctx.checkpoint_path, folder / "home"
+
+
+def test_save_builds_the_routed_program_ahead_of_time_and_holds_it_to_the_traced_one(tuned):
+    ctx, path, _ = tuned
+    report = ctx.routed.aot["inductor"]
+    assert report["used"] and set(report["aot_ms"]) == set(report["traced_ms"]) == {1, 3, 8}
+    assert ctx.outcomes["inductor"].cost.aot_s == report["build_s"] > 0  # in cost.json's account
+    saved = json.loads((path.parent / "cost.json").read_text())
+    assert saved["candidates"]["inductor"]["aot_s"] == pytest.approx(report["build_s"])
+    manifest = checkpoint.read(path)["compiled"]["aot"]["inductor"]
+    assert manifest["constants"] and all(fqn.startswith("inner.") for fqn in manifest["constants"])
+    assert json.loads((path.parent / "route.json").read_text())["aot"]["inductor"]["used"] is True
+    reload = ctx.validation["reload"]["backends"]["inductor"]
+    assert reload["program"] == "ahead of time" and reload["traced"] is False
+
+
+def compiler_watch(folder: Path) -> dict:
+    """An environment whose PATH starts with logging stand-ins for every C/C++ compiler (each appends its name to
+    ``folder/compiler-calls`` and fails), and the file they write."""
+    bin_dir = folder / "bin"
+    bin_dir.mkdir()
+    calls = folder / "compiler-calls"
+    for name in COMPILERS:
+        script = bin_dir / name
+        script.write_text(f"#!/bin/sh\necho {name} >> {calls}\nexit 1\n")
+        script.chmod(0o755)
+    return {"PATH": f"{bin_dir}:{os.environ['PATH']}", "calls": str(calls)}
+
+
+LOAD_IN_FRESH_PROCESS = """
+import json, subprocess, sys, time
+import torch
+start = time.perf_counter()
+import pipeline
+from pipeline.models import MLP
+served = pipeline.load(sys.argv[1], MLP(width=16, depth=2).eval())
+seconds = time.perf_counter() - start
+x = torch.load(sys.argv[2])
+torch.save(served(x), sys.argv[3])
+print(json.dumps({"seconds": seconds, "report": served.load_report.to_dict(),
+                  "dynamo": "torch._dynamo" in sys.modules, "inductor": "torch._inductor" in sys.modules}))
+if len(sys.argv) > 4:  # the positive control: a compiler run through the same PATH is seen
+    subprocess.run(["g++", "--version"], capture_output=True)
+"""
+
+
+def fresh_load(tmp_path: Path, path: Path, home: Path, control: bool = False) -> dict:
+    watch = compiler_watch(tmp_path)
+    x = torch.randn(5, 16)
+    torch.save(x, tmp_path / "x.pt")
+    env = {**clean_env(), "TWEAKPIPE_HOME": str(home), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "empty"),
+           "PATH": watch["PATH"]}
+    proc = subprocess.run([sys.executable, "-c", LOAD_IN_FRESH_PROCESS, str(path), str(tmp_path / "x.pt"),
+                           str(tmp_path / "y.pt"), *(["control"] if control else [])], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    result["compilers"] = Path(watch["calls"]).read_text().split() if Path(watch["calls"]).exists() else []
+    result["y"], result["x"] = torch.load(tmp_path / "y.pt"), x
+    return result
+
+
+def test_a_fresh_process_loads_it_with_no_trace_no_compile_and_no_compiler(tuned, tmp_path):
+    ctx, path, home = tuned
+    result = fresh_load(tmp_path, path, home, control=True)
+    backend = result["report"]["backends"]["inductor"]
+    assert backend["program"] == "ahead of time" and backend["traced"] is False
+    assert backend["cache_hits"] == backend["cache_misses"] == 0 and backend["trace_s"] == 0
+    assert not result["dynamo"] and not result["inductor"]  # neither was even imported
+    assert result["compilers"] == ["g++"], result["compilers"]  # only the control's: the load ran none
+    assert not (tmp_path / "empty").exists() or not any((tmp_path / "empty").rglob("*"))
+    with torch.inference_mode():
+        expected = ctx.routed(result["x"])
+    assert torch.allclose(result["y"], expected, rtol=1e-5, atol=1e-6)
+    print(f"fresh-process load with the program ahead of time: {result['seconds']:.2f} s")
+
+
+def test_without_trust_the_program_is_not_used_and_the_backend_is_traced(tuned, tmp_path, monkeypatch):
+    _, path, _ = tuned
+    monkeypatch.setenv("TWEAKPIPE_HOME", str(tmp_path / "someone_else"))
+    served = pipeline.load(path, MLP(width=16, depth=2).eval())
+    backend = served.load_report.backends["inductor"]
+    assert served.load_report.artifacts.startswith("ignored") and backend.program == "traced" and backend.traced
+
+
+def forged(path: Path, tmp_path: Path, manifest_edit=None, package_edit=None) -> Path:
+    """A copy of the checkpoint whose program (or its manifest) was changed, then signed by the user, as a careless
+    `tweakpipe trust` would: every check but the program's own must pass."""
+    copy = tmp_path / path.name
+    payload = checkpoint.read(path)
+    record = payload["compiled"]
+    body = compiled._read(compiled.path_for(path), record["bytes"])[1]
+    contents = compiled._contents(body, record["backends"], record["aot"])
+    programs = dict(contents.aot)
+    if package_edit:
+        programs["inductor"] = package_edit(programs["inductor"])
+    if manifest_edit:
+        manifest_edit(record["aot"]["inductor"])
+    header = {"backends": {n: len(d) for n, d in contents.backends.items()},
+              "files": {p: len(d) for p, d in contents.files.items()}, "aot": {n: len(d) for n, d in programs.items()}}
+    new = (json.dumps(header).encode() + b"\n" + b"".join(contents.backends.values())
+           + b"".join(contents.files.values()) + b"".join(programs.values()))
+    record.update(sha256=hashlib.sha256(new).hexdigest(), bytes=len(new))
+    checkpoint.write(payload, copy)
+    compiled.write_signed(compiled.path_for(copy), new)
+    return copy
+
+
+def test_a_program_for_another_cpu_is_not_used(tuned, tmp_path, monkeypatch, caplog):
+    _, path, home = tuned
+    monkeypatch.setenv("TWEAKPIPE_HOME", str(home))
+    copy = forged(path, tmp_path, manifest_edit=lambda m: m.update(cpu_capability="NO_AVX"))
+    with caplog.at_level("INFO", logger="pipeline.route.checkpoint"):
+        served = pipeline.load(copy, MLP(width=16, depth=2).eval())
+    assert served.load_report.artifacts == "used" and served.load_report.backends["inductor"].program == "traced"
+    assert "cpu_capability 'NO_AVX'" in served.load_report.aot["inductor"]
+    assert any("is not used" in r.getMessage() and "NO_AVX" in r.getMessage() for r in caplog.records)
+
+
+def without_library(data: bytes) -> bytes:
+    """The package with its shared library taken out and a compile-flags file put in: the loader would compile."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(data)) as source, zipfile.ZipFile(out, "w") as target:
+        for info in source.infolist():
+            if info.filename.endswith(".so"):
+                target.writestr(info.filename.replace(".so", "_compile_flags.json"), b'{"compiler": "touch /tmp/x"}')
+            else:
+                target.writestr(info, source.read(info))
+    return out.getvalue()
+
+
+def test_a_package_that_would_make_the_loader_compile_is_refused_before_the_loader_sees_it(tuned, tmp_path,
+                                                                                          monkeypatch):
+    _, path, home = tuned
+    monkeypatch.setenv("TWEAKPIPE_HOME", str(home))
+    copy = forged(path, tmp_path, package_edit=without_library)
+    served = pipeline.load(copy, MLP(width=16, depth=2).eval())
+    assert served.load_report.backends["inductor"].program == "traced"
+    assert "not one tweakpipe builds" in served.load_report.aot["inductor"]
+
+
+def test_a_manifest_that_is_not_one_this_format_allows_refuses_the_checkpoint(tuned, tmp_path, monkeypatch):
+    _, path, home = tuned
+    monkeypatch.setenv("TWEAKPIPE_HOME", str(home))
+    copy = forged(path, tmp_path, manifest_edit=lambda m: m.update(largest="all of them"))
+    with pytest.raises(checkpoint.CheckpointError, match="compiled.aot.inductor: its largest batch size"):
+        pipeline.load(copy, MLP(width=16, depth=2).eval())
+
+
+def test_a_loaded_program_checks_its_inputs_and_weights(tuned, tmp_path):
+    _, path, _ = tuned
+    record = checkpoint.read(path)["compiled"]
+    body = compiled._read(compiled.path_for(path), record["bytes"])[1]
+    data = compiled._contents(body, record["backends"], record["aot"]).aot["inductor"]
+    manifest = record["aot"]["inductor"]
+    build = aot.loader_for(data, manifest, tmp_path, torch.device("cpu"), False)
+    with pytest.raises(ValueError, match="is .* the program was compiled for"):
+        build(MLP(width=32, depth=2).eval())  # weights of other shapes than it binds: refused, never read past them
+    program = build(MLP(width=16, depth=2).eval())
+    with pytest.raises(ValueError, match="the program takes batch 1 to"):
+        program(x=torch.randn(3, 15))
+    assert program(x=torch.randn(3, 16)).shape == (3, 16)
