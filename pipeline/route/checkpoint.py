@@ -394,7 +394,7 @@ def rebuilt(payload: Mapping[str, Any], own: nn.Module, dev: torch.device, path:
     servable = range(1, int(payload["max_batch_size"]) + 1)
     built = {}
     for name in dict.fromkeys(r.backend for r in route):
-        backend = backend_registry.create(payload_check.stored_candidate(name, payload["backends"][name]))
+        candidate = payload_check.stored_candidate(name, payload["backends"][name])
         owned, owned_tuned, lengths = owned_by(route, name, servable, tuned, seq)
         dims = BatchDims.of(inputs, output_dims, seq.with_lengths(lengths) if seq else None)
         stored = name in (payload.get("compiled") or {}).get("backends", [])
@@ -410,15 +410,23 @@ def rebuilt(payload: Mapping[str, Any], own: nn.Module, dev: torch.device, path:
                 for call in [dims.seq.resized(one, n) for n in lengths] if lengths else [one]:
                     built(**call)
 
-        backend.prebuilt = (programs or {}).get(name)
         before = aot.activity()
-        try:
-            entry.warmup_s = build_and_warm(backend, spec, entry, warm)
-        except Exception as exc:  # noqa: BLE001 -- whatever failed, the caller's model was not touched
-            first = (str(exc).strip().splitlines() or [""])[0][:500]
-            raise CheckpointError(f"{path}: backend {name!r} could not be rebuilt on {dev} ({type(exc).__name__}: "
-                                  f"{first}); nothing was loaded, your model is as it was. Re-tune on this machine"
-                                  ) from exc
+        for prebuilt in dict.fromkeys([(programs or {}).get(name), None]):  # ahead of time where it can, else traced
+            backend = backend_registry.create(candidate)
+            backend.prebuilt = prebuilt
+            try:
+                entry.warmup_s = build_and_warm(backend, spec, entry, warm)
+                break
+            except Exception as exc:  # noqa: BLE001 -- whatever failed, the caller's model was not touched
+                first = (str(exc).strip().splitlines() or [""])[0][:500]
+                if prebuilt is not None:
+                    report.aot[name] = f"not used: its build failed ({type(exc).__name__}: {first})"
+                    log.info("%s: %s's program built ahead of time failed to build (%s: %s); it is traced", path, name,
+                             type(exc).__name__, first)
+                    continue
+                raise CheckpointError(f"{path}: backend {name!r} could not be rebuilt on {dev} ({type(exc).__name__}: "
+                                      f"{first}); nothing was loaded, your model is as it was. Re-tune on this "
+                                      f"machine") from exc
         entry.program = ("ahead of time" if backend.prebuilt is not None else
                          "traced" if backend.candidate.compiles else "none")
         entry.traced = aot.activity() != before
