@@ -132,16 +132,17 @@ def build(backend: Any, sample: Mapping[str, torch.Tensor], largest: int, direct
         exported = torch.export.export(module, (inputs,), dynamic_shapes=dims)
         torch._inductor.aoti_compile_and_package(exported, package_path=str(path),
                                                  inductor_configs={**options, **INDUCTOR_CONFIGS})
-    loader = torch._C._aoti.AOTIModelPackageLoader(str(path), MODEL_NAME, False, 1, -1)
-    held = constants_of(backend.module)
+    signature, held = exported.graph_signature, constants_of(backend.module)
+    bound = [*signature.parameters, *signature.buffers, *signature.lifted_tensor_constants]  # what a load binds
+    metadata = torch._C._aoti.AOTIModelPackageLoader.load_metadata_from_package(str(path), MODEL_NAME)
     manifest = {
         "format": FORMAT,
         "inputs": [{"name": n, "batch_dim": backend.batch_dims.input(n), **_spec(inputs[n])} for n in names],
         "largest": int(largest),
-        "constants": {fqn: _spec(held[fqn]) for fqn in loader.get_constant_fqns()},
+        "constants": {fqn: _spec(held[fqn]) for fqn in bound},
         "device": str(backend.device.type),
         **device_key(backend.device),
-        "isa": str(loader.get_metadata().get("AOTI_CPU_ISA", "")),
+        "isa": str(metadata.get("AOTI_CPU_ISA", "")),
     }
     return Package(path.read_bytes(), manifest, time.perf_counter() - start, compile_cache.foreign_now() or "")
 
