@@ -151,7 +151,7 @@ def table_ckpt(tmp_path) -> Path:
 
 def test_a_table_checkpoint_serves_untuned_lengths_padded_and_refuses_one_above_the_largest(table_ckpt):
     payload = checkpoint.read(table_ckpt)
-    assert payload["format"] == checkpoint.FORMAT == 7 and payload["seq"]["lengths"] == [8, 16]
+    assert payload["format"] == checkpoint.FORMAT == 8 and payload["seq"]["lengths"] == [8, 16]
     torch.manual_seed(1)
     model = Tokens().eval()
     served = pipeline.load(table_ckpt, model)

@@ -66,7 +66,7 @@ MAGIC = b"TWEAKPIPE-CHECKPOINT"
 # inputs' seq_dim and pad, backends' per_length and graph caps; 8: compiled.aot, the manifests of the routed programs
 # built ahead of time (pipeline.compile.aot)
 FORMAT = 8
-READS = (2, 3, 4, 5, 6, 7, 8)  # older files are format-7 files without seq, their backends' newer keys at their defaults
+READS = (2, 3, 4, 5, 6, 7, 8)  # older files are format-8 files without seq or aot, their backends' newer keys at their defaults
 KEYS = ("name", "route", "backends", "state_dict", "inputs", "batch_sizes", "max_batch_size", "versions", "device")
 # The seed of the sample inputs used to build and warm the backends on load.
 SAMPLE_SEED = 0
