@@ -19,6 +19,11 @@ The package is native code: it is used only where the artifacts file that carrie
 checked before the loader sees it (a package without its library would make the loader run the
 compiler command written in it). The generated code trusts shapes, dtypes and strides, so every
 weight is checked against what the build recorded, and every call's inputs against the program's.
+
+CPU programs only, for now: on the H200 with torch 2.11, constructing torch's loader for any CUDA package (weights
+in its library or not, single-threaded or not, any device index, in the building process or a fresh one) ended
+the process with a segmentation fault (bench/results/raw/callP.sh), so a GPU route keeps its traced program and
+the cache's entries.
 """
 
 from __future__ import annotations
@@ -74,6 +79,10 @@ def why_not(backend: Any) -> str:
         return "it was not built"
     if candidate.quantizes:
         return f"{candidate.precision} weights are tensor subclasses a package cannot bind"
+    if backend.device.type != "cpu":
+        return (f"packages are built for the CPU only: on the H200 (torch 2.11) torch's package loader crashed (a "
+                f"segmentation fault) constructing every CUDA package tried, a crash no check could catch "
+                f"(bench/results/README.md); its loads trace, with the cache's entries")
     if backend.batch_dims.seq:
         return "lengths are tuned (its length dimension stays traced)"
     options = backend.inductor_options()
