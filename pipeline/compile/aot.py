@@ -80,9 +80,9 @@ def why_not(backend: Any) -> str:
     if candidate.quantizes:
         return f"{candidate.precision} weights are tensor subclasses a package cannot bind"
     if backend.device.type != "cpu":
-        return (f"packages are built for the CPU only: on the H200 (torch 2.11) torch's package loader crashed (a "
-                f"segmentation fault) constructing every CUDA package tried, a crash no check could catch "
-                f"(bench/results/README.md); its loads trace, with the cache's entries")
+        return (f"packages are built for the CPU only, not {backend.device.type}: on the H200 (torch 2.11) torch's "
+                "package loader crashed (a segmentation fault) constructing every CUDA package tried, a crash no "
+                "check could catch (bench/results/README.md); its loads trace, with the cache's entries")
     if backend.batch_dims.seq:
         return "lengths are tuned (its length dimension stays traced)"
     options = backend.inductor_options()
