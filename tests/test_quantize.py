@@ -27,6 +27,9 @@ from pipeline.runner import run
 
 needs_torchao = pytest.mark.skipif(importlib.util.find_spec("torchao") is None,
                                    reason="torchao is the optional extra .[quant]")
+# The tiny MLP's Linears are far below torchao's row-wise filter, which the precision list applies by default (the
+# test of the filter is below): these runs quantize every Linear, as a user may ask with large_linears_only=false.
+EVERY = ["backends.eager.large_linears_only=false"]
 INT8 = [*TINY, "precision=[fp32,int8_weight_only]"]
 CPU = torch.device("cpu")
 
@@ -57,7 +60,8 @@ def int8_run(tmp_path_factory):
     model = MLP(width=16, depth=2).eval()
     before = state_of(model)
     # profile.screen=false: every candidate goes through the full profile, whatever the screen would drop
-    cfg = composed([*INT8, "backends=[eager,inductor]", "tracking=sqlite", f"tracking.uri={uri}",
+    cfg = composed([*INT8, "backends=[eager,inductor]", *EVERY, "backends.inductor.large_linears_only=false",
+                    "tracking=sqlite", f"tracking.uri={uri}",
                     "profile.screen=false"])
     return run(cfg, folder / "run", model=model), folder / "run", uri, before
 
@@ -108,7 +112,7 @@ def test_report_accuracy_shows_the_quantized_candidates(int8_run, tmp_path):
 
 @needs_torchao
 def test_a_quantized_candidate_outside_the_budget_is_timed_but_never_serves(compose_cfg, tmp_path):
-    cfg = compose_cfg([*TINY, "backends=[eager]", "precision=[fp32,int8_dynamic]", "route.min_gain=0",
+    cfg = compose_cfg([*TINY, "backends=[eager]", *EVERY, "precision=[fp32,int8_dynamic]", "route.min_gain=0",
                        "route.accuracy_budget.metric=max_rel_error", "route.accuracy_budget.bound=1e-6"])
     ctx = run(cfg, tmp_path)
     route = route_json(tmp_path)
@@ -124,7 +128,7 @@ def test_a_quantized_candidate_outside_the_budget_is_timed_but_never_serves(comp
 def int8_served(tmp_path_factory):
     """A run whose route serves eager.int8_weight_only at every size, validated after its reload."""
     run_dir = tmp_path_factory.mktemp("int8-served")
-    cfg = composed([*INT8, "backends=[eager]", "route=one_backend", "route.backend=eager.int8_weight_only"])
+    cfg = composed([*INT8, "backends=[eager]", *EVERY, "route=one_backend", "route.backend=eager.int8_weight_only"])
     return run(cfg, run_dir)
 
 
@@ -217,6 +221,35 @@ def test_fp8_off_cuda_and_a_model_without_linear_layers_are_skipped_with_the_rea
     assert unchanged(model, before)
 
 
+class OneLargeLinear(nn.Module):
+    """A Linear torchao's row-wise filter admits (above 1024 in and 2048 out), and a small one it does not."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.large = nn.Linear(1056, 2080)
+        self.small = nn.Linear(2080, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.small(torch.relu(self.large(x)))
+
+
+@needs_torchao
+def test_the_precision_list_quantizes_only_linears_large_enough_to_gain(compose_cfg, tmp_path):
+    cfg = compose_cfg([*TINY, "backends=[eager]", "precision=[fp32,int8_weight_only]", "stages=[capture]"])
+    ctx = run(cfg, tmp_path / "tiny")
+    skipped = ctx.outcomes["eager.int8_weight_only"]
+    assert skipped.status == "skipped" and "none of the model's 2 Linear layers is large enough" in skipped.reason
+    assert "the largest here takes 16 to 16" in skipped.reason
+    candidate = precision.candidates({"eager": {"kind": "eager"}}, ["fp32", "int8_weight_only"])["eager.int8_weight_only"]
+    assert candidate.settings.large_linears_only is True  # what its checkpoint stores, so a load quantizes the same
+    copy = precision.ReducedPrecision(OneLargeLinear(), torch.bfloat16, "cpu", cast_weights=True,
+                                      recipe="int8_weight_only", large_only=True)
+    assert copy.quantized == 1 and type(copy.inner.small.weight) is nn.Parameter
+    every = precision.ReducedPrecision(OneLargeLinear(), torch.bfloat16, "cpu", cast_weights=True,
+                                       recipe="int8_weight_only")
+    assert every.quantized == 2  # large_linears_only=false (and checkpoints written before it): every Linear
+
+
 def test_a_recipe_quantizes_only_a_copy():
     with pytest.raises(ValueError, match="quantizes a copy"):
         precision.ReducedPrecision(MLP(16, 1), torch.bfloat16, "cpu", cast_weights=False, recipe="int8_weight_only")
@@ -248,7 +281,8 @@ def test_quantized_candidates_on_cuda(compose_cfg, tmp_path):
     """fp8 (where the GPU has float8 matmuls) and int8 weight-only on every GPU backend, routed, reloaded, validated."""
     device = torch.device("cuda")
     recipes = ["int8_weight_only"] + (["fp8"] if quantize.unsupported_reason("fp8", device) is None else [])
-    cfg = compose_cfg(["model=tiny_mlp", "profile=quick", "tracking=off", "device=cuda", "backends=gpu",
+    every = [f"backends.{b}.large_linears_only=false" for b in ("eager", "inductor", "graph", "graph_inductor")]
+    cfg = compose_cfg(["model=tiny_mlp", "profile=quick", "tracking=off", "device=cuda", "backends=gpu", *every,
                        f"precision=[fp32,{','.join(recipes)}]"])
     ctx = run(cfg, tmp_path)
     for backend in ("eager", "inductor", "graph", "graph_inductor"):

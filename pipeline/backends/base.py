@@ -102,9 +102,11 @@ class Backend:
             with torch.no_grad():
                 model = precision.ReducedPrecision(model, numerics.compute_dtype, device.type, numerics.casts_weights,
                                                    numerics.casts_weights and precision.convolves_images(model, sample),
-                                                   numerics.precision if numerics.quantizes else None)
+                                                   numerics.precision if numerics.quantizes else None,
+                                                   bool(self.settings.large_linears_only))
             if numerics.quantizes and not model.quantized:
-                raise BackendUnsupported(quantize.nothing_quantized(numerics.precision))
+                raise BackendUnsupported(quantize.nothing_quantized(numerics.precision, model.inner,
+                                                                   bool(self.settings.large_linears_only)))
         self.module = model
         with torch.inference_mode():
             self._build(model, sample, list(batch_sizes))

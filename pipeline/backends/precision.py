@@ -93,6 +93,8 @@ def candidates(backends: Mapping[str, Mapping[str, Any]], precisions: Sequence[s
                 settings = base.settings
                 if list(precisions) != ["fp32"]:
                     settings = replace(settings, precision=precision, **({"cast_weights": True} if cast else {}))
+                if precision in quantize.RECIPES and base.runs_torch and settings.large_linears_only is None:
+                    settings = replace(settings, large_linears_only=True)  # only where int8 / fp8 can gain
                 name = candidate_name(base.name, precision, cast)
                 split = lengths and base.splits_by_length
                 named = {name: settings}
@@ -177,7 +179,7 @@ class ReducedPrecision(nn.Module):
     answers in one dtype whichever candidate serves a batch size. The user's model is never touched."""
 
     def __init__(self, model: nn.Module, dtype: torch.dtype, device_type: str, cast_weights: bool,
-                 channels_last: bool = False, recipe: Optional[str] = None) -> None:
+                 channels_last: bool = False, recipe: Optional[str] = None, large_only: bool = False) -> None:
         super().__init__()
         if recipe and not cast_weights:
             raise ValueError(f"recipe {recipe} quantizes a copy of the model: pass cast_weights=True")
@@ -186,7 +188,7 @@ class ReducedPrecision(nn.Module):
         if cast_weights:
             model = copy.deepcopy(model).to(dtype)
             model = model.to(memory_format=torch.channels_last) if channels_last else model
-        self.quantized = quantize.quantize(model, recipe) if recipe else 0
+        self.quantized = quantize.quantize(model, recipe, large_only) if recipe else 0
         self.inner = model
         self.dtype, self.output_dtype, self.device_type = dtype, own, device_type
         self.cast_weights, self.channels_last = cast_weights, channels_last and cast_weights

@@ -42,6 +42,11 @@ class TorchSettings(BackendSettings):
     # At precision bf16/fp16: run a copy of the model with its weights cast to that dtype instead of autocast
     # (the precision list's <backend>.<precision>-weights candidates: pipeline.backends.precision.ReducedPrecision).
     cast_weights: bool = False
+    # At a quantized precision (int8_weight_only, int8_dynamic, fp8): quantize only the Linear layers torchao's
+    # row-wise filter admits, more than 1024 input and 2048 output features, where int8 and fp8 matmuls can beat
+    # bf16 (pipeline.backends.quantize). null: set true by the precision list; false (and checkpoints written
+    # before it): every Linear torchao can take.
+    large_linears_only: Optional[bool] = None
 
 
 @dataclass
