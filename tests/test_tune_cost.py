@@ -57,10 +57,26 @@ def test_compile_workers_fill_the_cache_before_capture_builds_the_candidate(tmp_
     assert cost.cache_hits >= 1 and cost.cache_misses == 0  # so capture loaded every program it needed
 
 
+def test_the_runs_own_inductor_options_and_precision_reach_the_workers(tmp_path, caplog):
+    # An Inductor option and a matmul precision the user's script set before tuning: a fresh worker process is at
+    # torch's defaults unless the run sends them (compile.state); with them its programs are the run's.
+    before = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("medium")
+        with torch._inductor.config.patch(max_fusion_size=32), caplog.at_level(logging.WARNING, logger="stages.capture"):
+            cost = inductor_cost(tmp_path, "options", f"compile_cache.dir={tmp_path / 'cache'}", "compile_cache.workers=1")
+    finally:
+        torch.set_float32_matmul_precision(before)
+    assert cost.ahead_s > 0 and cost.cache_hits >= 1 and cost.cache_misses == 0
+    assert not [r for r in caplog.records if "missed the cache" in r.getMessage()]
+
+
 def test_a_worker_whose_program_differs_from_the_runs_is_named_in_a_warning(tmp_path, caplog):
-    # Process state a spawned worker does not share (here a global Inductor option) changes the cache key, so the
-    # worker's program misses and the run compiles again: the log must say so, not only the cost table.
-    with torch._inductor.config.patch(max_fusion_size=32), caplog.at_level(logging.WARNING, logger="stages.capture"):
+    # Process state a worker does not share (here a Dynamo option: every dimension dynamic in the run, static in
+    # the worker) changes the traced graph, so the worker's program misses and the run compiles again: the log must
+    # say so, not only the cost table.
+    with torch._dynamo.config.patch(assume_static_by_default=False), \
+            caplog.at_level(logging.WARNING, logger="stages.capture"):
         cost = inductor_cost(tmp_path, "differs", f"compile_cache.dir={tmp_path / 'cache'}", "compile_cache.workers=1")
     assert cost.ahead_s > 0 and cost.cache_misses >= 1
     warned = [r.getMessage() for r in caplog.records if "compile ahead: inductor missed the cache" in r.getMessage()]

@@ -38,6 +38,7 @@ import torch
 
 from pipeline.backends.candidate import Candidate
 from pipeline.backends.inductor import InductorBackend
+from pipeline.compile import state as process_state
 from pipeline.compile.build import BuildSpec
 
 log = logging.getLogger(__name__)
@@ -255,7 +256,8 @@ def main_module_classes(setup: Path) -> List[str]:
 
 def model_file(spec: BuildSpec, cells: Mapping[Any, Mapping[str, Any]], directory: Path, **setup: Any
                ) -> Optional[str]:
-    """The workers' setup file (the build spec, the inputs at every tuned cell, on the CPU), or None with the reason
+    """The workers' setup file (the build spec, the inputs at every tuned cell, on the CPU, and ``setup``: the
+    threads, the cache settings and the run's process state), or None with the reason
     logged: the model does not pickle, or needs the user's script (``__main__``) to be imported."""
     path = directory / "setup.pt"
     cpu = lambda inputs: {n: t.detach().cpu() for n, t in inputs.items()}  # noqa: E731
@@ -287,7 +289,7 @@ def started(candidates: Mapping[str, Candidate], spec: BuildSpec, cells: Mapping
         yield CompileAhead({})
         return
     with tempfile.TemporaryDirectory(prefix="tweakpipe-ahead-") as tmp:
-        setup = model_file(spec, cells, Path(tmp), threads=threads, cache=dict(cache_cfg))
+        setup = model_file(spec, cells, Path(tmp), threads=threads, cache=dict(cache_cfg), state=process_state.taken())
         if setup is None:
             yield CompileAhead({})
             return

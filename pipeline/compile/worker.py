@@ -4,7 +4,7 @@ Started by :mod:`pipeline.compile.ahead` through tweakpipe's own entry point, ne
 multiprocessing's ``spawn`` or ``forkserver``, which import the parent's ``__main__`` in every child: a
 user's script that calls ``pipeline.tune`` at top level (no ``if __name__ == "__main__":``) would run again
 in each worker. Here the worker's ``__main__`` is this module; it reads the run's setup file (the build spec,
-the inputs at every tuned cell, the cache settings), then compiles one job per line of its standard input (a
+the inputs at every tuned cell, the cache settings, the run's process state: ``compile.state``), then compiles one job per line of its standard input (a
 JSON object: the candidate's name and settings), built and warmed exactly as capture will
 (``pipeline.compile.build``), and answers each with one JSON line on the file descriptor ``RESULTS_FD``: the
 seconds and cache counts, or the error.
@@ -58,7 +58,9 @@ def start(setup_path: str) -> Dict[str, Any]:
 
     setup = torch.load(setup_path, map_location="cpu", weights_only=False)  # written by this run a moment ago
     from pipeline.compile import cache as compile_cache
+    from pipeline.compile import state as process_state
 
+    process_state.put(setup["state"])  # the run's Inductor options and precision switches (same cache keys)
     compile_cache.apply(setup["cache"])  # for the worker's life (the remote's guard, the private directory)
     spec = setup["spec"]
     if setup["threads"]:

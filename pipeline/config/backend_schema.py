@@ -123,6 +123,8 @@ class OnnxRuntimeSettings(ExportedSettings):
 
 KINDS: Dict[str, Type[BackendSettings]] = {
     s.kind: s for s in (EagerSettings, InductorSettings, GraphSettings, OpenVinoSettings, OnnxRuntimeSettings)}
+# What Hydra composes from (booleans checked afterwards: config.flags), built here at import (flags.loose says why).
+LOOSE_KINDS: Dict[str, type] = {kind: flags.loose(schema) for kind, schema in KINDS.items()}
 
 
 def keys(kind: str) -> List[str]:
@@ -166,5 +168,5 @@ def settings(name: str, cfg: Mapping[str, Any]) -> BackendSettings:
 
 def register(store: Any) -> None:
     """Register every kind's schema in Hydra's ConfigStore as ``schema_backend_<kind>``."""
-    for kind, schema in KINDS.items():
-        store.store(name=f"schema_backend_{kind}", node=flags.loose(schema))  # booleans: config.flags
+    for kind, schema in LOOSE_KINDS.items():
+        store.store(name=f"schema_backend_{kind}", node=schema)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import sys
 import typing
 from typing import Any, Mapping, Optional
 
@@ -26,7 +27,9 @@ def _nested(tp: Any) -> Optional[type]:
 
 @functools.lru_cache(maxsize=None)
 def loose(schema: type) -> type:
-    """``schema`` (a dataclass) with every boolean field typed ``Any``, nested dataclasses likewise, defaults kept."""
+    """``schema`` (a dataclass) with every boolean field typed ``Any``, nested dataclasses likewise, defaults kept:
+    ``Loose<Name>`` in the schema's module, which must build it when imported (so a process that unpickles it
+    finds it there)."""
     hints = typing.get_type_hints(schema)
     specs = []
     for f in dataclasses.fields(schema):
@@ -43,9 +46,11 @@ def loose(schema: type) -> type:
         elif f.default_factory is not dataclasses.MISSING:
             kwargs["default_factory"] = f.default_factory
         specs.append((f.name, tp, dataclasses.field(**kwargs)))
-    made = dataclasses.make_dataclass(schema.__name__, specs)
-    made.__module__ = schema.__module__
-    made.__doc__ = schema.__doc__
+    made = dataclasses.make_dataclass(f"Loose{schema.__name__}", specs)
+    made.__module__, made.__qualname__, made.__doc__ = schema.__module__, f"Loose{schema.__qualname__}", schema.__doc__
+    # Importable by name beside its schema: pickle (a fresh-process launcher sends the ConfigStore to its jobs)
+    # then refers to it instead of copying it, and a copy loses dataclasses.MISSING on the fields without default.
+    setattr(sys.modules[schema.__module__], made.__qualname__, made)
     return made
 
 

@@ -222,12 +222,17 @@ class Config:
     resume: Optional[str] = None
 
 
+# What Hydra composes from (booleans checked by the early checks), built here at import (flags.loose says why).
+LOOSE_CONFIG = flags.loose(Config)
+LOOSE_SCHEMAS = {name: flags.loose(node) for name, node in SCHEMAS.items()}
+
+
 def register_configs() -> None:
     """Register the schemas, outside every option group, so the YAML files extend them
     (``- /schema_model@_here_``) while ``--help`` and ``model=...`` offer only real options."""
     register_resolvers()
     cs = ConfigStore.instance()
-    cs.store(name="base_config", node=flags.loose(Config))  # booleans checked by the early checks (config.flags)
-    for name, node in SCHEMAS.items():
-        cs.store(name=f"schema_{name}", node=flags.loose(node))
+    cs.store(name="base_config", node=LOOSE_CONFIG)
+    for name, node in LOOSE_SCHEMAS.items():
+        cs.store(name=f"schema_{name}", node=node)
     backend_schema.register(cs)
