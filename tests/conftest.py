@@ -54,6 +54,18 @@ def read_only(path: Path) -> Iterator[None]:
         path.chmod(mode)
 
 
+@contextlib.contextmanager
+def tweakpipe_home(path: Path) -> Iterator[None]:
+    """TWEAKPIPE_HOME set to ``path`` (its key signs what a run saves) for a module-scoped fixture's run, which
+    cannot use monkeypatch; the previous value is put back."""
+    old = os.environ.get("TWEAKPIPE_HOME")
+    os.environ["TWEAKPIPE_HOME"] = str(path)
+    try:
+        yield
+    finally:
+        os.environ.pop("TWEAKPIPE_HOME") if old is None else os.environ.update(TWEAKPIPE_HOME=old)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item]) -> None:
     """Skip tests marked gpu where no CUDA/XPU device is present."""
     import torch

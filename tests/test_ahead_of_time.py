@@ -20,7 +20,7 @@ import pytest
 import torch
 
 import pipeline
-from conftest import ROOT, TINY
+from conftest import ROOT, TINY, tweakpipe_home
 from mlflow_helpers import clean_env
 from pipeline.api import compose_config
 from pipeline.compile import aot
@@ -37,12 +37,8 @@ COMPILERS = ("g++", "c++", "gcc", "cc", "clang", "clang++")
 def tuned(tmp_path_factory):
     """A tuned Inductor route saved with its program ahead of time, signed with its own TWEAKPIPE_HOME's key."""
     folder = tmp_path_factory.mktemp("aot")
-    old = os.environ.get("TWEAKPIPE_HOME")
-    os.environ["TWEAKPIPE_HOME"] = str(folder / "home")
-    try:
+    with tweakpipe_home(folder / "home"):
         ctx = run(compose_config([*ROUTE, f"compile_cache.dir={folder / 'cache'}"]), folder / "run")
-    finally:
-        os.environ.pop("TWEAKPIPE_HOME") if old is None else os.environ.update(TWEAKPIPE_HOME=old)
     return ctx, ctx.checkpoint_path, folder / "home"
 
 

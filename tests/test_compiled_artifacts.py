@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import pipeline
-from conftest import ROOT, TINY
+from conftest import ROOT, TINY, tweakpipe_home
 from mlflow_helpers import clean_env
 from pipeline.compile import cache as compile_cache
 from pipeline.api import compose_config
@@ -37,12 +37,8 @@ def tuned(tmp_path_factory):
     """A tuned Inductor route and its checkpoint, signed with the key of its own TWEAKPIPE_HOME."""
     folder = tmp_path_factory.mktemp("artifacts")
     home = folder / "home"
-    old = os.environ.get("TWEAKPIPE_HOME")
-    os.environ["TWEAKPIPE_HOME"] = str(home)
-    try:
+    with tweakpipe_home(home):
         ctx = run(compose_config([*ROUTE, f"compile_cache.dir={folder / 'cache'}"]), folder / "run")
-    finally:
-        os.environ.pop("TWEAKPIPE_HOME") if old is None else os.environ.update(TWEAKPIPE_HOME=old)
     return ctx, ctx.checkpoint_path, home
 
 

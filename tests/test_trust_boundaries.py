@@ -21,7 +21,7 @@ import pytest
 import torch
 
 import pipeline
-from conftest import ROOT, TINY
+from conftest import ROOT, TINY, tweakpipe_home
 from mlflow_helpers import clean_env
 from pipeline import private, trust
 from pipeline.compile import cache as compile_cache
@@ -110,12 +110,8 @@ def test_inductors_own_directory_is_checked_when_the_cache_is_off(tmp_path, monk
 def poisoned(tmp_path_factory):
     """A cache an Inductor route was tuned into, its generated modules then planted with a line, made world-writable."""
     folder = tmp_path_factory.mktemp("poisoned")
-    old = os.environ.get("TWEAKPIPE_HOME")
-    os.environ["TWEAKPIPE_HOME"] = str(folder / "victim_home")
-    try:
+    with tweakpipe_home(folder / "victim_home"):
         run(compose_config([*ROUTE, f"compile_cache.dir={folder / 'cache'}", "stages=[capture]"]), folder / "first")
-    finally:
-        os.environ.pop("TWEAKPIPE_HOME") if old is None else os.environ.update(TWEAKPIPE_HOME=old)
     marker = folder / "PLANTED_CODE_RAN"
     assert planted(folder / "cache", marker) >= 1
     (folder / "cache").chmod(0o777)
@@ -152,13 +148,9 @@ def test_a_shared_cache_is_the_users_choice_and_its_artifacts_are_never_signed(p
 def unsigned_route(tmp_path_factory):
     """An Inductor route whose artifacts are unsigned (as one received from someone else would be)."""
     folder = tmp_path_factory.mktemp("unsigned")
-    old = os.environ.get("TWEAKPIPE_HOME")
-    os.environ["TWEAKPIPE_HOME"] = str(folder / "author_home")
-    try:
+    with tweakpipe_home(folder / "author_home"):
         # Inductor's cache entries only (route.aot=false): the artifacts a load installs into a cache
         ctx = run(compose_config([*ROUTE, f"compile_cache.dir={folder / 'cache'}", "route.aot=false"]), folder / "run")
-    finally:
-        os.environ.pop("TWEAKPIPE_HOME") if old is None else os.environ.update(TWEAKPIPE_HOME=old)
     return ctx.checkpoint_path
 
 
