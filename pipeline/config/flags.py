@@ -48,6 +48,7 @@ def loose(schema: type) -> type:
         specs.append((f.name, tp, dataclasses.field(**kwargs)))
     made = dataclasses.make_dataclass(f"Loose{schema.__name__}", specs)
     made.__module__, made.__qualname__, made.__doc__ = schema.__module__, f"Loose{schema.__qualname__}", schema.__doc__
+    made.__name__ = schema.__name__  # what composition errors print ("Key 'x' not in 'ProfileConfig'")
     # Importable by name beside its schema: pickle (a fresh-process launcher sends the ConfigStore to its jobs)
     # then refers to it instead of copying it, and a copy loses dataclasses.MISSING on the fields without default.
     setattr(sys.modules[schema.__module__], made.__qualname__, made)
