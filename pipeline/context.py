@@ -191,11 +191,15 @@ class RunContext:
                    for n, o in self.outcomes.items() if n not in failed and not o.within_budget}
         return {**failed, **outside}
 
+    def references(self) -> List[str]:
+        """The candidates that play the user's own torch.compile (``pipeline.backends.reference``), in order."""
+        return [n for n, c in self.candidates.items() if c.reference]
+
     def race(self) -> Race:
         """What the route is decided on, as plain data (``pipeline.route.decision``)."""
         return Race(self.medians(), self.intervals(), list(self.candidates), self.failures(),
                     baseline(self.candidates), self.lengths,
-                    {n for n, o in self.outcomes.items() if o.padding == PROVED or o.any_length})
+                    {n for n, o in self.outcomes.items() if o.padding == PROVED or o.any_length}, self.references())
 
     def before(self, stage: str, candidates: Optional[Mapping[str, Candidate]] = None) -> "RunContext":
         """A copy as the stages before ``stage`` left it (what ``stage`` and the later ones found is left out),

@@ -64,7 +64,7 @@ def rerun(ctx: RunContext, stage: str, precision: Optional[Sequence[str]] = None
     cfg = copy.deepcopy(ctx.cfg)
     if precision is not None:
         cfg.precision = list(precision)
-    again = replace(ctx.before(stage, candidates_of(cfg)), cfg=cfg)
+    again = replace(ctx.before(stage, candidates_of(cfg, ctx.device)), cfg=cfg)
     with devices.cpu_threads(cfg.threads), progress.scope():
         stage_functions()[stage](again)
     again.restore_model_state()

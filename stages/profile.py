@@ -51,9 +51,10 @@ def calls_for(ctx: RunContext) -> Calls:
 
 
 def kept_by_rule(ctx: RunContext) -> List[str]:
-    """Candidates the screen never drops: the eager baseline, and the one a non-timed strategy deploys."""
+    """Candidates the screen never drops: the eager baseline, the reference peer (the route is reported against it at
+    every tuned cell, so each needs its full number), and the one a non-timed strategy deploys."""
     rcfg, servable = ctx.cfg.route, [n for n in ctx.backends if n not in ctx.failures()]
-    keep = [baseline(ctx.candidates)]
+    keep = [baseline(ctx.candidates), *ctx.references()]
     if rcfg.strategy == "one_backend":
         keep.append(rcfg.backend)
     if rcfg.strategy == "first_wins":

@@ -8,14 +8,17 @@ range) table (``pipeline.route.table``): route.json's ``table`` instead of ``ran
 from __future__ import annotations
 
 import logging
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from pipeline.errors import RouteError, RunFailed
 from pipeline.context import RunContext
 from pipeline.route.served import RoutedModule, TuneRecord
 from pipeline.measure.accuracy import budget_of
 from pipeline.measure.padding import PROVED
+from pipeline.route import versus
 from pipeline.route.decision import contested, decide
+from pipeline.route.policy import backend_for
+from pipeline.route.table import backend_at
 from pipeline.seqlen import Key, label
 
 log = logging.getLogger(__name__)
@@ -66,6 +69,31 @@ def warn_if_noise_could_change(ctx: RunContext, at: Dict[int, List[str]]) -> Non
                 where)
 
 
+def against_reference(ctx: RunContext, route: List[Any], failures: Dict[str, str]) -> Optional[Dict[str, Any]]:
+    """Auto against the reference peer at every tuned cell (``pipeline.route.versus``), for route.json, with one log
+    line of the figures and one warning naming every cell where auto is slower beyond both intervals, and why."""
+    references = ctx.references()
+    if not references:
+        return None
+    owners = {key: backend_at(route, *key) if ctx.lengths else backend_for(route, key) for key in ctx.cells}
+    found = versus.comparison({k: b for k, b in owners.items() if b is not None}, ctx.medians(), ctx.intervals(),
+                              references, failures, ctx.cfg.route.strategy)
+    if found is None:
+        log.info("route   no reference was measured (%s), so auto is not compared with it", ", ".join(references))
+        return None
+    cells = [{**cell_entry(c.pop("cell")), **c} for c in found["cells"]]
+    found["cells"], found["slower_cells"] = cells, [c for c in cells if c["slower"]]
+    log.info("route   against the user's own compile (%s): auto is %.2fx-%.2fx as fast (geometric mean %.2fx over %d "
+             "cell(s))", ", ".join(references), found["worst_speedup"], max(c["speedup"] for c in cells),
+             found["geomean_speedup"], len(cells))
+    if found["slower_cells"]:
+        log.warning("route   auto is slower than the reference beyond both intervals at %s",
+                    "; ".join(f"{label((c['batch_size'], c['seq_len']) if 'seq_len' in c else c['batch_size'])}: "
+                              f"{c['auto']} {c['auto_ms']:.4g} ms vs {c['reference']} {c['reference_ms']:.4g} ms "
+                              f"({c['reason']})" for c in found["slower_cells"]))
+    return found
+
+
 def run(ctx: RunContext) -> None:
     rcfg = ctx.cfg.route
     try:
@@ -100,6 +128,7 @@ def run(ctx: RunContext) -> None:
         "excluded": failures,
         "unverified": unverified,
         "screened_out": {n: {"reason": why, "screen_ms": screen_cells(ctx, n)} for n, why in ctx.screened_out.items()},
+        "reference": against_reference(ctx, route, failures),
         "cost": {"candidates": {n: o.cost.to_dict() for n, o in ctx.outcomes.items()},
                  "stage_s": dict(ctx.stage_seconds)},
     }

@@ -16,7 +16,7 @@ from typing import Dict, Iterator, List, Optional, Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 # Two quick jobs of the tiny model, eager only: no compile, seconds each.
-SWEEP = ["model=tiny_mlp", "profile=quick", "backends=[eager]", "seed=0,1"]
+SWEEP = ["model=tiny_mlp", "profile=quick", "backends=[eager]", "reference=false", "seed=0,1"]
 
 
 def clean_env() -> Dict[str, str]:

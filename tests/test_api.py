@@ -64,7 +64,7 @@ def test_tune_save_load_a_users_own_model(tmp_path):
     model = TwoInputs()
     db = tmp_path / "mlflow.db"
     tuned = pipeline.tune(model, example(), run_dir=tmp_path / "run", overrides=[
-        "backends=[eager]", "profile=quick", f"tracking.uri=sqlite:///{db}", "model.batch_sizes=[1,4]"])
+        "backends=[eager]", "reference=false", "profile=quick", f"tracking.uri=sqlite:///{db}", "model.batch_sizes=[1,4]"])
     run_dir = tmp_path / "run"
     for name in ("config.yaml", "capture.json", "profile.csv", "route.json", "validation.json", "model.tweak"):
         assert (run_dir / name).is_file(), name
@@ -88,7 +88,7 @@ def test_tune_save_load_a_users_own_model(tmp_path):
 
 def test_tune_defaults_to_outputs_api_and_respects_model_name(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    overrides = ["backends=[eager]", "profile=quick", "tracking=off", "model.batch_sizes=[2]", "model.name=mine",
+    overrides = ["backends=[eager]", "reference=false", "profile=quick", "tracking=off", "model.batch_sizes=[2]", "model.name=mine",
                  "validate.check_reload=false"]
     pipeline.tune(nn.Linear(4, 2), torch.randn(2, 4), overrides=overrides)
     pipeline.tune(nn.Linear(4, 2), torch.randn(2, 4), overrides=overrides)
@@ -110,7 +110,7 @@ def test_import_pipeline_stays_light():
 
 
 def test_tuned_module_rejects_shapes_it_was_not_tuned_for(tmp_path):
-    tuned = pipeline.tune(TwoInputs(), example(), overrides=["backends=[eager]", "profile=quick", "tracking=off",
+    tuned = pipeline.tune(TwoInputs(), example(), overrides=["backends=[eager]", "reference=false", "profile=quick", "tracking=off",
                                                             "model.batch_sizes=[1,2]"], run_dir=tmp_path)
     features, ids = example(3)
     assert tuned(features, ids).shape == (3, 4)

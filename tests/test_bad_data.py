@@ -43,7 +43,7 @@ def test_an_examples_file_that_holds_no_usable_rows_is_named_before_any_work(com
     data, named = EXAMPLE_FILES[case]
     path = tmp_path / "examples.pt"
     torch.save(data, path)
-    cfg = compose_cfg([*TINY, "backends=[eager]", f"model.examples={path}"])
+    cfg = compose_cfg([*TINY, "backends=[eager]", "reference=false", f"model.examples={path}"])
     with pytest.raises(ConfigError) as err:
         model_inputs.complete(cfg)
     one_line_naming(str(err.value), rf"model\.examples={re.escape(str(path))}", named)
@@ -67,7 +67,7 @@ def test_overrides_given_as_one_string_are_named(tmp_path):
 
 def test_a_sequence_longer_than_the_model_embeds_is_named(compose_cfg):
     pytest.importorskip("transformers")
-    cfg = compose_cfg(["model=hf", "model.hf.model_class=BertModel", "backends=[eager]", "tracking=off",
+    cfg = compose_cfg(["model=hf", "model.hf.model_class=BertModel", "backends=[eager]", "reference=false", "tracking=off",
                        "+model.hf.config={num_hidden_layers: 1, hidden_size: 32, num_attention_heads: 2, "
                        "intermediate_size: 64, max_position_embeddings: 64}", "model.hf.seq_len=128"])
     with pytest.raises(ConfigError) as err:
@@ -108,7 +108,7 @@ def test_a_model_eager_cannot_be_the_reference_for_is_named_before_any_backend_i
 @pytest.mark.slow
 def test_the_command_line_names_a_misfit_batch_dim_in_one_line_and_leaves_no_run_directory(tmp_path):
     run_dir = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-m", "pipeline", *TINY, "backends=[eager]", "model.inputs.x.batch_dim=1",
+    proc = subprocess.run([sys.executable, "-m", "pipeline", *TINY, "backends=[eager]", "reference=false", "model.inputs.x.batch_dim=1",
                            f"hydra.run.dir={run_dir}"], cwd=ROOT, env=clean_env(), capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 2 and "Traceback" not in proc.stdout + proc.stderr, proc.stderr[-3000:]
@@ -123,14 +123,14 @@ def test_nan_on_the_users_own_rows_is_unverified_not_hidden_behind_random_inputs
     nan = torch.full((4, 16), math.nan)
     with pytest.raises(RunFailed) as err:
         pipeline.tune(torch.nn.Linear(16, 4), nan, run_dir=tmp_path / "refused",
-                      overrides=["backends=[eager]", "profile=quick", "tracking=off", "model.batch_sizes=[1,2]"])
+                      overrides=["backends=[eager]", "reference=false", "profile=quick", "tracking=off", "model.batch_sizes=[1,2]"])
     one_line_naming(str(err.value), r"capture: no backend survived; unverified: eager \(validate\.allow_unverified=true",
                     r"eager's output holds NaN or inf, so it cannot be checked")
     capture = json.loads((tmp_path / "refused" / "capture.json").read_text())
     assert capture["eager"]["status"] == "unverified"
 
     tuned = pipeline.tune(torch.nn.Linear(16, 4), nan, run_dir=tmp_path / "allowed",
-                          overrides=["backends=[eager]", "profile=quick", "tracking=off", "model.batch_sizes=[1,2]",
+                          overrides=["backends=[eager]", "reference=false", "profile=quick", "tracking=off", "model.batch_sizes=[1,2]",
                                      "validate.allow_unverified=true"])
     assert tuned is not None  # let in on purpose: and every check says it proved nothing
     rows = json.loads((tmp_path / "allowed" / "validation.json").read_text())["rows"]
@@ -141,7 +141,7 @@ def test_nan_on_the_users_own_rows_is_unverified_not_hidden_behind_random_inputs
 
 
 def test_a_budget_no_candidate_meets_fails_right_after_capture(compose_cfg, tmp_path):
-    cfg = compose_cfg([*TINY, "backends=[eager]", "precision=[bf16]", "route.accuracy_budget.metric=max_rel_error",
+    cfg = compose_cfg([*TINY, "backends=[eager]", "reference=false", "precision=[bf16]", "route.accuracy_budget.metric=max_rel_error",
                        "route.accuracy_budget.bound=1e-9"])
     with pytest.raises(ConfigError) as err:
         run(cfg, tmp_path)
@@ -152,7 +152,7 @@ def test_a_budget_no_candidate_meets_fails_right_after_capture(compose_cfg, tmp_
 
 
 def test_a_precision_list_without_fp32_and_a_bound_of_0_get_a_word(compose_cfg):
-    lines = advice(compose_cfg([*TINY, "backends=[eager]", "precision=[bf16]", "route.accuracy_budget.bound=0"]))
+    lines = advice(compose_cfg([*TINY, "backends=[eager]", "reference=false", "precision=[bf16]", "route.accuracy_budget.bound=0"]))
     assert len(lines) == 2 and all("\n" not in line for line in lines)
     assert re.search(r"precision=\['bf16'\] has no fp32: no candidate runs the model as written.*"
                      r"'precision=\[fp32,bf16\]' keeps fp32 in the race", lines[0])

@@ -162,7 +162,7 @@ def test_the_api_checks_before_touching_the_callers_model(tmp_path):
     blocker.write_text("")
     model = MLP(width=16, depth=2).train()
     with pytest.raises(ConfigError, match=r"run_dir=\.\.\. in pipeline\.tune"):
-        pipeline.tune(model, {"x": torch.randn(2, 16)}, run_dir=blocker / "run", overrides=["backends=[eager]",
+        pipeline.tune(model, {"x": torch.randn(2, 16)}, run_dir=blocker / "run", overrides=["backends=[eager]", "reference=false",
                                                                                                 "tracking=off"])
     assert model.training  # never put in eval mode: nothing ran
 

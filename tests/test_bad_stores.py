@@ -208,7 +208,7 @@ def test_a_run_whose_store_is_locked_from_the_start_finishes_with_every_file(tmp
     uri = copy_store(template, tmp_path / "store")
     with held(uri), caplog.at_level(logging.WARNING, logger="pipeline"):
         tuned = pipeline.tune(torch.nn.Linear(4, 2), torch.randn(2, 4), run_dir=tmp_path / "run",
-                              overrides=["backends=[eager]", "profile=quick", "model.batch_sizes=[1,2]",
+                              overrides=["backends=[eager]", "reference=false", "profile=quick", "model.batch_sizes=[1,2]",
                                          f"tracking.uri={uri}", "tracking.max_wait_s=0.5"])
     assert tuned is not None
     for name in ("config.yaml", "capture.json", "profile.csv", "route.json", "validation.json", "model.tweak"):

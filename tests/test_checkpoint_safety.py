@@ -224,7 +224,7 @@ def test_a_config_and_a_checkpoint_share_one_bound_on_batch_sizes(ckpt, compose_
 
     bound = rf"={MAX_BATCH_SIZE + 1} is not a batch size \(an integer from 1 to {MAX_BATCH_SIZE}\)"
     with pytest.raises(ConfigError, match=rf"model\.batch_sizes\[1\]{bound}"):
-        check_config(compose_cfg(["model=tiny_mlp", "backends=[eager]", "tracking=off",
+        check_config(compose_cfg(["model=tiny_mlp", "backends=[eager]", "reference=false", "tracking=off",
                                   f"model.batch_sizes=[1,{MAX_BATCH_SIZE + 1}]"]))
     craft(ckpt, lambda p: p.update(batch_sizes=[1, MAX_BATCH_SIZE + 1], max_batch_size=MAX_BATCH_SIZE + 1))
     refused(ckpt, CheckpointError, rf"batch_sizes\[1\]{bound}")

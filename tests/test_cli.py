@@ -50,7 +50,7 @@ def test_cli_tunes_logs_and_prints_the_run_directory(tmp_path):
 
 
 def test_cli_refuses_a_route_resting_on_noise_in_one_line_when_confidence_is_required(tmp_path):
-    proc = run_cli("model=tiny_mlp", "profile=quick", "backends=[eager]", "tracking=off", "model.batch_sizes=[1]",
+    proc = run_cli("model=tiny_mlp", "profile=quick", "backends=[eager]", "reference=false", "tracking=off", "model.batch_sizes=[1]",
                    "profile.noise_threshold=1e-9", "route.require_confident=true", f"hydra.run.dir={tmp_path}")
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert proc.stderr.startswith("error: the route rests on 1 cell(s) the profile flagged noisy (eager bs=1; ")

@@ -46,7 +46,7 @@ def test_every_model_declares_inputs_and_batch_sizes(compose_cfg):
 def test_backends_are_picked_by_name(compose_cfg):
     cfg = compose_cfg(["backends=[eager,inductor]"])
     assert list(cfg.backends) == ["eager", "inductor"]
-    assert list(compose_cfg(["backends=[eager]"]).backends) == ["eager"]
+    assert list(compose_cfg(["backends=[eager]", "reference=false"]).backends) == ["eager"]
 
 
 def test_default_device_is_auto_and_mlp_is_default(compose_cfg):
@@ -135,8 +135,8 @@ def test_plugin_launchers_are_not_called_unknown():
 
 
 def test_one_backend_must_name_a_selected_backend(compose_cfg):
-    cfg = compose_cfg([*TINY, "backends=[eager]", "route=one_backend", "route.backend=inductor"])
+    cfg = compose_cfg([*TINY, "backends=[eager]", "reference=false", "route=one_backend", "route.backend=inductor"])
     with pytest.raises(ValueError, match="route.backend=inductor is not among the selected backends"):
         check_config(cfg)
     with pytest.raises(ValueError, match="needs the backend to deploy: route.backend=<name>"):
-        check_config(compose_cfg([*TINY, "backends=[eager]", "route=one_backend"]))
+        check_config(compose_cfg([*TINY, "backends=[eager]", "reference=false", "route=one_backend"]))

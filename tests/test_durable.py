@@ -70,7 +70,7 @@ def test_sigkill_keeps_the_measured_cells_the_next_run_marks_it_killed_and_resum
     killed_id = json.loads((run_dir / "mlflow_run.json").read_text())["run_id"]
     assert statuses(uri)[killed_id] == "RUNNING"  # nothing could end it
 
-    other = cli("model=tiny_mlp", "backends=[eager]", "profile=quick", "stages=[capture]", *common, cwd=tmp_path)
+    other = cli("model=tiny_mlp", "backends=[eager]", "reference=false", "profile=quick", "stages=[capture]", *common, cwd=tmp_path)
     assert other.wait(timeout=120) == 0, other.communicate()[0][-3000:]
     after = statuses(uri)
     assert after[killed_id] == "KILLED" and "RUNNING" not in after.values()
@@ -94,7 +94,7 @@ def test_sigkill_keeps_the_measured_cells_the_next_run_marks_it_killed_and_resum
 def test_sigterm_ends_the_run_as_killed(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     run_dir = tmp_path / "run"
-    proc = cli("model=tiny_mlp", "backends=[eager]", "model.batch_sizes=[1,2,4]", *SLOW_PROFILE,
+    proc = cli("model=tiny_mlp", "backends=[eager]", "reference=false", "model.batch_sizes=[1,2,4]", *SLOW_PROFILE,
                f"tracking.uri={uri}", f"hydra.run.dir={run_dir}", cwd=tmp_path)
     wait_for_rows(run_dir / "profile.csv", 1, proc)
     proc.send_signal(signal.SIGTERM)
@@ -112,7 +112,7 @@ def test_a_resume_of_a_directory_without_a_run_is_refused_in_one_line(tmp_path):
 
 
 def test_two_runs_started_together_get_two_directories(tmp_path):
-    procs = [cli("model=tiny_mlp", "backends=[eager]", "profile=quick", "tracking=off", "stages=[capture]",
+    procs = [cli("model=tiny_mlp", "backends=[eager]", "reference=false", "profile=quick", "tracking=off", "stages=[capture]",
                  cwd=tmp_path) for _ in range(2)]
     for proc in procs:
         assert proc.wait(timeout=120) == 0, proc.communicate()[0][-2000:]
@@ -122,7 +122,7 @@ def test_two_runs_started_together_get_two_directories(tmp_path):
 
 def test_an_api_run_directory_holds_the_plot_and_the_log(tmp_path):
     pipeline.tune(torch.nn.Linear(4, 2), torch.randn(2, 4), run_dir=tmp_path,
-                  overrides=["backends=[eager]", "profile=quick", "tracking=off", "model.batch_sizes=[1,2]"])
+                  overrides=["backends=[eager]", "reference=false", "profile=quick", "tracking=off", "model.batch_sizes=[1,2]"])
     for name in ("config.yaml", "capture.json", "profile.csv", "route.json", "validation.json", "model.tweak",
                  "latency.png", "tweakpipe.log"):
         assert (tmp_path / name).is_file(), name

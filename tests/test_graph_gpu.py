@@ -123,6 +123,26 @@ def test_tuned_sizes_are_recorded_exactly(cfg, device):
     assert backend._pad[17] == 17 and backend._pad[18] == 24
 
 
+@pytest.mark.parametrize("cfg", [GRAPH, GRAPH_INDUCTOR], ids=["graph", "graph_inductor"])
+def test_a_tuned_size_above_the_cap_is_served_by_one_recorded_graph(cfg, device):
+    """The cap bounds the grid, not the tuned sizes: a tuned 300 past a cap of 64 replays once, not in chunks."""
+    torch._dynamo.reset()
+    model, spec = make_model("mlp", device)
+    backend = backend_registry.create(Candidate.of("g", {**cfg, "max_recorded_batch_size": 64}))
+    backend.build(model, make_inputs(spec, 300, device), device, range(1, 301), exact_sizes=[1, 64, 300])
+    assert backend.stats()["recorded_sizes"] == graph_plan.grid(64) + [300]
+    replays, replay = [], backend._replay
+    backend._replay = lambda inputs, start, rows, size, *rest: (replays.append(size),
+                                                                replay(inputs, start, rows, size, *rest))[1]
+    for bs in (300, 200):  # tuned; untuned past the cap, padded to the tuned graph that routes it
+        replays.clear()
+        inputs = make_inputs(spec, bs, device, seed=1)
+        with torch.inference_mode():
+            expected = model(**inputs)
+        assert judge(backend(**inputs), expected).ok, f"batch {bs}"
+        assert replays == [300], (bs, replays)
+
+
 def test_outputs_survive_a_later_call_unless_clone_outputs_is_false(device):
     model, spec = make_model("mlp", device)
     first, second = make_inputs(spec, 8, device, seed=1), make_inputs(spec, 8, device, seed=2)

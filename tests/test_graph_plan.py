@@ -90,10 +90,24 @@ def test_tuned_sizes_are_recorded_exactly_besides_the_grid():
     tuned = [1, 3, 8, 17, 64]
     for bs in range(1, 65):
         assert table[bs] <= min(t for t in tuned if t >= bs)
-    # An exact size above the cap or above the largest served size is not recorded.
-    assert graph_plan.sizes_to_record([300], exact=[300]) == [48, 256]
+    # An exact size above the largest served size is not recorded; sizes served only exactly need no grid graph.
     assert graph_plan.sizes_to_record(range(1, 9), exact=[3, 17]) == [1, 2, 3, 4, 8]
-    assert graph_plan.sizes_to_record([3, 10], sizes=[2, 8, 32], exact=[3, 10]) == [3, 8, 10, 32]
+    assert graph_plan.sizes_to_record([3, 10], sizes=[2, 8, 32], exact=[3, 10]) == [3, 10]
+
+
+def test_a_tuned_size_above_the_cap_is_one_graph_not_chunks():
+    # The lennard_jones case: tuned [1, 64, 1000] with the default cap of 256, served from 1 to 1000.
+    recorded = graph_plan.sizes_to_record(range(1, 1001), exact=[1, 64, 1000])
+    assert recorded == graph_plan.grid(256) + [1000]
+    assert graph_plan.chunk_plan(1000, recorded) == [(1000, 1000)]
+    table = graph_plan.padding_table(recorded)
+    # Untuned sizes past the cap pad to the tuned size that routes them (costing at most what it measured) ...
+    assert table[257] == table[999] == 1000 and table[256] == 256
+    # ... and only sizes past the largest tuned one replay in chunks, of the largest recorded graph.
+    assert graph_plan.chunk_plan(1300, recorded) == [(1000, 1000), (300, 1000)]
+    assert graph_plan.sizes_to_record([1000], exact=[1000]) == [1000]
+    # Untuned, a size past the cap still chunks over the capped grid.
+    assert graph_plan.sizes_to_record([300]) == [48, 256]
 
 
 def test_stage_inputs_pads_every_input_with_zeros():
@@ -228,7 +242,7 @@ def test_backend_sets_compose(compose_cfg):
 
 
 def test_graph_is_skipped_on_cpu_and_the_run_goes_on(compose_cfg, tmp_path):
-    cfg = compose_cfg(TINY + ["backends=[eager,graph,graph_inductor]", "device=cpu"])
+    cfg = compose_cfg(TINY + ["backends=[eager,graph,graph_inductor]", "device=cpu", "reference=false"])
     ctx = runner.run(cfg, tmp_path)
     for name in ("graph", "graph_inductor"):
         assert ctx.outcomes[name].status == "skipped"

@@ -24,7 +24,7 @@ from pipeline.route import checkpoint
 from pipeline.route.checkpoint import CheckpointError
 from pipeline.runner import run
 
-BF16 = [*TINY, "backends=[eager]", "precision=[fp32,bf16]"]
+BF16 = [*TINY, "backends=[eager]", "reference=false", "precision=[fp32,bf16]"]
 
 
 def route_json(run_dir):
@@ -182,7 +182,7 @@ def test_a_checkpoint_with_a_bad_precision_is_refused(bf16_served, tmp_path, edi
 
 
 def test_a_format_2_checkpoint_still_loads_as_fp32(compose_cfg, tmp_path):
-    ctx = run(compose_cfg([*TINY, "backends=[eager]", "stages=[capture,profile,route]"]), tmp_path)
+    ctx = run(compose_cfg([*TINY, "backends=[eager]", "reference=false", "stages=[capture,profile,route]"]), tmp_path)
     payload = checkpoint.read(ctx.checkpoint_path)
     for cfg in payload["backends"].values():
         del cfg["precision"]
@@ -209,13 +209,13 @@ def test_a_format_2_checkpoint_still_loads_as_fp32(compose_cfg, tmp_path):
 ])
 def test_config_mistakes_fail_early(compose_cfg, overrides, match):
     with pytest.raises(ConfigError, match=match):
-        check_config(compose_cfg([*TINY, "backends=[eager]", *overrides]))
+        check_config(compose_cfg([*TINY, "backends=[eager]", "reference=false", *overrides]))
 
 
 def test_reduced_precisions_run_on_cpu_and_tf32_is_skipped_there(compose_cfg, tmp_path):
     cpu = torch.device("cpu")
     assert precision.device_problem("bf16", cpu) is None and precision.device_problem("fp16", cpu) is None
-    cfg = compose_cfg([*TINY, "backends=[eager]", "precision=[fp32,tf32,fp16]", "stages=[capture]"])
+    cfg = compose_cfg([*TINY, "backends=[eager]", "reference=false", "precision=[fp32,tf32,fp16]", "stages=[capture]"])
     check_config(cfg)  # one_backend may name eager.fp16 now; tf32 is not an error on a CPU, just skipped
     ctx = run(cfg, tmp_path)
     assert ctx.outcomes["eager.tf32"].status == "skipped" and "CUDA" in ctx.outcomes["eager.tf32"].reason

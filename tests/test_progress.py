@@ -101,7 +101,7 @@ def test_a_loop_left_by_an_exception_stops_logging_with_its_stage(caplog, monkey
 
 def test_validate_says_one_info_line_and_keeps_each_row_in_validation_json(compose_cfg, tmp_path, caplog):
     caplog.set_level(logging.DEBUG, logger="stages.validate")
-    ctx = run(compose_cfg([*TINY, "backends=[eager]", "model.batch_sizes=[1,4]"]), tmp_path)
+    ctx = run(compose_cfg([*TINY, "backends=[eager]", "reference=false", "model.batch_sizes=[1,4]"]), tmp_path)
     rows = json.loads((tmp_path / "validation.json").read_text())["rows"]
     sizes = [1, 2, 4, 5, 100]  # tuned, validate's extra sizes, one above the largest tuned
     assert ctx.validation["ok"] and len(rows) == 2 * len(sizes)  # the routed model and its reload
@@ -131,7 +131,7 @@ def test_tune_says_where_it_wrote_and_what_it_routed(tmp_path):
     """A plain script that calls ``pipeline.tune`` without setting up logging sees its lines on stderr."""
     code = ("import torch, pipeline\n"
             "tuned = pipeline.tune(torch.nn.Linear(4, 2), torch.randn(3, 4), run_dir=r'%s', overrides=["
-            "'backends=[eager]', 'profile=quick', 'tracking=off', 'model.batch_sizes=[1,3]'])\n"
+            "'backends=[eager]', 'reference=false', 'profile=quick', 'tracking=off', 'model.batch_sizes=[1,3]'])\n"
             "print(tuned)\nprint(sorted(dir(pipeline)))\n") % (tmp_path / "run")
     proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300,
                           env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
@@ -149,6 +149,6 @@ def test_tune_logs_the_route_and_the_run_directory_at_info(tmp_path, caplog):
 
     caplog.set_level(logging.INFO, logger="pipeline.api")
     tuned = pipeline.tune(torch.nn.Linear(4, 2), torch.randn(3, 4), run_dir=tmp_path, overrides=[
-        "backends=[eager]", "profile=quick", "tracking=off", "model.batch_sizes=[1,3]"])
+        "backends=[eager]", "reference=false", "profile=quick", "tracking=off", "model.batch_sizes=[1,3]"])
     assert lines(caplog, "pipeline.api") == [f"tune: route {tuned.extra_repr()}", f"tune: run directory {tmp_path}"]
     assert {"tune", "save", "load"} <= set(dir(pipeline)) and not {"Any", "annotations", "importlib"} & set(dir(pipeline))

@@ -112,7 +112,7 @@ def test_report_accuracy_shows_the_quantized_candidates(int8_run, tmp_path):
 
 @needs_torchao
 def test_a_quantized_candidate_outside_the_budget_is_timed_but_never_serves(compose_cfg, tmp_path):
-    cfg = compose_cfg([*TINY, "backends=[eager]", *EVERY, "precision=[fp32,int8_dynamic]", "route.min_gain=0",
+    cfg = compose_cfg([*TINY, "backends=[eager]", "reference=false", *EVERY, "precision=[fp32,int8_dynamic]", "route.min_gain=0",
                        "route.accuracy_budget.metric=max_rel_error", "route.accuracy_budget.bound=1e-6"])
     ctx = run(cfg, tmp_path)
     route = route_json(tmp_path)
@@ -128,7 +128,7 @@ def test_a_quantized_candidate_outside_the_budget_is_timed_but_never_serves(comp
 def int8_served(tmp_path_factory):
     """A run whose route serves eager.int8_weight_only at every size, validated after its reload."""
     run_dir = tmp_path_factory.mktemp("int8-served")
-    cfg = composed([*INT8, "backends=[eager]", *EVERY, "route=one_backend", "route.backend=eager.int8_weight_only"])
+    cfg = composed([*INT8, "backends=[eager]", "reference=false", *EVERY, "route=one_backend", "route.backend=eager.int8_weight_only"])
     return run(cfg, run_dir)
 
 
@@ -189,7 +189,7 @@ def test_without_torchao_the_quantized_candidates_are_skipped_naming_the_extra(c
         monkeypatch.setitem(sys.modules, name, None)  # an import of it fails, as where it is not installed
     reason = Candidate.of("eager", {"kind": "eager", "precision": "int8_weight_only"}).unsupported_reason(CPU)
     assert reason and "torchao" in reason and "pip install -e '.[quant]'" in reason
-    ctx = run(compose_cfg([*TINY, "backends=[eager]", "precision=[fp32,int8_weight_only,int8_dynamic]",
+    ctx = run(compose_cfg([*TINY, "backends=[eager]", "reference=false", "precision=[fp32,int8_weight_only,int8_dynamic]",
                            "stages=[capture]"]), tmp_path)
     for name in ("eager.int8_weight_only", "eager.int8_dynamic"):
         assert ctx.outcomes[name].status == "skipped" and ".[quant]" in ctx.outcomes[name].reason
@@ -212,7 +212,7 @@ def test_fp8_off_cuda_and_a_model_without_linear_layers_are_skipped_with_the_rea
                                                             ).unsupported_reason(CPU)
     model = ConvOnly().eval()
     before = state_of(model)
-    cfg = compose_cfg([*TINY, "backends=[eager]", "precision=[fp32,int8_weight_only,fp8]", "stages=[capture]",
+    cfg = compose_cfg([*TINY, "backends=[eager]", "reference=false", "precision=[fp32,int8_weight_only,fp8]", "stages=[capture]",
                        "model.inputs.x.shape=[3,8,8]"])
     ctx = run(cfg, tmp_path, model=model)
     skipped = ctx.outcomes["eager.int8_weight_only"]
@@ -235,7 +235,7 @@ class OneLargeLinear(nn.Module):
 
 @needs_torchao
 def test_the_precision_list_quantizes_only_linears_large_enough_to_gain(compose_cfg, tmp_path):
-    cfg = compose_cfg([*TINY, "backends=[eager]", "precision=[fp32,int8_weight_only]", "stages=[capture]"])
+    cfg = compose_cfg([*TINY, "backends=[eager]", "reference=false", "precision=[fp32,int8_weight_only]", "stages=[capture]"])
     ctx = run(cfg, tmp_path / "tiny")
     skipped = ctx.outcomes["eager.int8_weight_only"]
     assert skipped.status == "skipped" and "none of the model's 2 Linear layers is large enough" in skipped.reason
@@ -262,7 +262,7 @@ def test_a_recipe_quantizes_only_a_copy():
 ])
 def test_quantized_precision_mistakes_fail_early(compose_cfg, overrides, match):
     with pytest.raises(ConfigError, match=match):
-        check_config(compose_cfg([*TINY, "backends=[eager]", *overrides]))
+        check_config(compose_cfg([*TINY, "backends=[eager]", "reference=false", *overrides]))
 
 
 def test_quantized_candidates_are_named_like_the_others():

@@ -32,7 +32,7 @@ from pipeline.preflight.prepare import prepare
 from pipeline.runner import build_context
 from stages import capture
 
-EAGER = [*TINY, "backends=[eager]"]
+EAGER = [*TINY, "backends=[eager]", "reference=false"]
 
 
 @contextlib.contextmanager
@@ -109,7 +109,7 @@ def test_lengths_beyond_the_models_positions_are_refused_before_capture_through_
     rows = {"input_ids": torch.randint(0, 100, (4, 32)), "attention_mask": torch.ones(4, 32, dtype=torch.long)}
     with pytest.raises(ConfigError, match="eager fails at length 128 .*max_position_embeddings=64: tune lengths up "
                                           "to 64") as caught:
-        pipeline.tune(model, rows, overrides=["device=cpu", "backends=[eager]", "profile=quick", "tracking=off",
+        pipeline.tune(model, rows, overrides=["device=cpu", "backends=[eager]", "reference=false", "profile=quick", "tracking=off",
                                               "model.batch_sizes=[1,2]"], run_dir=tmp_path / "run",
                       seq_dims={"input_ids": 1, "attention_mask": 1}, seq_lens=[16, 128])
     assert "\n" not in str(caught.value) and not (tmp_path / "run" / "capture.json").exists()
@@ -148,7 +148,7 @@ def test_a_boolean_key_given_anything_but_true_or_false_is_one_line(override):
 
 def test_a_checkpoint_whose_backend_holds_a_string_for_a_boolean_is_refused(tmp_path):
     tuned = pipeline.tune(torch.nn.Linear(4, 2), torch.randn(2, 4), run_dir=tmp_path / "run",
-                          overrides=["backends=[eager]", "profile=quick", "tracking=off", "model.batch_sizes=[1,2]",
+                          overrides=["backends=[eager]", "reference=false", "profile=quick", "tracking=off", "model.batch_sizes=[1,2]",
                                      "stages=[capture,profile,route]"])
     path = pipeline.save(tuned, tmp_path / "m.tweak")
     payload = checkpoint.read(path)

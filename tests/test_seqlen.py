@@ -369,7 +369,7 @@ def test_precision_candidates_are_proved_and_routed_per_cell_too(tmp_path):
     ids, mask = torch.randint(0, 50, (4, 16)), torch.ones(4, 16, dtype=torch.long)
     tuned = pipeline.tune(model, {"input_ids": ids, "attention_mask": mask}, seq_dims={"input_ids": 1,
                           "attention_mask": 1}, seq_lens=[8, 16],
-                          overrides=["backends=[eager]", "precision=[fp32,bf16]", "profile=quick", "tracking=off",
+                          overrides=["backends=[eager]", "reference=false", "precision=[fp32,bf16]", "profile=quick", "tracking=off",
                                      "device=cpu", "model.batch_sizes=[1,4]", "validate.extra_batch_sizes=[2]"],
                           run_dir=tmp_path / "run")
     route = json.loads((tmp_path / "run" / "route.json").read_text())

@@ -20,7 +20,7 @@ def read_csv(path):
 
 
 def test_capture_and_profile_only(compose_cfg, tmp_path):
-    cfg = compose_cfg([*TINY, "backends=[eager]", "stages=[capture,profile]", "model.batch_sizes=[1,4]"])
+    cfg = compose_cfg([*TINY, "backends=[eager]", "reference=false", "stages=[capture,profile]", "model.batch_sizes=[1,4]"])
     ctx = run(cfg, tmp_path)
     capture = json.loads((tmp_path / "capture.json").read_text())
     assert capture["eager"]["status"] == "ok" and capture["eager"]["max_rel_error"] == 0.0
@@ -56,7 +56,7 @@ def test_all_stages_with_eager_and_a_mismatching_backend(compose_cfg, tmp_path):
 
 def test_route_json_says_which_noisy_cells_the_route_rests_on_and_require_confident_refuses_it(compose_cfg, tmp_path):
     # A spread limit no real samples meet flags every cell noisy; one no samples exceed flags none.
-    noisy = [*TINY, "backends=[eager]", "model.batch_sizes=[1,4]", "profile.noise_threshold=1e-9"]
+    noisy = [*TINY, "backends=[eager]", "reference=false", "model.batch_sizes=[1,4]", "profile.noise_threshold=1e-9"]
     ctx = run(compose_cfg(noisy), tmp_path / "shipped")
     route = json.loads((tmp_path / "shipped" / "route.json").read_text())
     assert route["rests_on"] == [{"backend": "eager", "batch_size": 1}, {"backend": "eager", "batch_size": 4}]
@@ -72,7 +72,7 @@ def test_route_json_says_which_noisy_cells_the_route_rests_on_and_require_confid
     assert json.loads((tmp_path / "refused" / "route.json").read_text())["rests_on_noisy"] is True
     assert not (tmp_path / "refused" / "model.tweak").exists() and not (tmp_path / "refused" / "validation.json").exists()
 
-    calm = [*TINY, "backends=[eager]", "model.batch_sizes=[1,4]", "profile.noise_threshold=1e9",
+    calm = [*TINY, "backends=[eager]", "reference=false", "model.batch_sizes=[1,4]", "profile.noise_threshold=1e9",
             "profile.rel_precision=1e9", "route.require_confident=true"]
     ctx = run(compose_cfg(calm), tmp_path / "confident")
     route = json.loads((tmp_path / "confident" / "route.json").read_text())
@@ -80,7 +80,7 @@ def test_route_json_says_which_noisy_cells_the_route_rests_on_and_require_confid
 
 
 def test_a_backend_that_crashes_is_excluded_and_the_run_goes_on(compose_cfg, tmp_path):
-    cfg = compose_cfg([*TINY, "backends=[eager,inductor]", "model.build._target_=models_for_tests.GraphBreakMLP",
+    cfg = compose_cfg([*TINY, "backends=[eager,inductor]", "reference=false", "model.build._target_=models_for_tests.GraphBreakMLP",
                        "~model.build.depth", "backends.inductor.fullgraph=true", "model.batch_sizes=[2]"])
     ctx = run(cfg, tmp_path)
     assert ctx.outcomes["inductor"].status == "failed"
@@ -98,7 +98,7 @@ def test_every_backend_failing_stops_with_a_clear_error(compose_cfg, tmp_path):
 
 def test_a_model_whose_output_proves_nothing_is_unverified_and_routed_only_when_allowed(compose_cfg, tmp_path):
     # No layers and inputs of all ones: eager answers 1.0 everywhere at every seed, as would a wrong backend.
-    base = [*TINY, "backends=[eager]", "model.build.depth=0", "model.inputs.x.fill=ones", "model.batch_sizes=[1,4]"]
+    base = [*TINY, "backends=[eager]", "reference=false", "model.build.depth=0", "model.inputs.x.fill=ones", "model.batch_sizes=[1,4]"]
     with pytest.raises(RuntimeError, match=r"unverified: eager \(validate.allow_unverified=true.*or tune on inputs on "
                                            r"which its output varies: model.examples="):
         run(compose_cfg(base), tmp_path / "refused")
@@ -116,7 +116,7 @@ def test_gpt2_is_checked_on_its_cache_too(tmp_path):
     torch.manual_seed(0)
     model = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=100))
     pipeline.tune(model, {"input_ids": torch.randint(0, 100, (2, 8))}, run_dir=tmp_path,
-                  overrides=["backends=[eager]", "profile=quick", "tracking=off", "model.batch_sizes=[1,2]",
+                  overrides=["backends=[eager]", "reference=false", "profile=quick", "tracking=off", "model.batch_sizes=[1,2]",
                              "validate.extra_batch_sizes=[]"])
     capture = json.loads((tmp_path / "capture.json").read_text())
     assert capture["eager"]["status"] == "ok"

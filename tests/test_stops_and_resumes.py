@@ -25,7 +25,7 @@ from pipeline.errors import ConfigError
 from pipeline.record.claim import claimed
 from pipeline.runner import resumed_config, run
 
-QUICK = ["backends=[eager]", "profile=quick", "model.batch_sizes=[1,2]"]
+QUICK = ["backends=[eager]", "reference=false", "profile=quick", "model.batch_sizes=[1,2]"]
 # A profile whose every cell takes about a second: long enough to be stopped in the middle of.
 SLOW_PROFILE = ["profile.budget_ms=1000", "profile.max_samples=1000000", "profile.rel_precision=0.00001",
                 "profile.min_window_ms=1000", "profile.max_repeats=0", "profile.device_check=false"]
@@ -44,7 +44,7 @@ def record(run_dir: Path) -> dict:
 
 def finished_capture(compose_cfg, run_dir: Path, *extra: str):
     """A capture-only run of the tiny MLP that finished in ``run_dir``."""
-    return run(compose_cfg([*TINY, "backends=[eager]", "stages=[capture]", *extra]), run_dir)
+    return run(compose_cfg([*TINY, "backends=[eager]", "reference=false", "stages=[capture]", *extra]), run_dir)
 
 
 # ---- an interrupt always stops the run ------------------------------------------------------------------------
@@ -87,7 +87,7 @@ def test_sigint_and_sigterm_print_one_line_saying_where_the_files_are_and_how_to
     runs = {}
     for signum in (signal.SIGINT, signal.SIGTERM):
         run_dir = tmp_path / signum.name
-        runs[signum] = (run_dir, cli("model=tiny_mlp", "backends=[eager]", "model.batch_sizes=[1,2,4]", *SLOW_PROFILE,
+        runs[signum] = (run_dir, cli("model=tiny_mlp", "backends=[eager]", "reference=false", "model.batch_sizes=[1,2,4]", *SLOW_PROFILE,
                                      "tracking=off", f"hydra.run.dir={run_dir}", cwd=tmp_path))
     for signum, (run_dir, proc) in runs.items():
         wait_for(run_dir / "profile.csv", proc)
@@ -151,7 +151,7 @@ def test_a_run_directory_in_use_is_refused_naming_the_process_that_holds_it(comp
 @pytest.mark.slow
 def test_a_second_process_resuming_a_running_run_is_refused_in_one_line(tmp_path):
     run_dir = tmp_path / "run"
-    first = cli("model=tiny_mlp", "backends=[eager]", "model.batch_sizes=[1,2,4]", *SLOW_PROFILE, "tracking=off",
+    first = cli("model=tiny_mlp", "backends=[eager]", "reference=false", "model.batch_sizes=[1,2,4]", *SLOW_PROFILE, "tracking=off",
                 f"hydra.run.dir={run_dir}", cwd=tmp_path)
     wait_for(run_dir / "profile.csv", first)
     second = cli(f"resume={run_dir}", cwd=tmp_path)

@@ -247,7 +247,7 @@ def test_a_sweep_with_a_mistake_in_one_job_makes_nothing(tmp_path: Path) -> None
                            f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
                           cwd=ROOT, env=clean_env(), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr[-3000:]
-    assert proc.stderr.startswith("error: sweep job 1 (model=tiny_mlp profile=quick backends=[eager] seed=0 "
+    assert proc.stderr.startswith("error: sweep job 1 (model=tiny_mlp profile=quick backends=[eager] reference=false seed=0 "
                                   "route.min_gain=-0.5 ")  # job numbers as Hydra counts them
     assert "route.min_gain=-0.5 must be >= 0" in proc.stderr
     assert "Launching" not in proc.stdout + proc.stderr and list(tmp_path.iterdir()) == []
@@ -258,7 +258,7 @@ def test_a_sweep_job_is_checked_at_the_length_it_runs_at(tmp_path: Path) -> None
     """The sweep's check prepares each job as its run will (``pipeline.preflight.prepare``), its inputs at the longest
     tuned length: 65536 tokens at batch size 65536 do not fit in memory, though the config's own 64 did, so a
     check at the config's length (as the sweep's was) launched a job that its run then refused."""
-    long_inputs = ["model=bert_tiny", "backends=[eager]", "tracking=off", "model.seq_lens=[64,65536]",
+    long_inputs = ["model=bert_tiny", "backends=[eager]", "reference=false", "tracking=off", "model.seq_lens=[64,65536]",
                    "model.batch_sizes=[1,65536]", "model.inputs.input_ids.seq_dim=1",
                    "model.inputs.attention_mask.seq_dim=1"]
     proc = subprocess.run([sys.executable, "-m", "pipeline", "-m", *long_inputs, "seed=0,1",
@@ -273,7 +273,7 @@ def test_a_sweep_job_is_checked_at_the_length_it_runs_at(tmp_path: Path) -> None
 @pytest.mark.slow
 def test_single_run_has_no_parent(tmp_path: Path, template: Path) -> None:
     uri = copy_store(template, tmp_path)
-    run_pipeline(["model=tiny_mlp", "profile=quick", "backends=[eager]", f"tracking.uri={uri}",
+    run_pipeline(["model=tiny_mlp", "profile=quick", "backends=[eager]", "reference=false", f"tracking.uri={uri}",
                   f"hydra.run.dir={tmp_path / 'run'}"])
     client = MlflowClient(tracking_uri=uri)
     (run,) = client.search_runs([client.get_experiment_by_name("tweakpipe").experiment_id])

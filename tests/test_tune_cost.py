@@ -138,7 +138,7 @@ def test_the_screen_looks_at_the_smallest_a_middle_and_the_largest_size():
 
 def test_a_screened_out_candidate_keeps_its_numbers_in_route_json_and_mlflow(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    cfg = compose_config([*TINY, "backends=[eager]", "precision=[fp32,bf16]", "tracking=sqlite",
+    cfg = compose_config([*TINY, "backends=[eager]", "reference=false", "precision=[fp32,bf16]", "tracking=sqlite",
                           f"tracking.uri={uri}", "route.accuracy_budget.metric=max_rel_error",
                           "route.accuracy_budget.bound=1e-9", "validate.check_reload=false"])
     ctx = run(cfg, tmp_path / "run")

@@ -17,7 +17,7 @@ from pipeline.route import checkpoint
 from pipeline.errors import CheckpointError
 from models_for_tests import CellGRU, sequence_first
 
-QUICK = ["profile=quick", "tracking=off", "backends=[eager]"]
+QUICK = ["profile=quick", "tracking=off", "backends=[eager]", "reference=false"]
 
 
 class SqrtFeatures(nn.Module):

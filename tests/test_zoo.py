@@ -24,7 +24,7 @@ TINY_BERT = "+model.hf.config={num_hidden_layers: 2, hidden_size: 32, num_attent
 def run_cli(tmp_path, *overrides: str) -> dict:
     """``python -m pipeline`` in a subprocess, eager only and quick; the run's resolved config."""
     proc = subprocess.run([sys.executable, "-m", "pipeline", *overrides, "profile=quick", "tracking=off",
-                           "backends=[eager]", "model.batch_sizes=[1,2]", "validate.extra_batch_sizes=[3]",
+                           "backends=[eager]", "reference=false", "model.batch_sizes=[1,2]", "validate.extra_batch_sizes=[3]",
                            f"hydra.run.dir={tmp_path}"],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -30,6 +30,9 @@ AUTOCAST = {"bf16": "bfloat16", "fp16": "float16"}  # precision -> autocast dtyp
 class Candidate:
     name: str
     settings: BackendSettings
+    # It plays the user's own torch.compile (pipeline.backends.reference): kept through the screen, and the route
+    # is reported against it. A run's fact, not a setting: checkpoints do not store it.
+    reference: bool = False
 
     @classmethod
     def of(cls, name: str, cfg: Mapping[str, Any]) -> "Candidate":

@@ -1,8 +1,8 @@
 """Which batch sizes the graph backend records, and how a call maps onto them. Pure: no torch.
 
 Like vLLM's graph runner, graphs are recorded for a grid of sizes (1, 2, 4 and every multiple of 8)
-rather than every size: a call pads up to the smallest recorded size that holds it, and a batch
-above the largest recorded size replays in chunks.
+rather than every size, besides every tuned size exactly: a call pads up to the smallest recorded size that
+holds it, and a batch above the largest recorded size replays in chunks.
 """
 
 from __future__ import annotations
@@ -70,15 +70,18 @@ def chunk_plan(batch_size: int, recorded: Sequence[int]) -> List[Tuple[int, int]
 
 def sizes_to_record(batch_sizes: Iterable[int], cap: int = DEFAULT_CAP, sizes: Optional[Sequence[int]] = None,
                     exact: Iterable[int] = ()) -> List[int]:
-    """The grid sizes needed to serve ``batch_sizes`` (padded or chunked), plus the ``exact`` sizes
-    up to the cap, which are served without padding.
+    """The sizes to record to serve ``batch_sizes``: every ``exact`` (tuned) size among them, served without
+    padding, also above the cap, and the grid sizes (none above the cap) the other sizes pad or chunk to.
 
-    With the tuned sizes exact, a size routed by a tuned size T (those up to T, down to the tuned
-    size below) pads to a recorded size no larger than T, so it costs at most what T measured.
+    The cap bounds the grid of untuned sizes, not the sizes the user tuned: a tuned 1000 past a cap of 256
+    is one graph, not four chunks of 256 (which lost 1.21x to the user's own compile on a launch-bound MLP).
+    A size routed by a tuned size T (those up to T, down to the tuned size below) pads to a recorded size no
+    larger than T, so it costs at most what T measured; only sizes past the largest tuned one replay in chunks.
     """
     wanted = sorted({int(b) for b in batch_sizes})
     if not wanted:
         raise ValueError("no batch sizes to serve")
-    full = grid(wanted[-1], cap, sizes)
-    needed = {size for bs in wanted for _, size in chunk_plan(bs, full)}
-    return sorted(needed | {int(b) for b in exact if int(b) <= min(cap, wanted[-1])})
+    tuned = {int(b) for b in exact if int(b) <= wanted[-1]}
+    candidates = sorted(set(grid(wanted[-1], cap, sizes)) | tuned)
+    needed = {size for bs in wanted if bs not in tuned for _, size in chunk_plan(bs, candidates)}
+    return sorted(needed | tuned)

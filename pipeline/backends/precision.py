@@ -75,14 +75,15 @@ def precisions_problem(precisions: Sequence[Any]) -> Optional[str]:
 
 
 def candidates(backends: Mapping[str, Mapping[str, Any]], precisions: Sequence[str],
-               lengths: bool = False) -> Dict[str, Candidate]:
+               lengths: bool = False, reference: Optional[str] = None) -> Dict[str, Candidate]:
     """Candidate name -> candidate, precision by precision (in the order given), backend by backend; at bf16 and
     fp16 the autocast candidates, then those with cast weights; with tuned ``lengths``, an Inductor backend's two
     (:attr:`Candidate.splits_by_length`). Each backend is held to its kind's schema once, here.
 
     A backend that sets its own autocast, precision or cast weights keeps them when ``precision`` is
     ``[fp32]`` (the default); beside a longer list it is an error (:func:`conflict`). So is a backend
-    named like another's candidate (``eager.bf16`` beside ``eager``): a ConfigError."""
+    named like another's candidate (``eager.bf16`` beside ``eager``): a ConfigError. The candidates of backend
+    ``reference`` play the reference peer (:mod:`pipeline.backends.reference`)."""
     bases = [Candidate.of(str(name), cfg) for name, cfg in backends.items()]
     out: Dict[str, Candidate] = {}
     for precision in precisions:
@@ -105,7 +106,7 @@ def candidates(backends: Mapping[str, Mapping[str, Any]], precisions: Sequence[s
                 if taken:
                     raise ConfigError(f"backend {taken[0]!r} has the name of a {SEPARATOR}<precision> candidate"
                                       f"{f' or a {PER_LENGTH} one' if split else ''}; rename it")
-                out.update({n: Candidate(n, s) for n, s in named.items()})
+                out.update({n: Candidate(n, s, base.name == reference) for n, s in named.items()})
     return out
 
 

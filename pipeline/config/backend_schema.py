@@ -86,7 +86,8 @@ class GraphSettings(InductorSettings):
 
     kind: str = "graph"
     compile_with_inductor: bool = False
-    # No graph above this size; larger batches replay in chunks of the largest graph (256: 35 graphs).
+    # No grid graph above this size (256: 35 graphs); tuned sizes above it are still recorded exactly, and
+    # batches past the largest recorded graph replay in chunks of it.
     max_recorded_batch_size: int = 256
     # The recorded sizes besides the tuned ones; null = 1, 2, 4 and every multiple of 8 up to the cap.
     grid: Optional[List[int]] = None

@@ -216,6 +216,9 @@ class Config:
     # every backend of its own runtime (OpenVINO, ONNX Runtime) that does not set threads itself.
     # null: torch's current count. The run records the count in force here (config.yaml, MLflow).
     threads: Optional[int] = None
+    # The reference peer (pipeline.backends.reference): torch.compile as the user would write it, at each precision,
+    # timed beside the candidates; the route is reported against it. false: a cheaper run without it.
+    reference: bool = True
     seed: int = 0
     stages: List[str] = field(default_factory=lambda: list(STAGE_NAMES))
     # An interrupted run's directory: its config, failed backends and measured cells are reused.

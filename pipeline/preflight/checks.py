@@ -19,7 +19,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from pipeline import devices, disks, trust
-from pipeline.backends import precision, rules
+from pipeline.backends import precision, reference, rules
 from pipeline.backends.candidate import Candidate
 from pipeline.compile import cache as compile_cache
 from pipeline.config import flags, limits
@@ -69,10 +69,14 @@ def check_stages(stages: List[str]) -> None:
             raise ConfigError(f"stage {stage!r} needs {missing} before it; e.g. stages=[capture,profile,route]")
 
 
-def candidates_of(cfg: DictConfig) -> Dict[str, Candidate]:
-    """The run's candidates (``cfg.backends`` x ``cfg.precision``, twice per length where lengths are tuned)."""
-    return precision.candidates(OmegaConf.to_container(cfg.backends, resolve=True), [str(p) for p in cfg.precision],
-                                bool(cfg.model.get("seq_lens")))
+def candidates_of(cfg: DictConfig, device: Optional[torch.device] = None) -> Dict[str, Candidate]:
+    """The run's candidates (``cfg.backends`` x ``cfg.precision``, twice per length where lengths are tuned), the
+    reference peer's among them unless ``reference=false`` (what it compiles depends on ``device``, by default
+    ``cfg.device``'s)."""
+    backends, plays = OmegaConf.to_container(cfg.backends, resolve=True), None
+    if cfg.get("reference", True):
+        backends, plays = reference.with_reference(backends, (device or devices.resolve(cfg.device)).type)
+    return precision.candidates(backends, [str(p) for p in cfg.precision], bool(cfg.model.get("seq_lens")), plays)
 
 
 def check_route(cfg: DictConfig, candidates: Dict[str, Candidate]) -> None:
@@ -199,7 +203,8 @@ def check_config(cfg: DictConfig, run_dir: Optional[Path] = None) -> Dict[str, C
         problem = limits.threads_problem(cfg.threads, "threads")
         if problem:
             raise ConfigError(f"{problem}; e.g. threads=2")
-        candidates = candidates_of(cfg)
+        device = devices.resolve(cfg.device)
+        candidates = candidates_of(cfg, device)
         check_route(cfg, candidates)
         Settings.of(cfg.profile)
         if not cfg.validate.tolerance_scale > 0:
@@ -212,7 +217,6 @@ def check_config(cfg: DictConfig, run_dir: Optional[Path] = None) -> Dict[str, C
         for key, valid in added_keys(cfg):
             raise ConfigError(f"{unknown_key(key, valid)} (a + adds a key only where its section takes any, "
                               f"e.g. +backends.inductor.options.<option>=...)")
-        device = devices.resolve(cfg.device)
         check_precision(cfg, backends, candidates, device)
         check_sizes(cfg, device)
         if run_dir is not None:

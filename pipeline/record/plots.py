@@ -4,7 +4,7 @@ Two panels over batch size (log 2):
 
 - **latency**: one line per backend, each cell's p10-p90 spread as a whisker (whiskers do not blur
   into each other as shaded bands do), noisy cells drawn hollow, the routed model as a black dashed
-  line; plain-millisecond ticks (``0.5``, ``1``, ``2``), not powers of ten;
+  line, the reference peer (the user's own ``torch.compile``) dotted; plain-millisecond ticks (``0.5``, ``1``, ``2``), not powers of ten;
 - **speed-up over eager** (over the first backend where there is no ``eager``): each backend's
   ``eager ms / its ms`` per batch size, the routed model in black, and each routed range shaded
   with the name of the backend that serves it written inside.
@@ -29,6 +29,7 @@ Bands = Mapping[str, Mapping[int, Tuple[float, float]]]
 Medians = Mapping[str, Mapping[int, float]]
 BASELINE = "eager"
 NOISY_LABEL = "hollow: noisy cell (profile.csv says why)"
+REFERENCE_LABEL = "reference: your own torch.compile"
 
 
 def plain_ticks(ax: "Axes") -> None:
@@ -46,13 +47,15 @@ def spread(name: str, names: Sequence[str]) -> float:
 
 
 def draw_latency(ax: "Axes", medians: Medians, bands: Bands, noisy: Mapping[str, Set[int]],
-                 routed: Sequence[Tuple[int, float]]) -> Dict[str, Any]:
-    """The latency panel; returns each backend's colour."""
+                 routed: Sequence[Tuple[int, float]], references: Sequence[str] = ()) -> Dict[str, Any]:
+    """The latency panel (the reference peer's lines dotted and named as the user's own compile); returns each
+    backend's colour."""
     names, colors = list(medians), {}
     for name, per in medians.items():
         xs = sorted(per)
         shift = spread(name, names)
-        (line,) = ax.plot([x * shift for x in xs], [per[x] for x in xs], label=name, lw=1.5)
+        label, style = (f"{name} ({REFERENCE_LABEL})", ":") if name in references else (name, "-")
+        (line,) = ax.plot([x * shift for x in xs], [per[x] for x in xs], label=label, lw=1.5, ls=style)
         colors[name] = line.get_color()
         band = bands.get(name, {})
         with_band = [x for x in xs if x in band]
@@ -109,9 +112,10 @@ def draw_speedup(ax: "Axes", medians: Medians, baseline: str, colors: Mapping[st
 
 
 def latency_figure(medians: Medians, route: Optional[Sequence[Range]], title: str = "",
-                   bands: Optional[Bands] = None, noisy: Optional[Mapping[str, Set[int]]] = None) -> "Figure":
+                   bands: Optional[Bands] = None, noisy: Optional[Mapping[str, Set[int]]] = None,
+                   references: Sequence[str] = ()) -> "Figure":
     """The figure: ``medians`` is backend -> batch size -> median ms, ``bands`` each cell's p10-p90,
-    ``noisy`` backend -> the batch sizes whose cells the profile flagged."""
+    ``noisy`` backend -> the batch sizes whose cells the profile flagged, ``references`` the reference peer's."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.ticker import NullFormatter
@@ -122,7 +126,7 @@ def latency_figure(medians: Medians, route: Optional[Sequence[Range]], title: st
     sizes = sorted({bs for per in medians.values() for bs in per})
     owners = {bs: backend_for(route, bs) for bs in sizes} if route else {}
     routed = [(bs, medians[b][bs]) for bs, b in owners.items() if bs in medians.get(b, {})]
-    colors = draw_latency(top, medians, bands or {}, noisy or {}, routed)
+    colors = draw_latency(top, medians, bands or {}, noisy or {}, routed, references)
     edges = (sizes[0] / 1.5, sizes[-1] * 1.5) if sizes else (0.5, 2.0)
     draw_speedup(bottom, medians, BASELINE if BASELINE in medians else next(iter(medians)), colors, route, routed,
                  edges)
@@ -139,8 +143,9 @@ def latency_figure(medians: Medians, route: Optional[Sequence[Range]], title: st
 
 
 def latency_plot(medians: Medians, route: Optional[Sequence[Range]], path: Path, title: str = "",
-                 bands: Optional[Bands] = None, noisy: Optional[Mapping[str, Set[int]]] = None) -> Path:
+                 bands: Optional[Bands] = None, noisy: Optional[Mapping[str, Set[int]]] = None,
+                 references: Sequence[str] = ()) -> Path:
     """Write :func:`latency_figure` as a PNG to ``path`` and return it."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    latency_figure(medians, route, title, bands, noisy).savefig(path)
+    latency_figure(medians, route, title, bands, noisy, references).savefig(path)
     return path

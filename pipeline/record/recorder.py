@@ -23,7 +23,7 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Any, Dict, Iterator, Mapping, Tuple
+from typing import Any, Dict, Iterator, Mapping, Optional, Tuple
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -234,6 +234,7 @@ class Recorder:
             return
         from pipeline.route import checkpoint
 
+        self.tracker.log_metrics(self.reference_metrics(ctx.route_info.get("reference")))
         self.tracker.set_tags({
             "route.rests_on_noisy": str(ctx.route_info["rests_on_noisy"]).lower(),
             "route.noisy_cells": ", ".join(f"{c['backend']} bs={c['batch_size']}"
@@ -265,6 +266,16 @@ class Recorder:
             self.tracker.log_artifact(ctx.checkpoint_path)
         self.plot(ctx)
 
+    @staticmethod
+    def reference_metrics(versus: Optional[Mapping[str, Any]]) -> Dict[str, float]:
+        """Auto's speed-up over the user's own compile (route.json's ``reference``): ``speedup_vs_compile/bs<N>``
+        (``/len<L>``) per tuned cell, and its worst and geometric mean, which the compare view sorts by."""
+        if not versus:
+            return {}
+        cells = {f"speedup_vs_compile/{metric_suffix(key_of(c))}": float(c["speedup"]) for c in versus["cells"]}
+        return {**cells, "speedup_vs_compile/worst": float(versus["worst_speedup"]),
+                "speedup_vs_compile/geomean": float(versus["geomean_speedup"])}
+
     def validate(self, ctx: RunContext) -> None:
         if not ctx.validation:
             return
@@ -292,7 +303,7 @@ class Recorder:
         bands = ctx.cell_figures(lambda m: (m.quantile(0.10), m.quantile(0.90)))
         noisy = {b: {bs for bs, flag in per.items() if flag} for b, per in ctx.cell_figures(lambda m: m.noisy).items()}
         self.tracker.log_artifact(latency_plot(medians, ctx.route or None, self.run_dir / "latency.png", title,
-                                               bands, noisy))
+                                               bands, noisy, ctx.references()))
 
     def tuned(self, ctx: RunContext, tune_s: float) -> None:
         """The run's own cost: ``tune_s`` (from the first build to the end of its last stage), each stage's and

@@ -3,7 +3,8 @@
 Rows are model x backend plus the routed ``auto``; columns are batch sizes; cells are median
 latency in ms, marked ``*`` where the profile flagged the cell noisy (``noisy/<backend>/bs<N>``).
 ``auto`` is a measured ``latency_ms/auto/bs<N>`` where a run logged one, otherwise the latency of
-the backend the route picked at that size; a note under the table names each run whose route rests
+the backend the route picked at that size; the row after it is auto's speed-up over the reference peer, the user's
+own ``torch.compile`` (``speedup_vs_compile/bs<N>``), where the run timed one; a note under the table names each run whose route rests
 on noisy cells (tag ``route.rests_on_noisy``), and each whose routed median is above eager's
 (within both cells' intervals, where the router keeps the owner). A run that tuned lengths
 (``latency_ms/<backend>/bs<N>/len<L>``) gives a row per backend and length, and its heatmap follows the table:
@@ -38,8 +39,10 @@ from pipeline.record.store import check_store
 from pipeline.record.tracker import PARENT_TAG, SWEEP_TAG
 
 METRIC = re.compile(r"^(?P<figure>latency_ms|noisy)/(?P<backend>[^/]+)/bs(?P<bs>\d+)(?:/len(?P<len>\d+))?$")
+VERSUS = re.compile(r"^speedup_vs_compile/bs(?P<bs>\d+)$")  # auto over the reference peer (recorder.reference_metrics)
 SCORE = re.compile(r"^accuracy/(?P<metric>[^/]+)/(?P<backend>[^/]+)$")  # the budget's metric (recorder.capture)
 AUTO = "auto"
+VERSUS_ROW = "auto vs own compile (x)"  # the speed-up of auto over the user's own torch.compile, not a latency
 LEGEND = "`*` noisy: the profile flagged this cell (its samples or passes disagreed; profile.csv says why)"
 EAGER = "eager"
 # The router's rule against eager (pipeline.route.policy.owners_with), said where a table seems to break it.
@@ -190,6 +193,9 @@ def build(runs: Sequence, accuracy: bool = False) -> Table:
         if auto:
             served = {bs: backend_for(route, bs) for bs in auto} if route and AUTO not in lat else {}
             table.rows.append(Row(label, AUTO, auto, {bs for bs, b in served.items() if bs in noisy.get(b, ())}))
+        versus = {int(m["bs"]): v for key, v in run.data.metrics.items() if (m := VERSUS.match(key))}
+        if versus:
+            table.rows.append(Row(label, VERSUS_ROW, versus))
         above = [bs for bs in sorted(auto) if auto[bs] > lat.get(EAGER, {}).get(bs, math.inf)]
         if above and AUTO not in lat and run.data.params.get("route.strategy") == "router":
             table.notes.append(f"{label}: auto is above {EAGER} at bs {', '.join(map(str, above))}: {WITHIN_NOISE}")

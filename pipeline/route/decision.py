@@ -20,7 +20,8 @@ TIMED = ("router", "highest_throughput")  # the strategies whose choice rests on
 class Race:
     """What a route is decided on: the profile's medians and intervals (candidate -> cell -> ms), the candidates in
     config order, those that may not serve (and why), the eager baseline no profiled cell is served slower than,
-    the tuned lengths (none: a route of batch ranges) and the candidates that may serve untuned lengths."""
+    the tuned lengths (none: a route of batch ranges), the candidates that may serve untuned lengths, and the reference
+    peer's candidates."""
 
     medians: Mapping[str, Mapping[Any, float]]
     intervals: Mapping[str, Mapping[Any, Tuple[float, float]]]
@@ -29,6 +30,7 @@ class Race:
     baseline: Optional[str]
     lengths: Sequence[int] = ()
     any_length: Collection[str] = ()
+    references: Sequence[str] = ()  # the user's own torch.compile: floors like the baseline (policy.owners_with)
 
 
 @dataclass(frozen=True)
@@ -65,8 +67,9 @@ def decide(race: Race, rcfg: RouteConfig) -> Decision:
     timed = rcfg.strategy in TIMED
     if race.lengths:
         tiles = table.choose_table(medians, order, list(race.lengths), rcfg.strategy, rcfg.min_gain,
-                                   set(race.any_length), rcfg.backend, failures, baseline=eager, intervals=intervals)
+                                   set(race.any_length), rcfg.backend, failures, baseline=eager, intervals=intervals,
+                                   references=race.references)
         return Decision(tiles, eager, failures, table.rests_on(tiles, competed, intervals) if timed else [])
     route = choose_route(medians, order, rcfg.strategy, rcfg.min_gain, rcfg.backend, failures,
-                         baseline=eager, intervals=intervals)
+                         baseline=eager, intervals=intervals, references=race.references)
     return Decision(route, eager, failures, rests_on(route, competed, intervals) if timed else [])

@@ -69,14 +69,17 @@ def clearly_below(a: str, b: str, bs: int, profile: Profile, intervals: Optional
 
 
 def owners_with(incumbent: str, profile: Profile, order: Sequence[str], min_gain: float,
-                baseline: Optional[str] = None, intervals: Optional[Intervals] = None) -> Dict[int, str]:
+                baseline: Optional[str] = None, intervals: Optional[Intervals] = None,
+                references: Sequence[str] = ()) -> Dict[int, str]:
     """For each profiled size: ``incumbent``, unless another backend is at least ``min_gain`` faster there
     and, given ``intervals``, :func:`clearly_below` it.
 
     Where the incumbent was not measured at a size, the fastest backend measured there owns it.
     Among challengers the fastest wins; ties go to the earlier backend in ``order``. Where
     ``baseline`` (plain eager) is faster than that owner (clearly, given intervals), the fastest
-    backend owns the size: the routed model never serves a profiled size slower than the model it tunes.
+    backend owns the size: the routed model never serves a profiled size slower than the model it tunes. The
+    ``references`` (the user's own torch.compile, ``pipeline.backends.reference``) are floors the same way: auto is
+    never slower than the copy the user would have written, beyond both cells' intervals.
     """
     sizes = sorted({bs for lat in profile.values() for bs in lat})
     owners: Dict[int, str] = {}
@@ -90,7 +93,8 @@ def owners_with(incumbent: str, profile: Profile, order: Sequence[str], min_gain
                        and profile[incumbent][bs] / profile[b][bs] - 1.0 >= min_gain - 1e-12
                        and (intervals is None or clearly_below(b, incumbent, bs, profile, intervals))]
         owner = min(challengers, key=lambda b: (profile[b][bs], order.index(b))) if challengers else incumbent
-        if baseline in measured and clearly_below(baseline, owner, bs, profile, intervals):
+        floors = [b for b in (baseline, *references) if b in measured]
+        if any(clearly_below(floor, owner, bs, profile, intervals) for floor in floors):
             owner = fastest
         owners[bs] = owner
     return owners
@@ -104,7 +108,8 @@ def route_regret(owners: Mapping[int, str], profile: Profile) -> float:
 
 
 def owners_per_size(profile: Profile, order: Sequence[str], min_gain: float,
-                    baseline: Optional[str] = None, intervals: Optional[Intervals] = None) -> Dict[int, str]:
+                    baseline: Optional[str] = None, intervals: Optional[Intervals] = None,
+                    references: Sequence[str] = ()) -> Dict[int, str]:
     """Per-size owners under the incumbent that needs the fewest ranges.
 
     Every backend is tried as the incumbent. The route with the fewest ranges wins, because the
@@ -113,7 +118,8 @@ def owners_per_size(profile: Profile, order: Sequence[str], min_gain: float,
     by peak throughput alone let a backend ahead by 5% at the largest size only keep a size where
     another was 7% faster, and cost a switch besides.
     """
-    routes = {b: owners_with(b, profile, order, min_gain, baseline, intervals) for b in profiled(profile, order)}
+    routes = {b: owners_with(b, profile, order, min_gain, baseline, intervals, references)
+              for b in profiled(profile, order)}
 
     def merit(incumbent: str) -> tuple:
         owners = routes[incumbent]
@@ -169,14 +175,16 @@ def usable(profile: Profile, order: Sequence[str], failures: Mapping[str, str]) 
 def choose_route(profile: Profile, order: Sequence[str], strategy: str = RouteConfig.strategy,
                  min_gain: float = RouteConfig.min_gain,
                  backend: Optional[str] = None, failures: Optional[Mapping[str, str]] = None,
-                 baseline: Optional[str] = None, intervals: Optional[Intervals] = None) -> List[Range]:
+                 baseline: Optional[str] = None, intervals: Optional[Intervals] = None,
+                 references: Sequence[str] = ()) -> List[Range]:
     """The route for a strategy.
 
     ``order`` is the config order of the backends; ``failures`` maps excluded backends (failed to
     build, did not match eager, unsupported) to their reason: they never serve, and
     ``one_backend`` raises the named backend's own error. ``baseline`` names the plain-eager
     backend, which the router never lets a size be served slower than. ``intervals`` make the
-    router split a range only on differences beyond both cells' uncertainty.
+    router split a range only on differences beyond both cells' uncertainty; ``references`` are floors like
+    ``baseline`` (:func:`owners_with`).
     """
     failures = failures or {}
     check_profile(profile)
@@ -201,7 +209,8 @@ def choose_route(profile: Profile, order: Sequence[str], strategy: str = RouteCo
     if strategy == "highest_throughput":
         return [Range(1, None, highest_throughput_backend(profile, serving))]
     return ranges_from_owners(owners_per_size({b: profile[b] for b in serving}, serving, min_gain,  # the router
-                                              baseline if baseline in serving else None, intervals))
+                                              baseline if baseline in serving else None, intervals,
+                                              [b for b in references if b in serving]))
 
 
 def rests_on(route: Sequence[Range], profile: Profile, intervals: Intervals) -> List[Tuple[str, int]]:

@@ -91,21 +91,22 @@ def bands_of(owners_at: Mapping[int, Tuple[Dict[int, str], Optional[Dict[int, st
 
 
 def owners_table(incumbent: str, profile: Profile2, lengths: Sequence[int], order: Sequence[str], min_gain: float,
-                 any_length: Collection[str], baseline: Optional[str], intervals: Optional[Intervals2]
-                 ) -> Dict[int, Tuple[Dict[int, str], Optional[Dict[int, str]]]]:
+                 any_length: Collection[str], baseline: Optional[str], intervals: Optional[Intervals2],
+                 references: Sequence[str] = ()) -> Dict[int, Tuple[Dict[int, str], Optional[Dict[int, str]]]]:
     """Per tuned length, the router's owners under ``incumbent``: at the tuned length, and at the untuned lengths of
     its band (over ``any_length`` candidates only, where the tuned owner of some size is not among them)."""
     out = {}
     for length in lengths:
         medians = row(profile, length)
         bounds = row(intervals, length) if intervals is not None else None
-        tuned = owners_with(incumbent, medians, order, min_gain, baseline, bounds)
+        tuned = owners_with(incumbent, medians, order, min_gain, baseline, bounds, references)
         if all(owner in any_length for owner in tuned.values()):
             out[length] = (tuned, tuned)
             continue
         able = {b: per for b, per in medians.items() if b in any_length}
         untuned = owners_with(incumbent, able, [b for b in order if b in able], min_gain,
-                              baseline if baseline in able else None, bounds) if able else None
+                              baseline if baseline in able else None, bounds,
+                              [b for b in references if b in able]) if able else None
         out[length] = (tuned, untuned)
     return out
 
@@ -137,7 +138,7 @@ def one_backend_table(backend: str, lengths: Sequence[int], any_length: Collecti
 def choose_table(profile: Profile2, order: Sequence[str], lengths: Sequence[int], strategy: str, min_gain: float,
                  any_length: Collection[str], backend: Optional[str] = None,
                  failures: Optional[Mapping[str, str]] = None, baseline: Optional[str] = None,
-                 intervals: Optional[Intervals2] = None) -> List[Tile]:
+                 intervals: Optional[Intervals2] = None, references: Sequence[str] = ()) -> List[Tile]:
     """The table for a strategy (as :func:`pipeline.route.policy.choose_route` gives the 1-D route).
     ``any_length`` names the candidates that may serve untuned lengths (padding proved, or any length unpadded)."""
     failures = failures or {}
@@ -155,7 +156,9 @@ def choose_table(profile: Profile2, order: Sequence[str], lengths: Sequence[int]
         return one_backend_table(chosen, lengths, any_length)
     competing = {b: profile[b] for b in serving}
     base = baseline if baseline in serving else None
-    tables = {b: owners_table(b, competing, lengths, serving, min_gain, any_length, base, intervals) for b in serving}
+    floors = [b for b in references if b in serving]
+    tables = {b: owners_table(b, competing, lengths, serving, min_gain, any_length, base, intervals, floors)
+              for b in serving}
 
     def merit(incumbent: str) -> tuple:
         owners = tables[incumbent]
