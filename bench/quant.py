@@ -92,6 +92,7 @@ def overrides(model: str, args: argparse.Namespace) -> List[str]:
            # no screen: a restricted candidate the screen dropped for a faster quantized one would be missing
            # from the restricted route, which would then read slower than a run of its own list
            "profile.screen=false",
+           "reference=false",  # the restricted lists are this bench's peers; a reference would join every list
            "tracking=sqlite", f"tracking.uri=sqlite:///{args.runs.resolve()}/mlflow-{args.tag}.db",
            "tracking.experiment=quant"]
     if args.smoke:  # tiny Linears, far below torchao's row-wise filter: quantize them all, to exercise the bench

@@ -47,7 +47,7 @@ def tuned(tmp_path_factory) -> Tuned:
     """One run of every stage: the run's threads 1, ONNX Runtime's own 2."""
     folder = tmp_path_factory.mktemp("cpu_backends")
     cfg = compose_config([*TINY, "model.build._target_=models_for_tests.ThreadCountingMLP", BACKENDS,
-                          "model.batch_sizes=[1,4]", "threads=1", "backends.onnxruntime.threads=2",
+                          "model.batch_sizes=[1,4]", "threads=1", "backends.onnxruntime.threads=2", "reference=false",
                           "profile.screen=false"])  # every runtime is timed: none screened out
     ThreadCountingMLP.seen.clear()
     before = torch.get_num_threads()

@@ -60,7 +60,7 @@ def int8_run(tmp_path_factory):
     model = MLP(width=16, depth=2).eval()
     before = state_of(model)
     # profile.screen=false: every candidate goes through the full profile, whatever the screen would drop
-    cfg = composed([*INT8, "backends=[eager,inductor]", *EVERY, "backends.inductor.large_linears_only=false",
+    cfg = composed([*INT8, "backends=[eager,inductor]", *EVERY, "backends.inductor.large_linears_only=false", "reference=false",
                     "tracking=sqlite", f"tracking.uri={uri}",
                     "profile.screen=false"])
     return run(cfg, folder / "run", model=model), folder / "run", uri, before

@@ -261,7 +261,7 @@ def test_a_checkpoint_may_hold_a_per_length_candidate():
 
 def test_a_tiny_bert_tuned_at_two_lengths_serves_an_untuned_pair_padded_also_after_reload(tmp_path):
     cfg = compose_config([*TINY_BERT, "model.seq_lens=[16,64]", "model.batch_sizes=[1,4]", "backends=[eager,inductor]",
-                          "backends.inductor.per_length=false",  # its per-length twin: the next test
+                          "backends.inductor.per_length=false", "reference=false",  # its per-length twin: the next test
                           "validate.extra_batch_sizes=[3]", "tracking=sqlite",
                           f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}"])
     ctx = run(cfg, tmp_path / "run")

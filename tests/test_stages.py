@@ -89,7 +89,7 @@ def test_a_backend_that_crashes_is_excluded_and_the_run_goes_on(compose_cfg, tmp
 
 
 def test_every_backend_failing_stops_with_a_clear_error(compose_cfg, tmp_path):
-    cfg = compose_cfg([*TINY, "backends=[inductor]", "model.build._target_=models_for_tests.GraphBreakMLP",
+    cfg = compose_cfg([*TINY, "backends=[inductor]", "reference=false", "model.build._target_=models_for_tests.GraphBreakMLP",
                        "~model.build.depth", "backends.inductor.fullgraph=true", "model.batch_sizes=[2]"])
     with pytest.raises(RuntimeError, match="no backend survived"):
         run(cfg, tmp_path)

@@ -247,7 +247,7 @@ def test_a_sweep_with_a_mistake_in_one_job_makes_nothing(tmp_path: Path) -> None
                            f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
                           cwd=ROOT, env=clean_env(), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr[-3000:]
-    assert proc.stderr.startswith("error: sweep job 1 (model=tiny_mlp profile=quick backends=[eager] reference=false seed=0 "
+    assert proc.stderr.startswith("error: sweep job 1 (model=tiny_mlp profile=quick backends=[eager] reference=False seed=0 "
                                   "route.min_gain=-0.5 ")  # job numbers as Hydra counts them
     assert "route.min_gain=-0.5 must be >= 0" in proc.stderr
     assert "Launching" not in proc.stdout + proc.stderr and list(tmp_path.iterdir()) == []
