@@ -45,6 +45,10 @@ def test_the_docs_site_builds_strict(tmp_path, caplog):
     assert "Run the configured stages on" in api and "Rebuild only the routed backends of a checkpoint" in api
     profile = (tmp_path / "site" / "config" / "profile" / "index.html").read_text()
     assert "rel_precision" in profile and "screen_budget_ms" in profile
+    # docs/js/open-schemas.js unfolds those listings by the class mkdocstrings gives them.
+    opener = (ROOT / "docs" / "js" / "open-schemas.js").read_text()
+    (listing_class,) = re.findall(r'querySelectorAll\("details\.([\w-]+)"\)', opener)
+    assert f'<details class="{listing_class}"' in profile
 
 
 def test_a_broken_docs_link_fails_the_build(tmp_path, caplog):
