@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 
 def compose_config(overrides: Sequence[str] = ()) -> DictConfig:
     """The shipped ``config.yaml`` composed with command-line style overrides, as ``python -m pipeline`` would;
-    an override Hydra cannot apply is a one-line :class:`ConfigError` (a misspelt key names the closest ones)."""
+    an override Hydra cannot apply is a one-line ``ConfigError`` (a misspelt key names the closest ones)."""
     register_configs()
     with initialize_config_dir(config_dir=str(SHIPPED_CONF), version_base="1.3", job_name="tweakpipe_api"):
         try:

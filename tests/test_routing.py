@@ -87,8 +87,9 @@ def test_among_routes_with_as_few_ranges_the_one_closest_to_the_fastest_wins():
     assert choose_route(profile, ["b", "a"], "highest_throughput") == [Range(1, None, "b")]
 
 
-def test_the_readme_worked_example():
-    # ResNet-18 on the Arc B70 (seed release): graph_inductor as the incumbent would need three ranges.
+def test_the_worked_example_of_the_route_docs():
+    # docs/config/route.md's worked example, ResNet-18 on the Arc B70 (seed release): graph_inductor as the
+    # incumbent would need three ranges.
     profile = {"inductor": {1: 0.83, 3: 1.34, 8: 2.66, 17: 7.84, 64: 20.77},
                "graph_inductor": {1: 0.63, 3: 1.49, 8: 2.68, 17: 7.53, 64: 21.04}}
     order = ["inductor", "graph_inductor"]
