@@ -177,7 +177,7 @@ def run(cfg: DictConfig, run_dir: Path, model: Optional[torch.nn.Module] = None,
     ``examples`` (input name -> rows) the config's ``model.examples``; without them, inputs the config
     leaves out are derived first (``pipeline.inputs``).
     """
-    prepared = prepare(cfg, run_dir, examples)
+    prepared = prepare(cfg, run_dir, examples, builds=model is None)
     run_dir.mkdir(parents=True, exist_ok=True)
     with claimed(run_dir), run_log(run_dir), stops.stoppable() as stop, devices.cpu_threads(cfg.threads) as threads, \
             compile_cache.active(OmegaConf.to_container(cfg.compile_cache, resolve=True)):
