@@ -11,7 +11,7 @@ the backend serving each (batch size, length) and its speed-up over eager. The r
 run), an experiment (the newest run of each model) or a list of run ids. The table is printed
 and written as Markdown and CSV::
 
-    tweakpipe report                                  # the newest sweep in outputs/mlflow.db
+    tweakpipe report                                  # the newest sweep in outputs/mlflow.db with a finished run
     tweakpipe report --sweep <parent run id> --out outputs/reports/seed
     tweakpipe report --experiment tweakpipe --uri http://127.0.0.1:5000
     tweakpipe report --runs <run id> <run id>
@@ -272,15 +272,37 @@ def runs_of_sweep(client, parent_id: str) -> list:
     return sorted(runs, key=lambda r: (int(r.data.tags.get("hydra.job.num", 0)), r.info.start_time))
 
 
-def latest_sweep(client, experiment: str) -> str:
-    """The newest sweep parent run in ``experiment``."""
+def finished_children(client, parent) -> int:
+    """How many of a sweep's jobs finished their run."""
+    return len(client.search_runs([parent.info.experiment_id], f"tags.`{PARENT_TAG}` = '{parent.info.run_id}' and "
+                                  f"attributes.status = 'FINISHED'", max_results=10000))
+
+
+def latest_sweep(client, experiment: str) -> Tuple[str, str]:
+    """The newest sweep parent run in ``experiment`` that did not fail and has a finished job, and one line naming
+    it and the newer sweeps passed over (a sweep whose every job failed, or that stopped before its first, has
+    nothing to report)."""
     exp = experiment_or_fail(client, experiment)
-    found = client.search_runs([exp.experiment_id], f"tags.`{SWEEP_TAG}` = '1'", max_results=1,
-                               order_by=["attributes.start_time DESC"])
-    if not found:
-        raise ConfigError(f"no sweep in experiment {experiment!r}; run one with python -m pipeline -m ..., "
-                          f"or pass --experiment/--runs")
-    return found[0].info.run_id
+    skipped: List[str] = []
+    token = None
+    while True:
+        found = client.search_runs([exp.experiment_id], f"tags.`{SWEEP_TAG}` = '1'", max_results=100,
+                                   order_by=["attributes.start_time DESC"], page_token=token)
+        for parent in found:
+            finished = 0 if parent.info.status == "FAILED" else finished_children(client, parent)
+            name = parent.info.run_name or parent.info.run_id
+            if finished:
+                passed = f"; passed over {len(skipped)} newer one(s), failed or with no finished run: " \
+                         f"{', '.join(skipped)}" if skipped else ""
+                return parent.info.run_id, (f"sweep {parent.info.run_id} ({name}, {finished} finished run(s)) "
+                                            f"in experiment {experiment!r}{passed}")
+            skipped.append(f"{name} ({parent.info.status.lower()}, {finished} finished)")
+        token = found.token
+        if not token:
+            break
+    what = f"; {len(skipped)} failed or have no finished run" if skipped else ""
+    raise ConfigError(f"no sweep with a finished run in experiment {experiment!r}{what}; run one with "
+                      f"python -m pipeline -m ..., or pass --experiment/--runs")
 
 
 def experiment_or_fail(client, name: str):
@@ -302,22 +324,25 @@ def runs_of_experiment(client, name: str) -> list:
     return sorted(newest.values(), key=lambda r: r.data.tags.get("model", ""))
 
 
-def table_of(args: argparse.Namespace) -> Tuple[Table, str]:
-    """The table the arguments ask for, and its label. The store is checked first as strictly as a run
-    checks it, and more: the report never creates or migrates one (``check_store(reading=True)``)."""
+def table_of(args: argparse.Namespace) -> Tuple[Table, str, str]:
+    """The table the arguments ask for, its label, and the line naming the sweep ``--sweep latest`` picked (else
+    empty). The store is checked first as strictly as a run checks it, and more: the report never creates or
+    migrates one (``check_store(reading=True)``)."""
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
     check_store(args.uri, reading=True)
     client = MlflowClient(tracking_uri=args.uri)
+    picked = ""
     try:
         if args.runs:
             runs, label = [client.get_run(r) for r in args.runs], f"runs-{args.runs[0][:8]}"
         elif args.experiment and not args.sweep:
             runs, label = runs_of_experiment(client, args.experiment), args.experiment
         else:
-            sweep = args.sweep if args.sweep not in (None, "latest") else latest_sweep(client,
-                                                                                      args.experiment or "tweakpipe")
+            sweep = args.sweep
+            if sweep in (None, "latest"):
+                sweep, picked = latest_sweep(client, args.experiment or "tweakpipe")
             runs, label = runs_of_sweep(client, sweep), f"sweep-{sweep[:8]}"
     except MlflowException as exc:  # an unknown run id, most often
         raise ConfigError(f"{args.uri}: {one_line(exc)}; list the runs with mlflow ui, or pass --experiment") from None
@@ -325,7 +350,7 @@ def table_of(args: argparse.Namespace) -> Tuple[Table, str]:
     if not table.rows:
         raise ConfigError(f"none of the {len(runs)} run(s) has latency_ms/<backend>/bs<N>[/len<L>] metrics; "
                           f"did their profile stage run?")
-    return table, label
+    return table, label, picked
 
 
 def main(argv: Optional[Sequence[str]] = None, prog: str = "tweakpipe report") -> None:
@@ -343,9 +368,11 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = "tweakpipe report") -
     args = parser.parse_args(argv)
 
     try:
-        table, label = table_of(args)
+        table, label, picked = table_of(args)
     except ConfigError as exc:
         fail(str(exc))
+    if picked:
+        print(f"report of the newest sweep with a finished run: {picked}")
     show(table)
     for path in write(table, (args.out or Path("outputs/reports") / label) / "report"):
         print(f"wrote {path}")
