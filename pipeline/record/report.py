@@ -5,7 +5,8 @@ latency in ms, marked ``*`` where the profile flagged the cell noisy (``noisy/<b
 ``auto`` is a measured ``latency_ms/auto/bs<N>`` where a run logged one, otherwise the latency of
 the backend the route picked at that size; a note under the table names each run whose route rests
 on noisy cells (tag ``route.rests_on_noisy``), and each whose routed median is above eager's
-(within both cells' intervals, where the router keeps the owner). A run that tuned lengths
+(within both cells' intervals, where the router keeps the owner). A candidate the screen dropped is a row marked
+``(screened out)`` holding the screen's medians (``screen_ms/<backend>/bs<N>``), with why under the table. A run that tuned lengths
 (``latency_ms/<backend>/bs<N>/len<L>``) gives a row per backend and length, and its heatmap follows the table:
 the backend serving each (batch size, length) and its speed-up over eager. The runs come from a sweep (its parent
 run), an experiment (the newest run of each model) or a list of run ids. The table is printed
@@ -28,7 +29,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Set, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from pipeline.config.errors import fail, one_line
 from pipeline.errors import ConfigError
@@ -37,10 +38,12 @@ from pipeline.route.policy import Range, backend_for
 from pipeline.record.store import check_store
 from pipeline.record.tracker import PARENT_TAG, SWEEP_TAG
 
-METRIC = re.compile(r"^(?P<figure>latency_ms|noisy)/(?P<backend>[^/]+)/bs(?P<bs>\d+)(?:/len(?P<len>\d+))?$")
+METRIC = re.compile(r"^(?P<figure>latency_ms|noisy|screen_ms)/(?P<backend>[^/]+)/bs(?P<bs>\d+)(?:/len(?P<len>\d+))?$")
 SCORE = re.compile(r"^accuracy/(?P<metric>[^/]+)/(?P<backend>[^/]+)$")  # the budget's metric (recorder.capture)
 AUTO = "auto"
 LEGEND = "`*` noisy: the profile flagged this cell (its samples or passes disagreed; profile.csv says why)"
+SCREENED = "screened out"  # a candidate the screen dropped: its row holds the screen's medians
+SCREENED_TAG = "screened_out."  # + candidate: why the screen dropped it (the recorder's tag)
 EAGER = "eager"
 # The router's rule against eager (pipeline.route.policy.owners_with), said where a table seems to break it.
 WITHIN_NOISE = ("the router takes a size from its owner for not beating eager only where eager is faster beyond "
@@ -57,6 +60,12 @@ class Row:
     precision: str = ""
     score: Optional[float] = None
     within: Optional[bool] = None
+    screened: str = ""  # why the screen dropped it, where it did: then ``ms`` are the screen's medians
+
+    @property
+    def label(self) -> str:
+        """The backend as the table names it: marked where the screen dropped it."""
+        return f"{self.backend} ({SCREENED})" if self.screened else self.backend
 
 
 @dataclass
@@ -163,6 +172,17 @@ def labels(runs: Sequence) -> List[str]:
     return [lab if out.count(lab) == 1 else f"{lab} [{run.info.run_id[:8]}]" for lab, run in zip(out, runs)]
 
 
+def screened_rows(run, label: str, score: Mapping[str, float]) -> List[Row]:
+    """A row per candidate the screen dropped (tag ``screened_out.<candidate>``), holding its screen medians
+    (``screen_ms/<candidate>/bs<N>``) and why: shown, not left out."""
+    screen = per_cell(run, "screen_ms")
+    tags = run.data.tags
+    return [Row(label, name, screen.get(name, {}), score=score.get(name), precision=tags.get(f"precision.{name}", ""),
+                screened=why.removeprefix(f"{SCREENED}: "))
+            for key, why in sorted(tags.items()) if key.startswith(SCREENED_TAG)
+            for name in [key[len(SCREENED_TAG):]]]
+
+
 def build(runs: Sequence, accuracy: bool = False) -> Table:
     """The table over ``runs`` in the order given (sweeps: job order); ``accuracy`` adds each candidate's
     precision and its score, the budget's metric (the budget, e.g. ``cosine >= 0.999``, goes in the title)."""
@@ -185,6 +205,7 @@ def build(runs: Sequence, accuracy: bool = False) -> Table:
             table.rows.append(Row(label, backend, lat[backend], noisy.get(backend, set()),
                                   tags.get(f"precision.{backend}", ""), score.get(backend),
                                   None if within is None else bool(within)))
+        table.rows += screened_rows(run, label, score)
         route = route_of(run)
         auto = auto_row(lat, route)
         if auto:
@@ -208,8 +229,11 @@ def cell(row: Row, bs: int) -> str:
 
 
 def footer(table: Table) -> List[str]:
-    """The legend of ``*`` (where a cell has one) and the notes on routes that rest on noisy cells."""
-    return ([LEGEND] if any(r.noisy for r in table.rows) else []) + table.notes
+    """The legend of ``*`` (where a cell has one), why each screened-out candidate was, and the notes on routes that
+    rest on noisy cells."""
+    screened = [f"{r.model}: {r.backend} {SCREENED} (its row: the screen's medians): {r.screened}"
+                for r in table.rows if r.screened]
+    return ([LEGEND] if any(r.noisy for r in table.rows) else []) + screened + table.notes
 
 
 def markdown(table: Table) -> str:
@@ -218,7 +242,7 @@ def markdown(table: Table) -> str:
     lines = [f"{table.title}\n", "| " + " | ".join(head) + " |",
              "|" + "---|" * (2 + len(extra)) + "---:|" * len(table.sizes)]
     for r in table.rows:
-        lines.append("| " + " | ".join([r.model, r.backend, *accuracy_columns(table, r),
+        lines.append("| " + " | ".join([r.model, r.label, *accuracy_columns(table, r),
                                          *(cell(r, bs) for bs in table.sizes)]) + " |")
     notes = footer(table)
     heatmaps = [f"\n{h}" for h in table.heatmaps]
@@ -236,7 +260,7 @@ def write(table: Table, stem: Path) -> List[Path]:
                          *table.sizes, "noisy"])
         for r in table.rows:
             extra = [r.precision, "" if r.score is None else r.score, "" if r.within is None else r.within]
-            writer.writerow([r.model, r.backend, *(extra if table.accuracy else []),
+            writer.writerow([r.model, r.label, *(extra if table.accuracy else []),
                              *(r.ms.get(bs, "") for bs in table.sizes), " ".join(map(str, sorted(r.noisy)))])
     return [md, csv_path]
 
@@ -255,7 +279,7 @@ def show(table: Table) -> None:
     for bs in table.sizes:
         out.add_column(str(bs), justify="right")
     for r in table.rows:
-        out.add_row(escape(r.model), f"[bold]{r.backend}[/bold]" if r.backend == AUTO else escape(r.backend),
+        out.add_row(escape(r.model), f"[bold]{r.backend}[/bold]" if r.backend == AUTO else escape(r.label),
                     *accuracy_columns(table, r), *(cell(r, bs) for bs in table.sizes))
     console = Console(width=max(100, 24 + 10 * len(table.sizes) + 36 * table.accuracy))
     console.print(out)
