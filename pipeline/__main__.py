@@ -55,7 +55,8 @@ def main(cfg: DictConfig) -> None:
         if cfg.resume:
             cfg = resumed_config(run_dir, HydraConfig.get().overrides.task)
         else:  # someone else's model is not the default's mlp (the run directory is named so too)
-            cfg.model.name = model_label(cfg.model.name, cfg.model.build.get("_target_"), HydraConfig.get().overrides.task)
+            overrides = HydraConfig.get().overrides.task
+            cfg.model.name = model_label(cfg.model.name, cfg.model.build.get("_target_"), overrides)
         ctx = run(cfg, run_dir, resume=bool(cfg.resume))
     except ConfigError as exc:
         remove_if_unused(run_dir)

@@ -389,16 +389,18 @@ def test_a_mistake_found_before_the_run_leaves_no_mlflow_run(cli_runs, case):
 
 
 @pytest.mark.slow
-def test_a_torchvision_built_for_another_torch_is_named_at_start(tmp_path):
-    """torchvision's import failing as a build for another torch fails it (its operators unregistered), before the
-    model's build: one line naming both versions and the reinstall that pairs them."""
+@pytest.mark.parametrize("model", ["resnet18", "vit_b_16"])  # torchvision's own builder; ours, importing it to build
+def test_a_torchvision_built_for_another_torch_is_named_at_start(tmp_path, model):
+    """torchvision's import failing as a build for another torch fails it (its operators unregistered), before any
+    work: one line naming both versions and the reinstall that pairs them."""
     fake = tmp_path / "site" / "torchvision"
     fake.mkdir(parents=True)  # ahead of site-packages on the path; the installed metadata still names its version
     (fake / "__init__.py").write_text('raise RuntimeError("operator torchvision::nms does not exist")\n')
     env = clean_env()
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(fake.parent), env.get("PYTHONPATH")]))
-    proc = subprocess.run([sys.executable, "-m", "pipeline", *overrides("model=resnet18", f"hydra.run.dir={tmp_path}/run")],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    args = overrides(f"model={model}", f"hydra.run.dir={tmp_path}/run")
+    proc = subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120)
     assert proc.returncode == 2 and proc.stderr.startswith("error: "), proc.stderr[-3000:]
     one_line_naming(proc.stderr, r"torchvision \d\S* does not work with torch \d\S*: importing it fails "
                                  r"\(RuntimeError: operator torchvision::nms does not exist\)",
@@ -418,6 +420,7 @@ def test_a_target_that_cannot_be_imported_is_named_with_why(tmp_path, monkeypatc
     monkeypatch.syspath_prepend(str(tmp_path))
     one_line_naming(target_problem("own_models.Net"), r"importing own_models failed: ModuleNotFoundError: "
                                                       r"No module named 'a_dependency_not_installed'")
-    one_line_naming(target_problem("pipeline.models.MPL"), r"pipeline\.models has no 'MPL'; closest: pipeline\.models\.MLP")
+    one_line_naming(target_problem("pipeline.models.MPL"),
+                    r"pipeline\.models has no 'MPL'; closest: pipeline\.models\.MLP")
     one_line_naming(target_problem("pipeline.models.DTYPES"), r"is a dict, not a class or function")
     assert target_problem("pipeline.models.MLP") is None and target_problem("torch.nn.Linear") is None

@@ -3,7 +3,7 @@
 ``${tweakpipe.pid:}`` is this process's id: two runs started in the same second (the timestamp's
 resolution) are two processes, so their directories differ. ``${tweakpipe.resume_or:A,B}`` is
 ``A`` when set (``resume=<run dir>`` continues in that directory), else ``B``.
-``${tweakpipe.model_label:NAME,TARGET,OVERRIDES}`` is :func:`model_label`.
+``${tweakpipe.model_label:}`` is :func:`model_label` of the config it is in (its model, its overrides).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any, Iterable
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 TARGET_KEY = "model.build._target_"
 
@@ -30,6 +30,12 @@ def model_label(name: Any, target: Any, overrides: Iterable[Any] = ()) -> str:
     return str(name)
 
 
+def config_model_label(*, _root_: DictConfig) -> str:
+    """:func:`model_label` of the composed config (Hydra's node holds the command line's overrides)."""
+    return model_label(_root_.model.name, OmegaConf.select(_root_, "model.build._target_", default=None),
+                       OmegaConf.select(_root_, "hydra.overrides.task", default=()))
+
+
 def register_resolvers() -> None:
     """Register the resolvers once per process (Hydra composes with them before any run starts)."""
     if not OmegaConf.has_resolver("tweakpipe.pid"):
@@ -37,4 +43,4 @@ def register_resolvers() -> None:
     if not OmegaConf.has_resolver("tweakpipe.resume_or"):
         OmegaConf.register_new_resolver("tweakpipe.resume_or", resume_or)
     if not OmegaConf.has_resolver("tweakpipe.model_label"):
-        OmegaConf.register_new_resolver("tweakpipe.model_label", model_label)
+        OmegaConf.register_new_resolver("tweakpipe.model_label", config_model_label)

@@ -1,14 +1,14 @@
 """A Hydra callback that composes and checks every job of a multirun sweep before the sweep starts.
 
-A config mistake in one job (``device=cuda`` on a CPU machine, a bad value in a list of values, a
-misspelt option in a list of options: ``profile=quick,quik``) would otherwise surface only when that job runs:
-after the sweep directory, the MLflow parent run and every job before it. ``on_multirun_start`` runs before all of them (``check_jobs`` comes first
-in ``hydra.callbacks``): each job's config is composed as the launcher will compose it and is
-prepared as a single run prepares it (``pipeline.preflight.prepare``: its inputs completed and set at the
-longest tuned length, then every check); the first mistake stops the
-sweep, naming the job (:class:`SweepRefused`: Hydra turns a callback's ``Exception`` into a warning
-and launches the sweep anyway). A job Hydra cannot compose is named the way a single run's command line is
-(``pipeline.config.errors.composition_problem``: the misspelt option and the valid ones).
+A config mistake in one job (``device=cuda`` on a CPU machine, a bad value in a list of values, a misspelt option in
+a list of options: ``profile=quick,quik``) would otherwise surface only when that job runs: after the sweep
+directory, the MLflow parent run and every job before it. ``on_multirun_start`` runs before all of them
+(``check_jobs`` comes first in ``hydra.callbacks``): each job's config is composed as the launcher will compose it
+and is prepared as a single run prepares it (``pipeline.preflight.prepare``: its inputs completed and set at the
+longest tuned length, then every check); the first mistake stops the sweep, naming the job (:class:`SweepRefused`:
+Hydra turns a callback's ``Exception`` into a warning and launches the sweep anyway). A job Hydra cannot compose is
+named the way a single run's command line is (``pipeline.config.errors.composition_problem``: the misspelt option
+and the valid ones).
 
 Only Hydra's basic sweeper lists its jobs up front; under another sweeper each job is checked as it starts.
 """

@@ -1,16 +1,16 @@
 """``tweakpipe report``: the seed-style latency table, built from MLflow.
 
-Rows are model x backend plus the routed ``auto``; columns are batch sizes; cells are median
-latency in ms, marked ``*`` where the profile flagged the cell noisy (``noisy/<backend>/bs<N>``).
-``auto`` is a measured ``latency_ms/auto/bs<N>`` where a run logged one, otherwise the latency of
-the backend the route picked at that size; a note under the table names each run whose route rests
-on noisy cells (tag ``route.rests_on_noisy``), and each whose routed median is above eager's
-(within both cells' intervals, where the router keeps the owner). A candidate the screen dropped is a row marked
-``(screened out)`` holding the screen's medians (``screen_ms/<backend>/bs<N>``), with why under the table. A run that tuned lengths
-(``latency_ms/<backend>/bs<N>/len<L>``) gives a row per backend and length, and its heatmap follows the table:
-the backend serving each (batch size, length) and its speed-up over eager. The runs come from a sweep (its parent
-run), an experiment (the newest run of each model) or a list of run ids. The table is printed
-and written as Markdown and CSV::
+Rows are model x backend plus the routed ``auto``; columns are batch sizes; cells are median latency in ms, marked
+``*`` where the profile flagged the cell noisy (``noisy/<backend>/bs<N>``). ``auto`` is a measured
+``latency_ms/auto/bs<N>`` where a run logged one, otherwise the latency of the backend the route picked at that
+size; a note under the table names each run whose route rests on noisy cells (tag ``route.rests_on_noisy``), and
+each whose routed median is above eager's (within both cells' intervals, where the router keeps the owner). A
+candidate the screen dropped is a row marked ``(screened out)`` holding the screen's medians
+(``screen_ms/<backend>/bs<N>``), with why under the table. A run that tuned lengths
+(``latency_ms/<backend>/bs<N>/len<L>``) gives a row per backend and length, and its heatmap follows the table: the
+backend serving each (batch size, length) and its speed-up over eager. The runs come from a sweep (its parent run),
+an experiment (the newest run of each model) or a list of run ids. The table is printed and written as Markdown and
+CSV::
 
     tweakpipe report                                  # the newest sweep in outputs/mlflow.db with a finished run
     tweakpipe report --sweep <parent run id> --out outputs/reports/seed
