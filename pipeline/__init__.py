@@ -6,7 +6,7 @@
 
 import importlib as _importlib
 
-_LAZY = {"tune": "pipeline.api", "save": "pipeline.route.checkpoint", "load": "pipeline.route.checkpoint"}
+_LAZY = {"tune": "pipeline.api", "save": "pipeline.route.checkpoint", "load": "pipeline.api"}
 
 __all__ = sorted(_LAZY)
 

@@ -23,11 +23,11 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from pipeline.config import SHIPPED_CONF
-from pipeline.config.errors import (config_dirs_from_argv, explain_unknown_choices, explain_unknown_key, fail,
-                                    one_line)
+from pipeline.config.errors import composition_problem, config_dirs_from_argv, fail, one_line
 from pipeline.errors import ConfigError, RunFailed
 from pipeline.preflight.jobs import SweepRefused
 from pipeline.runner import resumed_config, run
+from pipeline.config.resolvers import model_label
 from pipeline.config.schema import register_configs
 from pipeline import disks, stops
 
@@ -54,6 +54,9 @@ def main(cfg: DictConfig) -> None:
     try:
         if cfg.resume:
             cfg = resumed_config(run_dir, HydraConfig.get().overrides.task)
+        else:  # someone else's model is not the default's mlp (the run directory is named so too)
+            overrides = HydraConfig.get().overrides.task
+            cfg.model.name = model_label(cfg.model.name, cfg.model.build.get("_target_"), overrides)
         ctx = run(cfg, run_dir, resume=bool(cfg.resume))
     except ConfigError as exc:
         remove_if_unused(run_dir)
@@ -91,8 +94,8 @@ def entry() -> None:
         if full_error:
             raise
         argv = sys.argv[1:]
-        why = explain_unknown_choices(argv, config_dirs_from_argv(argv)) or explain_unknown_key(exc) or one_line(exc)
-        fail(f"{why} (python -m pipeline --help lists every group and option)")
+        fail(f"{composition_problem(exc, argv, config_dirs_from_argv(argv))} (python -m pipeline --help lists every "
+             f"group and option)")
     except SweepRefused as exc:  # a sweep job's config, checked before the sweep starts
         fail(str(exc))
     except KeyboardInterrupt:  # before the run began (a run logs its own stop and exits 130)

@@ -18,11 +18,13 @@ from typing import Mapping, Optional, Sequence, Union
 from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException, OverrideParseException
 from omegaconf import DictConfig
+import torch
 from torch import nn
 
 from pipeline import runner
 from pipeline.copies import own_copy
-from pipeline.route.checkpoint import load, save
+from pipeline.route import checkpoint
+from pipeline.route.checkpoint import save
 from pipeline.config import limits
 from pipeline.config.errors import explain_unknown_key, one_line
 from pipeline.errors import ConfigError
@@ -99,6 +101,17 @@ def tune(model: nn.Module, example_inputs: Examples, overrides: Sequence[str] = 
         log.info("tune: route %s", ctx.routed.extra_repr())
         log.info("tune: run directory %s", ctx.run_dir)
     return ctx.routed
+
+
+def load(path: Union[str, Path], model: nn.Module, device: Optional[Union[str, torch.device]] = None,
+         trust_options: bool = False, trust_compiled: Optional[bool] = None) -> RoutedModule:
+    """:func:`pipeline.route.checkpoint.load` (its docstring says what is checked and what is trusted), saying in
+    one INFO line what it did: the route, the seconds it took, and whether the compiled artifacts were used or
+    why not (``tweakpipe trust FILE.tweak`` where they were not signed with your key). The line goes to stderr
+    unless the program set up logging itself (the root logger has a handler): then it goes there, as
+    :func:`tune`'s lines do."""
+    with runner.console_log():
+        return checkpoint.load(path, model, device, trust_options=trust_options, trust_compiled=trust_compiled)
 
 
 __all__ = ["tune", "save", "load", "compose_config", "input_spec"]

@@ -223,6 +223,12 @@ class RunContext:
         """The profile as backend -> cell -> ``figure(cell)``, over the cells with samples."""
         return {b: {bs: figure(m) for bs, m in per.items() if m.count} for b, per in self.profile.items()}
 
+    def screened_medians(self) -> Dict[str, Dict[Key, float]]:
+        """The screened-out candidates as candidate -> cell -> the screen's median ms: all that was timed of them,
+        shown beside the profile (greyed in the plot, marked in the log) rather than dropped."""
+        return {n: {key: m.median for key, m in sorted(self.screen.get(n, {}).items()) if m.count}
+                for n in self.screened_out}
+
     def medians(self) -> Dict[str, Dict[Key, float]]:
         """The profile as backend -> cell -> median ms (the router's input)."""
         return self.cell_figures(lambda m: m.median)

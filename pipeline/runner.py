@@ -29,6 +29,7 @@ from pipeline import devices, stops
 from pipeline.compile import cache as compile_cache
 from pipeline.compile import cost
 from pipeline.preflight.checks import advice, candidates_of
+from pipeline.preflight import versions
 from pipeline.preflight.prepare import Prepared, prepare
 from pipeline.config.errors import one_line
 from pipeline.errors import ConfigError
@@ -111,6 +112,18 @@ def check_resumed(run_dir: Path, now: Dict[str, Any]) -> None:
                           f"reused; start a new run without resume=")
 
 
+def built(build: DictConfig) -> torch.nn.Module:
+    """The model ``model.build`` names. Where its build fails and torchvision does not work with this torch (a model
+    that imports torchvision as it builds: ``vit_b_16``, timm's), that is the one-line :class:`ConfigError`."""
+    try:
+        return instantiate(build)
+    except Exception:
+        problem = versions.torchvision_problem()
+        if problem:
+            raise ConfigError(problem) from None
+        raise
+
+
 def build_context(cfg: DictConfig, run_dir: Path, prepared: Prepared, model: Optional[torch.nn.Module] = None,
                   earlier: Optional[Earlier] = None) -> RunContext:
     """Resolve the device and build the model with random weights (or take the caller's), with the
@@ -118,7 +131,7 @@ def build_context(cfg: DictConfig, run_dir: Path, prepared: Prepared, model: Opt
     device = devices.resolve(cfg.device)
     torch.manual_seed(cfg.seed)
     api = model is not None
-    model = (instantiate(cfg.model.build) if model is None else model).eval().to(device)
+    model = (built(cfg.model.build) if model is None else model).eval().to(device)
     inputs = declared(OmegaConf.to_container(cfg.model.inputs, resolve=True), list(cfg.model.seq_lens))
     return RunContext(cfg=cfg, run_dir=run_dir, device=device, model=model, inputs=inputs,
                       candidates=prepared.candidates, api=api, earlier=earlier or Earlier(),
@@ -177,7 +190,7 @@ def run(cfg: DictConfig, run_dir: Path, model: Optional[torch.nn.Module] = None,
     ``examples`` (input name -> rows) the config's ``model.examples``; without them, inputs the config
     leaves out are derived first (``pipeline.inputs``).
     """
-    prepared = prepare(cfg, run_dir, examples)
+    prepared = prepare(cfg, run_dir, examples, builds=model is None)
     run_dir.mkdir(parents=True, exist_ok=True)
     with claimed(run_dir), run_log(run_dir), stops.stoppable() as stop, devices.cpu_threads(cfg.threads) as threads, \
             compile_cache.active(OmegaConf.to_container(cfg.compile_cache, resolve=True)):

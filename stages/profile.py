@@ -149,6 +149,10 @@ def run(ctx: RunContext) -> None:
                      name, label(key), m.median, s["ci_lo_ms"], s["ci_hi_ms"], s["p10_ms"], s["p90_ms"], m.count,
                      m.first_call_ms, f"  device {m.device_ms:.4f} ms" if m.device_ms == m.device_ms else "",
                      f"  NOISY: {m.noise}" if m.noisy else "")
+    for name, per in ctx.screened_medians().items():  # what the screen timed of them, so they are not left out
+        log.info("profile %-24s screened out: screen median %s; %s", name,
+                 ", ".join(f"{label(key)} {ms:.4f} ms" for key, ms in per.items()) or "no sample",
+                 ctx.screened_out[name].removeprefix("screened out: "))
     noisy = [(name, key, m) for name, per in ctx.profile.items() for key, m in sorted(per.items()) if m.noisy]
     if noisy:
         total = sum(len(per) for per in ctx.profile.values())

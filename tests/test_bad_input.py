@@ -30,6 +30,8 @@ from mlflow_helpers import clean_env, free_port
 from pipeline.route import checkpoint
 from pipeline.backends import create
 from pipeline.preflight.checks import check_config
+from pipeline.preflight.targets import target_problem
+from pipeline.preflight.versions import unmet_torch_requirements
 from pipeline.errors import ConfigError
 from pipeline.models import MLP
 from pipeline.route.served import RoutedModule, TuneRecord
@@ -44,8 +46,11 @@ BASE = {"model": "tiny_mlp", "backends": "[eager]", "profile": "quick", "trackin
 
 
 def overrides(*extra: str) -> List[str]:
+    """The base's choices that ``extra`` leaves as they are, then ``extra``; flags (``-m``) first, where Hydra's
+    command line takes them."""
     chosen = {o.split("=", 1)[0] for o in extra}
-    return [f"{k}={v}" for k, v in BASE.items() if k not in chosen] + list(extra)
+    flags = [o for o in extra if o.startswith("-")]
+    return flags + [f"{k}={v}" for k, v in BASE.items() if k not in chosen] + [o for o in extra if o not in flags]
 
 
 def one_line_naming(message: str, *patterns: str) -> None:
@@ -321,6 +326,21 @@ CLI_CASES: Dict[str, tuple] = {  # id: (arguments, what stderr names)
     "server-down": (["tracking=server", "tracking.uri=http://127.0.0.1:{port}"],
                     r"tracking server is unreachable.*mlflow server --backend-store-uri"),
     "run-dir-in-a-file": (["hydra.run.dir={tmp}/a-file/run"], r"Not a directory: .*a-file/run'; pick a writable run"),
+    # Your own model, not importable from here: named with the two ways to make it importable, before the store.
+    "unimportable-target": (["model.build._target_=my_pkg.MyModel", "tracking=sqlite",
+                             "tracking.uri=sqlite:///{tmp}/unimportable-target.db"],
+                            r"model\.build\._target_=my_pkg\.MyModel: no module 'my_pkg' can be imported from here; "
+                            r".*PYTHONPATH=.*pip install -e"),
+    # A misspelt option in a sweep's list: every job is composed before the sweep directory or its parent run.
+    "sweep-misspelt-profile": (["-m", "model=tiny_mlp,mlp", "profile=quick,quik", "tracking=sqlite",
+                                "tracking.uri=sqlite:///{tmp}/sweep-misspelt-profile.db",
+                                "hydra.sweep.dir={tmp}/sweep-misspelt-profile/run"],
+                               r"sweep job 1 \(.*model=tiny_mlp profile=quik.*\): unknown profile 'quik'; "
+                               r"available: default, quick, thorough; nothing was run"),
+    "sweep-misspelt-model": (["-m", "model=tiny_mlp,resnt18", "tracking=sqlite",
+                              "tracking.uri=sqlite:///{tmp}/sweep-misspelt-model.db",
+                              "hydra.sweep.dir={tmp}/sweep-misspelt-model/run"],
+                             r"sweep job 1 \(.*model=resnt18.*\): unknown model 'resnt18'; available: .*resnet18"),
 }
 
 
@@ -358,3 +378,49 @@ def test_the_command_line_reports_a_mistake_in_one_line_and_exit_code_2(cli_runs
     assert not run_dir.exists()  # failed before any stage: nothing was made
     if case == "server-down":  # MLflow's own client would retry a dead server for minutes
         assert seconds < 60, seconds
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["unimportable-target", "sweep-misspelt-profile", "sweep-misspelt-model"])
+def test_a_mistake_found_before_the_run_leaves_no_mlflow_run(cli_runs, case):
+    proc, _, run_dir = cli_runs[case]
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert not (run_dir.parents[1] / f"{case}.db").exists()  # not even the store: no run, no FAILED sweep parent
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["resnet18", "vit_b_16"])  # torchvision's own builder; ours, importing it to build
+def test_a_torchvision_built_for_another_torch_is_named_at_start(tmp_path, model):
+    """torchvision's import failing as a build for another torch fails it (its operators unregistered), before any
+    work: one line naming both versions and the reinstall that pairs them."""
+    fake = tmp_path / "site" / "torchvision"
+    fake.mkdir(parents=True)  # ahead of site-packages on the path; the installed metadata still names its version
+    (fake / "__init__.py").write_text('raise RuntimeError("operator torchvision::nms does not exist")\n')
+    env = clean_env()
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(fake.parent), env.get("PYTHONPATH")]))
+    args = overrides(f"model={model}", f"hydra.run.dir={tmp_path}/run")
+    proc = subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2 and proc.stderr.startswith("error: "), proc.stderr[-3000:]
+    one_line_naming(proc.stderr, r"torchvision \d\S* does not work with torch \d\S*: importing it fails "
+                                 r"\(RuntimeError: operator torchvision::nms does not exist\)",
+                    r"pip install --force-reinstall torch torchvision")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_torch_requirement_torchvision_declares_is_compared_without_the_local_build_tag():
+    assert unmet_torch_requirements("2.7.1+cu126", ["torch==2.7.1", "numpy", 'torch==2.6; extra == "x"']) == []
+    assert unmet_torch_requirements("2.8.0+cpu", ["torch (==2.7.1)", "pillow>=5"]) == ["torch==2.7.1"]
+
+
+def test_a_target_that_cannot_be_imported_is_named_with_why(tmp_path, monkeypatch):
+    package = tmp_path / "own_models"
+    package.mkdir()
+    (package / "__init__.py").write_text("import a_dependency_not_installed\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    one_line_naming(target_problem("own_models.Net"), r"importing own_models failed: ModuleNotFoundError: "
+                                                      r"No module named 'a_dependency_not_installed'")
+    one_line_naming(target_problem("pipeline.models.MPL"),
+                    r"pipeline\.models has no 'MPL'; closest: pipeline\.models\.MLP")
+    one_line_naming(target_problem("pipeline.models.DTYPES"), r"is a dict, not a class or function")
+    assert target_problem("pipeline.models.MLP") is None and target_problem("torch.nn.Linear") is None

@@ -27,7 +27,7 @@ from mlflow_helpers import clean_env, copy_store, init_store, run_with_note
 from pipeline.record import report
 from pipeline.errors import ConfigError
 from pipeline.record.store import StoreGuard, check_store
-from pipeline.record.tracker import MlflowTracker
+from pipeline.record.tracker import PARENT_TAG, SWEEP_TAG, MlflowTracker
 
 
 def sha256(path: Path) -> str:
@@ -99,6 +99,32 @@ def test_the_report_never_creates_a_store(tmp_path, capsys):
     with pytest.raises(SystemExit):
         report.main(["--uri", f"sqlite:///{tmp_path / 'absent.db'}"])
     assert "no MLflow store at" in capsys.readouterr().err and list(tmp_path.iterdir()) == []
+
+
+def test_the_latest_sweep_is_named_and_failed_or_empty_sweeps_are_passed_over(tmp_path, template, capsys):
+    uri = copy_store(template, tmp_path)
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.create_experiment("tweakpipe")
+
+    def sweep(name: str, start: int, status: str, jobs: Dict[str, str]) -> str:
+        parent = client.create_run(experiment, run_name=name, start_time=start, tags={SWEEP_TAG: "1"}).info.run_id
+        for num, (job, job_status) in enumerate(jobs.items()):
+            child = client.create_run(experiment, run_name=job, start_time=start + 1 + num,
+                                      tags={PARENT_TAG: parent, "model": job, "hydra.job.num": str(num)}).info.run_id
+            client.log_metric(child, "latency_ms/eager/bs1", 0.5)
+            client.set_terminated(child, job_status)
+        client.set_terminated(parent, status)
+        return parent
+
+    good = sweep("sweep good", 1_000, "FINISHED", {"tiny_mlp": "FINISHED", "mlp": "FAILED"})
+    sweep("sweep typo", 2_000, "FAILED", {})  # a parent left FAILED before any job ran
+    sweep("sweep all failed", 3_000, "FINISHED", {"resnet18": "FAILED"})
+    report.main(["--uri", uri, "--sweep", "latest", "--out", str(tmp_path / "report")])
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith(f"report of the newest sweep with a finished run: sweep {good} (sweep good, 1 "
+                            f"finished run(s))"), first
+    assert "passed over 2 newer one(s)" in first and "sweep typo (failed, 0 finished)" in first, first
+    assert "tiny_mlp" in (tmp_path / "report" / "report.md").read_text()
 
 
 def test_the_report_names_an_unknown_run_in_one_line(tmp_path, template, capsys):
@@ -178,7 +204,7 @@ def test_a_store_locked_past_its_wait_is_given_up_on_in_one_line_and_marked_when
 
 LOCKED_RUN = """
 import sys
-from pipeline.record.tracker import MlflowTracker
+from pipeline.record.tracker import PARENT_TAG, SWEEP_TAG, MlflowTracker
 tracker = MlflowTracker({"uri": sys.argv[1], "experiment": "locked", "max_wait_s": 0.5})
 tracker.start("run", {}, {})
 print(tracker.run_id, flush=True)

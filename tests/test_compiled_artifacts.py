@@ -134,6 +134,9 @@ def test_a_foreign_signature_or_none_falls_back(tuned, copy, tmp_path, monkeypat
         served = loaded(copy)
     assert "not signed with your key" in served.load_report.artifacts
     assert "tweakpipe trust" in served.load_report.artifacts  # the way to trust it, once its origin is checked
+    (said,) = [r.getMessage() for r in caplog.records if r.levelname == "INFO"]  # one line per load, saying why
+    assert said.startswith(f"loaded {copy} in ") and f", route {served.extra_repr()}; compiled artifacts not used" \
+        in said and f"`tweakpipe trust {copy}`" in said, said
     served = loaded(copy, trust_compiled=True)  # the caller vouches for it: used
     assert served.load_report.artifacts == "used" and served.load_report.backends["inductor"].cache_misses == 0
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from hydra.errors import ConfigCompositionException, MissingConfigException
 from omegaconf.errors import ValidationError
@@ -140,3 +142,16 @@ def test_one_backend_must_name_a_selected_backend(compose_cfg):
         check_config(cfg)
     with pytest.raises(ValueError, match="needs the backend to deploy: route.backend=<name>"):
         check_config(compose_cfg([*TINY, "backends=[eager]", "reference=false", "route=one_backend"]))
+
+
+@pytest.mark.parametrize("overrides,name", [
+    (["model.build._target_=models_for_tests.ThreadCountingMLP"], "ThreadCountingMLP"),  # your model, not mlp
+    (["model.build._target_=models_for_tests.ThreadCountingMLP", "model.name=mine"], "mine"),
+    (["model=tiny_mlp"], "tiny_mlp"),
+])
+def test_the_run_directory_is_named_after_the_users_model(overrides, name):
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=overrides, return_hydra_config=True)
+    assert cfg.hydra.run.dir.endswith(f"_{name}_{os.getpid()}"), cfg.hydra.run.dir

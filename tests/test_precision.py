@@ -6,6 +6,7 @@ Runs use the eager backend only (no compiles), so every run takes seconds on 2 C
 from __future__ import annotations
 
 import json
+import logging
 import math
 
 import pytest
@@ -260,6 +261,32 @@ def test_mlflow_and_the_report_name_the_score_by_its_metric(compose_cfg, tmp_pat
     assert table.title.endswith("; score against fp32 eager (worst tuned size), budget cosine >= 0.999")
     rows = {r.backend: r.score for r in table.rows if r.backend != "auto"}  # the candidates the profile timed
     assert "eager" in rows and rows == {n: metrics[f"accuracy/cosine/{n}"] for n in rows}
+
+
+def test_a_screened_out_candidate_is_shown_with_its_screen_numbers(compose_cfg, tmp_path, caplog):
+    """Dropped by the screen (outside the budget), a candidate is still in the log's profile lines and the report's
+    table: its screen medians, marked screened out, and why."""
+    from mlflow.tracking import MlflowClient
+
+    from pipeline.record import report
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    caplog.set_level(logging.INFO, logger="stages.profile")
+    ctx = run(compose_cfg([*BF16, "route.accuracy_budget.metric=max_rel_error", "route.accuracy_budget.bound=1e-6",
+                           "tracking=sqlite", f"tracking.uri={uri}", "stages=[capture,profile]"]), tmp_path / "run")
+    assert set(ctx.screened_out) == {"eager.bf16", "eager.bf16-weights"}
+    screen = ctx.screened_medians()["eager.bf16"]
+    (said,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("profile eager.bf16 ")]
+    assert "screened out: screen median " + ", ".join(f"bs={bs} {ms:.4f} ms" for bs, ms in screen.items()) in said
+    assert said.endswith("outside the accuracy budget, so it never serves (timed in the screen only)"), said
+    client = MlflowClient(tracking_uri=uri)
+    (logged,) = client.search_runs([client.get_experiment_by_name("tweakpipe").experiment_id])
+    table = report.build([logged])
+    (row,) = [r for r in table.rows if r.backend == "eager.bf16"]
+    assert row.label == "eager.bf16 (screened out)" and row.ms == pytest.approx(screen)
+    assert "| eager.bf16 (screened out) |" in report.markdown(table)
+    assert any(n.startswith("tiny_mlp: eager.bf16 screened out") and "outside the accuracy budget" in n
+               for n in report.footer(table)), report.footer(table)
 
 
 def test_tf32_is_on_only_inside_a_tf32_call_and_restored_exactly():

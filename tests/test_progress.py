@@ -127,18 +127,24 @@ def test_a_piped_run_logs_progress_as_it_goes(tmp_path):
 
 
 @pytest.mark.slow
-def test_tune_says_where_it_wrote_and_what_it_routed(tmp_path):
-    """A plain script that calls ``pipeline.tune`` without setting up logging sees its lines on stderr."""
+def test_tune_and_load_say_where_they_wrote_and_what_they_routed(tmp_path):
+    """A plain script that calls ``pipeline.tune`` and ``pipeline.load`` without setting up logging sees their lines
+    on stderr."""
     code = ("import torch, pipeline\n"
             "tuned = pipeline.tune(torch.nn.Linear(4, 2), torch.randn(3, 4), run_dir=r'%s', overrides=["
             "'backends=[eager]', 'reference=false', 'profile=quick', 'tracking=off', 'model.batch_sizes=[1,3]'])\n"
-            "print(tuned)\nprint(sorted(dir(pipeline)))\n") % (tmp_path / "run")
+            "print(tuned)\nprint(sorted(dir(pipeline)))\n"
+            "pipeline.load(r'%s', torch.nn.Linear(4, 2))\n") % (tmp_path / "run", tmp_path / "run" / "model.tweak")
     proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300,
                           env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "[pipeline.api][INFO] - tune: route 1..inf: eager" in proc.stderr
     assert f"[pipeline.api][INFO] - tune: run directory {tmp_path / 'run'}" in proc.stderr
     assert f"[{PROGRESS}][INFO] - profile 1/2 " in proc.stderr
+    after_tune = proc.stderr.split("tune: run directory", 1)[1].splitlines()  # validate's reload is tune's
+    (load,) = [line for line in after_tune if "[pipeline.route.checkpoint]" in line]  # one line per load
+    assert re.search(rf"\[INFO\] - loaded {re.escape(str(tmp_path / 'run' / 'model.tweak'))} in \d+\.\d\d s on cpu, "
+                     rf"route 1\.\.inf: eager; compiled artifacts none saved with it", load), load
     assert proc.stdout.splitlines() == ["RoutedModule(1..inf: eager)", "['load', 'save', 'tune']"]
 
 

@@ -117,6 +117,16 @@ def test_plot_reads_at_a_glance_whiskers_noisy_cells_plain_ms_and_who_serves() -
     assert {t.get_text() for t in speedup.get_yticklabels() if t.get_text()} >= {"1x"}
 
 
+def test_plot_greys_the_screened_out_candidates_at_their_screen_sizes() -> None:
+    medians = {"eager": {1: 1.1, 3: 1.7, 8: 3.4}, "inductor": {1: 0.8, 3: 1.3, 8: 2.7}}
+    fig = latency_figure(medians, [Range(1, None, "inductor")], "m", screened={"onnxruntime": {1: 9.0, 8: 30.0}})
+    latency = fig.axes[0]
+    (line,) = [line for line in latency.lines if line.get_label() == "onnxruntime (screened out; screen ms)"]
+    assert list(line.get_xdata()) == [1, 8] and list(line.get_ydata()) == [9.0, 30.0]
+    assert line.get_color() == "grey" and line.get_linestyle() == "--"
+    assert "onnxruntime (screened out; screen ms)" in [t.get_text() for t in latency.get_legend().get_texts()]
+
+
 def test_report_marks_noisy_cells_and_routes_that_rest_on_them(tmp_path: Path, template: Path) -> None:
     uri = copy_store(template, tmp_path)
     tracker = MlflowTracker({"uri": uri, "experiment": "tweakpipe"})

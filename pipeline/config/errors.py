@@ -92,3 +92,9 @@ def explain_unknown_key(exc: BaseException) -> Optional[str]:
     if not full_key or not isinstance(key, str) or not hasattr(node, "keys") or key in node:
         return None
     return unknown_key(str(full_key), [str(k) for k in node.keys()])
+
+
+def composition_problem(exc: BaseException, overrides: Sequence[str], config_dirs: Iterable[Path]) -> str:
+    """Hydra's failure to compose ``overrides`` (a command line, or one sweep job's) in one line: the unknown
+    choices with what ``config_dirs`` hold, else the closest keys to a misspelt one, else Hydra's own words."""
+    return explain_unknown_choices(overrides, config_dirs) or explain_unknown_key(exc) or one_line(exc)

@@ -17,7 +17,8 @@ from omegaconf import DictConfig
 
 from pipeline import inputs as model_inputs
 from pipeline.backends.candidate import Candidate
-from pipeline.preflight import checks
+from pipeline.errors import ConfigError
+from pipeline.preflight import checks, targets
 
 
 @dataclass(frozen=True)
@@ -30,10 +31,16 @@ class Prepared:
 
 
 def prepare(cfg: DictConfig, run_dir: Optional[Path] = None,
-            examples: Optional[Dict[str, torch.Tensor]] = None) -> Prepared:
+            examples: Optional[Dict[str, torch.Tensor]] = None, builds: bool = True) -> Prepared:
     """``cfg`` completed in place and checked (:class:`~pipeline.errors.ConfigError` for the first mistake,
     nothing written). ``examples`` are the caller's own rows (``pipeline.tune``), whose spec is already in
-    ``cfg.model.inputs``; without them, the config's inputs are completed first."""
+    ``cfg.model.inputs``; without them, the config's inputs are completed first. ``builds``: the run builds its
+    model from ``model.build`` (not the caller's model), so its ``_target_`` must import
+    (``pipeline.preflight.targets``)."""
+    if builds:
+        problem = targets.model_problem(str(cfg.model.build.get("_target_", "")))
+        if problem:
+            raise ConfigError(problem)
     if examples is None:
         examples = model_inputs.complete(cfg)
     checks.check_lengths(cfg)

@@ -4,7 +4,9 @@ Two panels over batch size (log 2):
 
 - **latency**: one line per backend, each cell's p10-p90 spread as a whisker (whiskers do not blur
   into each other as shaded bands do), noisy cells drawn hollow, the routed model as a black dashed
-  line, the reference peer (the user's own ``torch.compile``) dotted; plain-millisecond ticks (``0.5``, ``1``, ``2``), not powers of ten;
+  line, the reference peer (the user's own ``torch.compile``) dotted; plain-millisecond ticks (``0.5``, ``1``, ``2``), not powers of ten; candidates the screen dropped
+  (``pipeline.measure.screening``) greyed, dashed, at the sizes the screen timed, with a legend entry each, so a
+  backend that did not go on to the profile is seen not to, not missing;
 - **speed-up over eager** (over the first backend where there is no ``eager``): each backend's
   ``eager ms / its ms`` per batch size, the routed model in black, and each routed range shaded
   with the name of the backend that serves it written inside.
@@ -30,6 +32,8 @@ Medians = Mapping[str, Mapping[int, float]]
 BASELINE = "eager"
 NOISY_LABEL = "hollow: noisy cell (profile.csv says why)"
 REFERENCE_LABEL = "reference: your own torch.compile"
+SCREENED = "grey"
+SCREENED_MARKERS = ("s", "^", "v", "D", "P", "X")  # one per screened-out candidate, all grey
 
 
 def plain_ticks(ax: "Axes") -> None:
@@ -46,8 +50,17 @@ def spread(name: str, names: Sequence[str]) -> float:
     return 2 ** (0.06 * (names.index(name) - (len(names) - 1) / 2))
 
 
+def draw_screened(ax: "Axes", screened: Medians) -> None:
+    """Each screened-out candidate's screen medians, grey and dashed, labelled as screened out."""
+    for i, (name, per) in enumerate(screened.items()):
+        xs = sorted(per)
+        ax.plot(xs, [per[x] for x in xs], color=SCREENED, ls="--", lw=1, alpha=0.7, zorder=2,
+                marker=SCREENED_MARKERS[i % len(SCREENED_MARKERS)], ms=5, label=f"{name} (screened out; screen ms)")
+
+
 def draw_latency(ax: "Axes", medians: Medians, bands: Bands, noisy: Mapping[str, Set[int]],
-                 routed: Sequence[Tuple[int, float]], references: Sequence[str] = ()) -> Dict[str, Any]:
+                 routed: Sequence[Tuple[int, float]], screened: Optional[Medians] = None,
+                 references: Sequence[str] = ()) -> Dict[str, Any]:
     """The latency panel (the reference peer's lines dotted and named as the user's own compile); returns each
     backend's colour."""
     names, colors = list(medians), {}
@@ -67,6 +80,7 @@ def draw_latency(ax: "Axes", medians: Medians, bands: Bands, noisy: Mapping[str,
             hollow = x in noisy.get(name, set())
             ax.plot(x * shift, per[x], marker="o", ms=6, color=colors[name], mfc="white" if hollow else colors[name],
                     mew=1.5, zorder=3)
+    draw_screened(ax, screened or {})
     if routed:
         ax.plot(*zip(*routed), color="black", ls="--", lw=1.5, marker="x", label="auto (routed)", zorder=4)
     if any(noisy.get(name) for name in medians):
@@ -113,9 +127,10 @@ def draw_speedup(ax: "Axes", medians: Medians, baseline: str, colors: Mapping[st
 
 def latency_figure(medians: Medians, route: Optional[Sequence[Range]], title: str = "",
                    bands: Optional[Bands] = None, noisy: Optional[Mapping[str, Set[int]]] = None,
-                   references: Sequence[str] = ()) -> "Figure":
+                   screened: Optional[Medians] = None, references: Sequence[str] = ()) -> "Figure":
     """The figure: ``medians`` is backend -> batch size -> median ms, ``bands`` each cell's p10-p90,
-    ``noisy`` backend -> the batch sizes whose cells the profile flagged, ``references`` the reference peer's."""
+    ``noisy`` backend -> the batch sizes whose cells the profile flagged, ``screened`` each screened-out
+    candidate's screen medians (batch size -> ms), ``references`` the reference peer's candidates."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.ticker import NullFormatter
@@ -126,7 +141,7 @@ def latency_figure(medians: Medians, route: Optional[Sequence[Range]], title: st
     sizes = sorted({bs for per in medians.values() for bs in per})
     owners = {bs: backend_for(route, bs) for bs in sizes} if route else {}
     routed = [(bs, medians[b][bs]) for bs, b in owners.items() if bs in medians.get(b, {})]
-    colors = draw_latency(top, medians, bands or {}, noisy or {}, routed, references)
+    colors = draw_latency(top, medians, bands or {}, noisy or {}, routed, screened, references)
     edges = (sizes[0] / 1.5, sizes[-1] * 1.5) if sizes else (0.5, 2.0)
     draw_speedup(bottom, medians, BASELINE if BASELINE in medians else next(iter(medians)), colors, route, routed,
                  edges)
@@ -144,8 +159,8 @@ def latency_figure(medians: Medians, route: Optional[Sequence[Range]], title: st
 
 def latency_plot(medians: Medians, route: Optional[Sequence[Range]], path: Path, title: str = "",
                  bands: Optional[Bands] = None, noisy: Optional[Mapping[str, Set[int]]] = None,
-                 references: Sequence[str] = ()) -> Path:
+                 screened: Optional[Medians] = None, references: Sequence[str] = ()) -> Path:
     """Write :func:`latency_figure` as a PNG to ``path`` and return it."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    latency_figure(medians, route, title, bands, noisy, references).savefig(path)
+    latency_figure(medians, route, title, bands, noisy, screened, references).savefig(path)
     return path

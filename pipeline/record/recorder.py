@@ -284,7 +284,8 @@ class Recorder:
         self.tracker.log_artifact(path)
 
     def plot(self, ctx: RunContext) -> None:
-        """``latency.png``: medians with p10-p90 whiskers and noisy cells marked, speed-up over eager, and
+        """``latency.png``: medians with p10-p90 whiskers and noisy cells marked, the screened-out candidates greyed
+        at their screen medians, speed-up over eager, and
         the routed ranges named once there is a route; where lengths are tuned, the heatmap of the backend
         serving each (batch size, length) and its speed-up over eager (``record.heatmap``)."""
         medians = ctx.medians()
@@ -303,7 +304,7 @@ class Recorder:
         bands = ctx.cell_figures(lambda m: (m.quantile(0.10), m.quantile(0.90)))
         noisy = {b: {bs for bs, flag in per.items() if flag} for b, per in ctx.cell_figures(lambda m: m.noisy).items()}
         self.tracker.log_artifact(latency_plot(medians, ctx.route or None, self.run_dir / "latency.png", title,
-                                               bands, noisy, ctx.references()))
+                                               bands, noisy, ctx.screened_medians(), ctx.references()))
 
     def tuned(self, ctx: RunContext, tune_s: float) -> None:
         """The run's own cost: ``tune_s`` (from the first build to the end of its last stage), each stage's and

@@ -1,18 +1,19 @@
 """``tweakpipe report``: the seed-style latency table, built from MLflow.
 
-Rows are model x backend plus the routed ``auto``; columns are batch sizes; cells are median
-latency in ms, marked ``*`` where the profile flagged the cell noisy (``noisy/<backend>/bs<N>``).
-``auto`` is a measured ``latency_ms/auto/bs<N>`` where a run logged one, otherwise the latency of
-the backend the route picked at that size; the row after it is auto's speed-up over the reference peer, the user's
-own ``torch.compile`` (``speedup_vs_compile/bs<N>``), where the run timed one; a note under the table names each run whose route rests
-on noisy cells (tag ``route.rests_on_noisy``), and each whose routed median is above eager's
-(within both cells' intervals, where the router keeps the owner). A run that tuned lengths
-(``latency_ms/<backend>/bs<N>/len<L>``) gives a row per backend and length, and its heatmap follows the table:
-the backend serving each (batch size, length) and its speed-up over eager. The runs come from a sweep (its parent
-run), an experiment (the newest run of each model) or a list of run ids. The table is printed
-and written as Markdown and CSV::
+Rows are model x backend plus the routed ``auto``; columns are batch sizes; cells are median latency in ms, marked
+``*`` where the profile flagged the cell noisy (``noisy/<backend>/bs<N>``). ``auto`` is a measured
+``latency_ms/auto/bs<N>`` where a run logged one, otherwise the latency of the backend the route picked at that
+size; the row after it is auto's speed-up over the reference peer, the user's own ``torch.compile``
+(``speedup_vs_compile/bs<N>``), where the run timed one; a note under the table names each run whose route rests on noisy cells (tag ``route.rests_on_noisy``), and
+each whose routed median is above eager's (within both cells' intervals, where the router keeps the owner). A
+candidate the screen dropped is a row marked ``(screened out)`` holding the screen's medians
+(``screen_ms/<backend>/bs<N>``), with why under the table. A run that tuned lengths
+(``latency_ms/<backend>/bs<N>/len<L>``) gives a row per backend and length, and its heatmap follows the table: the
+backend serving each (batch size, length) and its speed-up over eager. The runs come from a sweep (its parent run),
+an experiment (the newest run of each model) or a list of run ids. The table is printed and written as Markdown and
+CSV::
 
-    tweakpipe report                                  # the newest sweep in outputs/mlflow.db
+    tweakpipe report                                  # the newest sweep in outputs/mlflow.db with a finished run
     tweakpipe report --sweep <parent run id> --out outputs/reports/seed
     tweakpipe report --experiment tweakpipe --uri http://127.0.0.1:5000
     tweakpipe report --runs <run id> <run id>
@@ -29,7 +30,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Set, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from pipeline.config.errors import fail, one_line
 from pipeline.errors import ConfigError
@@ -38,12 +39,14 @@ from pipeline.route.policy import Range, backend_for
 from pipeline.record.store import check_store
 from pipeline.record.tracker import PARENT_TAG, SWEEP_TAG
 
-METRIC = re.compile(r"^(?P<figure>latency_ms|noisy)/(?P<backend>[^/]+)/bs(?P<bs>\d+)(?:/len(?P<len>\d+))?$")
+METRIC = re.compile(r"^(?P<figure>latency_ms|noisy|screen_ms)/(?P<backend>[^/]+)/bs(?P<bs>\d+)(?:/len(?P<len>\d+))?$")
 VERSUS = re.compile(r"^speedup_vs_compile/bs(?P<bs>\d+)$")  # auto over the reference peer (recorder.reference_metrics)
 SCORE = re.compile(r"^accuracy/(?P<metric>[^/]+)/(?P<backend>[^/]+)$")  # the budget's metric (recorder.capture)
 AUTO = "auto"
 VERSUS_ROW = "auto vs own compile (x)"  # the speed-up of auto over the user's own torch.compile, not a latency
 LEGEND = "`*` noisy: the profile flagged this cell (its samples or passes disagreed; profile.csv says why)"
+SCREENED = "screened out"  # a candidate the screen dropped: its row holds the screen's medians
+SCREENED_TAG = "screened_out."  # + candidate: why the screen dropped it (the recorder's tag)
 EAGER = "eager"
 # The router's rule against eager (pipeline.route.policy.owners_with), said where a table seems to break it.
 WITHIN_NOISE = ("the router takes a size from its owner for not beating eager only where eager is faster beyond "
@@ -60,6 +63,12 @@ class Row:
     precision: str = ""
     score: Optional[float] = None
     within: Optional[bool] = None
+    screened: str = ""  # why the screen dropped it, where it did: then ``ms`` are the screen's medians
+
+    @property
+    def label(self) -> str:
+        """The backend as the table names it: marked where the screen dropped it."""
+        return f"{self.backend} ({SCREENED})" if self.screened else self.backend
 
 
 @dataclass
@@ -166,6 +175,17 @@ def labels(runs: Sequence) -> List[str]:
     return [lab if out.count(lab) == 1 else f"{lab} [{run.info.run_id[:8]}]" for lab, run in zip(out, runs)]
 
 
+def screened_rows(run, label: str, score: Mapping[str, float]) -> List[Row]:
+    """A row per candidate the screen dropped (tag ``screened_out.<candidate>``), holding its screen medians
+    (``screen_ms/<candidate>/bs<N>``) and why: shown, not left out."""
+    screen = per_cell(run, "screen_ms")
+    tags = run.data.tags
+    return [Row(label, name, screen.get(name, {}), score=score.get(name), precision=tags.get(f"precision.{name}", ""),
+                screened=why.removeprefix(f"{SCREENED}: "))
+            for key, why in sorted(tags.items()) if key.startswith(SCREENED_TAG)
+            for name in [key[len(SCREENED_TAG):]]]
+
+
 def build(runs: Sequence, accuracy: bool = False) -> Table:
     """The table over ``runs`` in the order given (sweeps: job order); ``accuracy`` adds each candidate's
     precision and its score, the budget's metric (the budget, e.g. ``cosine >= 0.999``, goes in the title)."""
@@ -188,6 +208,7 @@ def build(runs: Sequence, accuracy: bool = False) -> Table:
             table.rows.append(Row(label, backend, lat[backend], noisy.get(backend, set()),
                                   tags.get(f"precision.{backend}", ""), score.get(backend),
                                   None if within is None else bool(within)))
+        table.rows += screened_rows(run, label, score)
         route = route_of(run)
         auto = auto_row(lat, route)
         if auto:
@@ -214,8 +235,11 @@ def cell(row: Row, bs: int) -> str:
 
 
 def footer(table: Table) -> List[str]:
-    """The legend of ``*`` (where a cell has one) and the notes on routes that rest on noisy cells."""
-    return ([LEGEND] if any(r.noisy for r in table.rows) else []) + table.notes
+    """The legend of ``*`` (where a cell has one), why each screened-out candidate was, and the notes on routes that
+    rest on noisy cells."""
+    screened = [f"{r.model}: {r.backend} {SCREENED} (its row: the screen's medians): {r.screened}"
+                for r in table.rows if r.screened]
+    return ([LEGEND] if any(r.noisy for r in table.rows) else []) + screened + table.notes
 
 
 def markdown(table: Table) -> str:
@@ -224,7 +248,7 @@ def markdown(table: Table) -> str:
     lines = [f"{table.title}\n", "| " + " | ".join(head) + " |",
              "|" + "---|" * (2 + len(extra)) + "---:|" * len(table.sizes)]
     for r in table.rows:
-        lines.append("| " + " | ".join([r.model, r.backend, *accuracy_columns(table, r),
+        lines.append("| " + " | ".join([r.model, r.label, *accuracy_columns(table, r),
                                          *(cell(r, bs) for bs in table.sizes)]) + " |")
     notes = footer(table)
     heatmaps = [f"\n{h}" for h in table.heatmaps]
@@ -242,7 +266,7 @@ def write(table: Table, stem: Path) -> List[Path]:
                          *table.sizes, "noisy"])
         for r in table.rows:
             extra = [r.precision, "" if r.score is None else r.score, "" if r.within is None else r.within]
-            writer.writerow([r.model, r.backend, *(extra if table.accuracy else []),
+            writer.writerow([r.model, r.label, *(extra if table.accuracy else []),
                              *(r.ms.get(bs, "") for bs in table.sizes), " ".join(map(str, sorted(r.noisy)))])
     return [md, csv_path]
 
@@ -261,7 +285,7 @@ def show(table: Table) -> None:
     for bs in table.sizes:
         out.add_column(str(bs), justify="right")
     for r in table.rows:
-        out.add_row(escape(r.model), f"[bold]{r.backend}[/bold]" if r.backend == AUTO else escape(r.backend),
+        out.add_row(escape(r.model), f"[bold]{r.backend}[/bold]" if r.backend == AUTO else escape(r.label),
                     *accuracy_columns(table, r), *(cell(r, bs) for bs in table.sizes))
     console = Console(width=max(100, 24 + 10 * len(table.sizes) + 36 * table.accuracy))
     console.print(out)
@@ -278,15 +302,37 @@ def runs_of_sweep(client, parent_id: str) -> list:
     return sorted(runs, key=lambda r: (int(r.data.tags.get("hydra.job.num", 0)), r.info.start_time))
 
 
-def latest_sweep(client, experiment: str) -> str:
-    """The newest sweep parent run in ``experiment``."""
+def finished_children(client, parent) -> int:
+    """How many of a sweep's jobs finished their run."""
+    return len(client.search_runs([parent.info.experiment_id], f"tags.`{PARENT_TAG}` = '{parent.info.run_id}' and "
+                                  f"attributes.status = 'FINISHED'", max_results=10000))
+
+
+def latest_sweep(client, experiment: str) -> Tuple[str, str]:
+    """The newest sweep parent run in ``experiment`` that did not fail and has a finished job, and one line naming
+    it and the newer sweeps passed over (a sweep whose every job failed, or that stopped before its first, has
+    nothing to report)."""
     exp = experiment_or_fail(client, experiment)
-    found = client.search_runs([exp.experiment_id], f"tags.`{SWEEP_TAG}` = '1'", max_results=1,
-                               order_by=["attributes.start_time DESC"])
-    if not found:
-        raise ConfigError(f"no sweep in experiment {experiment!r}; run one with python -m pipeline -m ..., "
-                          f"or pass --experiment/--runs")
-    return found[0].info.run_id
+    skipped: List[str] = []
+    token = None
+    while True:
+        found = client.search_runs([exp.experiment_id], f"tags.`{SWEEP_TAG}` = '1'", max_results=100,
+                                   order_by=["attributes.start_time DESC"], page_token=token)
+        for parent in found:
+            finished = 0 if parent.info.status == "FAILED" else finished_children(client, parent)
+            name = parent.info.run_name or parent.info.run_id
+            if finished:
+                passed = f"; passed over {len(skipped)} newer one(s), failed or with no finished run: " \
+                         f"{', '.join(skipped)}" if skipped else ""
+                return parent.info.run_id, (f"sweep {parent.info.run_id} ({name}, {finished} finished run(s)) "
+                                            f"in experiment {experiment!r}{passed}")
+            skipped.append(f"{name} ({parent.info.status.lower()}, {finished} finished)")
+        token = found.token
+        if not token:
+            break
+    what = f"; {len(skipped)} failed or have no finished run" if skipped else ""
+    raise ConfigError(f"no sweep with a finished run in experiment {experiment!r}{what}; run one with "
+                      f"python -m pipeline -m ..., or pass --experiment/--runs")
 
 
 def experiment_or_fail(client, name: str):
@@ -308,22 +354,25 @@ def runs_of_experiment(client, name: str) -> list:
     return sorted(newest.values(), key=lambda r: r.data.tags.get("model", ""))
 
 
-def table_of(args: argparse.Namespace) -> Tuple[Table, str]:
-    """The table the arguments ask for, and its label. The store is checked first as strictly as a run
-    checks it, and more: the report never creates or migrates one (``check_store(reading=True)``)."""
+def table_of(args: argparse.Namespace) -> Tuple[Table, str, str]:
+    """The table the arguments ask for, its label, and the line naming the sweep ``--sweep latest`` picked (else
+    empty). The store is checked first as strictly as a run checks it, and more: the report never creates or
+    migrates one (``check_store(reading=True)``)."""
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
     check_store(args.uri, reading=True)
     client = MlflowClient(tracking_uri=args.uri)
+    picked = ""
     try:
         if args.runs:
             runs, label = [client.get_run(r) for r in args.runs], f"runs-{args.runs[0][:8]}"
         elif args.experiment and not args.sweep:
             runs, label = runs_of_experiment(client, args.experiment), args.experiment
         else:
-            sweep = args.sweep if args.sweep not in (None, "latest") else latest_sweep(client,
-                                                                                      args.experiment or "tweakpipe")
+            sweep = args.sweep
+            if sweep in (None, "latest"):
+                sweep, picked = latest_sweep(client, args.experiment or "tweakpipe")
             runs, label = runs_of_sweep(client, sweep), f"sweep-{sweep[:8]}"
     except MlflowException as exc:  # an unknown run id, most often
         raise ConfigError(f"{args.uri}: {one_line(exc)}; list the runs with mlflow ui, or pass --experiment") from None
@@ -331,7 +380,7 @@ def table_of(args: argparse.Namespace) -> Tuple[Table, str]:
     if not table.rows:
         raise ConfigError(f"none of the {len(runs)} run(s) has latency_ms/<backend>/bs<N>[/len<L>] metrics; "
                           f"did their profile stage run?")
-    return table, label
+    return table, label, picked
 
 
 def main(argv: Optional[Sequence[str]] = None, prog: str = "tweakpipe report") -> None:
@@ -349,9 +398,11 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = "tweakpipe report") -
     args = parser.parse_args(argv)
 
     try:
-        table, label = table_of(args)
+        table, label, picked = table_of(args)
     except ConfigError as exc:
         fail(str(exc))
+    if picked:
+        print(f"report of the newest sweep with a finished run: {picked}")
     show(table)
     for path in write(table, (args.out or Path("outputs/reports") / label) / "report"):
         print(f"wrote {path}")

@@ -70,6 +70,7 @@ READS = (2, 3, 4, 5, 6, 7, 8)  # older files are format-8 files without seq or a
 KEYS = ("name", "route", "backends", "state_dict", "inputs", "batch_sizes", "max_batch_size", "versions", "device")
 # The seed of the sample inputs used to build and warm the backends on load.
 SAMPLE_SEED = 0
+IGNORED = "ignored: "  # load_report.artifacts of artifacts not used, before why
 
 PathLike = Union[str, os.PathLike]
 
@@ -332,9 +333,24 @@ def load(path: PathLike, model: nn.Module, device: Optional[Union[str, torch.dev
         model.load_state_dict(payload["state_dict"])
     routed.load_seconds = report.total_s = time.perf_counter() - start
     routed.load_report = report
-    log.info("loaded %s in %.2f s on %s: %s (%s)", path, routed.load_seconds, dev, routed.extra_repr(),
-             report.summary())
+    log.info("%s", load_line(path, dev, routed, report))
+    log.debug("load: where the time went: %s", report.summary())
     return routed
+
+
+def load_line(path: Path, dev: torch.device, routed: RoutedModule, report: compiled.LoadReport) -> str:
+    """The one line a load says: the route, the seconds, and whether the compiled artifacts were used or why not
+    (with the way to trust them, where that is why)."""
+    if report.artifacts == "used":
+        artifacts = "used"
+    elif report.artifacts.startswith(IGNORED):
+        artifacts = f"not used, the backends were rebuilt: {report.artifacts[len(IGNORED):]}"
+    else:
+        artifacts = "none saved with it, the backends were rebuilt"
+    programs = "".join(f"; {name}'s program built ahead of time {why.replace('not used', 'is not used', 1)}, it "
+                       f"was traced" for name, why in report.aot.items())
+    return (f"loaded {path} in {routed.load_seconds:.2f} s on {dev}, route {routed.extra_repr()}; compiled "
+            f"artifacts {artifacts}{programs}")
 
 
 def usable_artifacts(payload: Mapping[str, Any], path: Path, dev: torch.device, trust_compiled: Optional[bool],
@@ -353,8 +369,7 @@ def usable_artifacts(payload: Mapping[str, Any], path: Path, dev: torch.device, 
         if trust_compiled:
             raise compiled.ArtifactsRefused(f"{path}: its compiled artifacts cannot be used: {why}; nothing was "
                                             f"loaded. Load it with trust_compiled=None to rebuild its backends")
-        report.artifacts = f"ignored: {why}"
-        log.info("%s: compiled artifacts ignored, the backends are rebuilt: %s", path, why)
+        report.artifacts = f"{IGNORED}{why}"
     return artifacts
 
 
@@ -375,7 +390,7 @@ def ahead_programs(payload: Mapping[str, Any], artifacts: Optional[compiled.Usab
                 why = str(exc)
         if why:
             report.aot[name] = f"not used: {why}"
-            log.info("%s: %s's program built ahead of time is not used (%s); it is traced", path, name, why)
+            log.debug("%s: %s's program built ahead of time is not used (%s); it is traced", path, name, why)
     return programs
 
 
@@ -421,7 +436,7 @@ def rebuilt(payload: Mapping[str, Any], own: nn.Module, dev: torch.device, path:
                 first = (str(exc).strip().splitlines() or [""])[0][:500]
                 if prebuilt is not None:
                     report.aot[name] = f"not used: its build failed ({type(exc).__name__}: {first})"
-                    log.info("%s: %s's program built ahead of time failed to build (%s: %s); it is traced", path, name,
+                    log.debug("%s: %s's program built ahead of time failed to build (%s: %s); it is traced", path, name,
                              type(exc).__name__, first)
                     continue
                 raise CheckpointError(f"{path}: backend {name!r} could not be rebuilt on {dev} ({type(exc).__name__}: "
