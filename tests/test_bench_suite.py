@@ -1,0 +1,57 @@
+"""bench/suite.py on a CPU (issue 40), so that its GPU call cannot fail for a silly reason: every model's config
+composes and passes the checks, GraphNet's scores follow their definition, and a smoke run writes the summary the
+H200 table reports."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from bench import suite
+from pipeline import inputs as model_inputs
+from pipeline.api import compose_config
+from pipeline.preflight.checks import candidates_of, check_config
+from conftest import ROOT
+
+
+@pytest.mark.parametrize("name", list(suite.SUITE))
+def test_every_models_gpu_config_composes_and_passes_the_checks(name, tmp_path):
+    args = argparse.Namespace(smoke=False, device="cpu", profile="quick", precision="[bf16]", tag="h200", runs=tmp_path)
+    cfg = compose_config(suite.overrides(suite.SUITE[name], args))
+    model_inputs.complete(cfg)
+    check_config(cfg)
+    assert list(cfg.model.batch_sizes) == [1, suite.SUITE[name].batch_size]
+    assert any(c.reference for c in candidates_of(cfg).values())  # the user's own compile competes
+
+
+def test_the_scores_are_graphnets():
+    cells = [(2.0, None), (0.5, None), (math.nan, "crash"), (1.5, "accuracy")]
+    # S(0): a failure counts b = 0.1, a slowdown itself (p = 0), a speed-up itself.
+    assert suite.score(cells) == pytest.approx((2.0 * 0.5 * 0.1 * 0.1) ** 0.25)
+    assert suite.score(cells, p=1.0) == pytest.approx((2.0 * 0.25 * 0.1 * 0.1) ** 0.25)
+    # ES(t) forgives an accuracy failure from t = 1 and a crash from t = 3 (each then counts 1).
+    assert suite.score(cells, forgiving=True) == suite.score(cells)
+    assert suite.score(cells, 1, forgiving=True) == pytest.approx((2.0 * 0.5 * 0.1 * 1.0) ** 0.25)
+    assert suite.score(cells, 3, forgiving=True) == pytest.approx((2.0 * 0.5) ** 0.25)
+    assert math.isnan(suite.score([]))
+
+
+def test_the_smoke_run_writes_the_summary_of_the_h200_table(tmp_path):
+    proc = subprocess.run([sys.executable, "bench/suite.py", "--out", str(tmp_path), "--tag", "cpu", "--device", "cpu",
+                           "--smoke", "--models", "lennard_jones", "--runs", str(tmp_path / "runs")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads((tmp_path / "suite-cpu.json").read_text())
+    summary = result["summary"]
+    assert set(summary) >= {"models", "cells", "worst_auto_over_reference", "geomean_speedup_over_reference", "S0",
+                            "ES0"}
+    assert summary["models"] == 1 and summary["cells"] == 2 and summary["S0"] > 0
+    [row] = result["rows"]
+    assert row["references"] == ["inductor.bf16", "inductor.bf16-weights"]  # on a CPU the run's own inductor plays it
+    assert row["route_reference"]["cells"] and row["load_seconds"] > 0 and row["tune_seconds"] > 0
+    assert result["command"].startswith("python bench/suite.py --out OUT")
