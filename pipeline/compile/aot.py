@@ -137,7 +137,9 @@ def build(backend: Any, sample: Mapping[str, torch.Tensor], largest: int, direct
     module = ByName(backend.module).eval()
     options = {k: v for k, v in backend.inductor_options().items() if k not in NOT_AHEAD}
     path = directory / "program.pt2"
-    with torch.no_grad(), backend.autocast():  # its numerics (TF32) hold while Inductor picks kernels
+    # Its numerics (TF32) hold while Inductor picks kernels; AOTInductor writes its package's metadata into the
+    # process-wide aot_inductor.metadata dict, so it gets a fresh one, and the user's process keeps its own.
+    with torch.no_grad(), backend.autocast(), torch._inductor.config.patch({"aot_inductor.metadata": {}}):
         exported = torch.export.export(module, (inputs,), dynamic_shapes=dims)
         torch._inductor.aoti_compile_and_package(exported, package_path=str(path),
                                                  inductor_configs={**options, **INDUCTOR_CONFIGS})
