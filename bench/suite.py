@@ -165,6 +165,7 @@ def bench_model(name: str, args: argparse.Namespace) -> Dict[str, Any]:
             "route": [r.to_dict() for r in ctx.route], "validation_ok": bool(ctx.validation.get("ok")),
             "route_reference": ctx.route_info.get("reference"),
             "screened_out": sorted(ctx.screened_out), "stage_seconds": ctx.stage_seconds,
+            "outcomes": {n: {"status": o.status, "reason": o.reason[:300]} for n, o in ctx.outcomes.items()},
             "batch_sizes": ctx.batch_sizes, "cells": cells}
 
 
@@ -245,6 +246,8 @@ def write(out: Path, tag: str, meta: Dict[str, Any], rows: List[Dict[str, Any]])
 
 def combine(parts: List[Path], out: Path, tag: str) -> None:
     meta, rows = joined_lanes(parts, list(SUITE), ("device", "torch", "precision", "python", "smoke"))
+    ran = {r["model"] for r in rows if "not_run" not in r}  # a model one lane left for the next is that lane's row
+    rows = [r for r in rows if "not_run" not in r or r["model"] not in ran]
     for row in rows:  # JSON turned the batch-size keys into strings
         if "cells" in row:
             row["cells"] = {int(bs): per for bs, per in row["cells"].items()}
