@@ -5,6 +5,7 @@ from __future__ import annotations
 from pipeline.config import SHIPPED_CONF
 import csv
 import fcntl
+import math
 import os
 import pty
 import sqlite3
@@ -150,11 +151,15 @@ def test_experiments_are_marked_as_model_runs_unless_they_have_a_kind(tmp_path: 
     uri = copy_store(template, tmp_path)
     client = MlflowClient(tracking_uri=uri)
     client.create_experiment("older")  # as an earlier tweakpipe made it
-    client.create_experiment("chosen", tags={"mlflow.experimentKind": "genai_development"})
-    kinds = {name: client.get_experiment(open_experiment(uri, name, StoreGuard(uri))).tags["mlflow.experimentKind"]
-             for name in ("tweakpipe", "older", "chosen")}
-    assert kinds == {"tweakpipe": "custom_model_development", "older": "custom_model_development",
-                     "chosen": "genai_development"}  # a kind the user set is theirs
+    client.create_experiment("chosen", tags={"mlflow.experimentKind": "genai_development",
+                                             "mlflow.experiment.primaryMetric.name": "accuracy"})
+    tags = {name: client.get_experiment(open_experiment(uri, name, StoreGuard(uri))).tags
+            for name in ("tweakpipe", "older", "chosen")}
+    assert {name: t["mlflow.experimentKind"] for name, t in tags.items()} == {
+        "tweakpipe": "custom_model_development", "older": "custom_model_development",
+        "chosen": "genai_development"}  # a kind the user set is theirs
+    assert {name: t["mlflow.experiment.primaryMetric.name"] for name, t in tags.items()} == {
+        "tweakpipe": "speedup_vs_eager/geomean", "older": "speedup_vs_eager/geomean", "chosen": "accuracy"}
 
 
 def test_report_says_why_auto_may_be_above_eager(tmp_path: Path, template: Path) -> None:
@@ -277,6 +282,8 @@ def test_each_run_logs_its_routed_model_with_its_metrics_and_artifacts(routed_ru
         assert on_model[f"latency_ms/auto/bs{bs}"] == pytest.approx(auto)
         assert on_model[f"speedup_vs_eager/bs{bs}"] == pytest.approx(medians["eager"][bs] / auto)
         assert on_model[f"speedup_vs_best_single/bs{bs}"] == pytest.approx(medians[best][bs] / auto)
+    speedups = [medians["eager"][bs] / medians["inductor"][bs] for bs in (1, 3, 8)]
+    assert on_model["speedup_vs_eager/geomean"] == pytest.approx(math.prod(speedups) ** (1 / 3))
     assert on_model["tune_s"] > 0 and on_model["load_s"] == pytest.approx(ctx.validation["reload"]["total_s"])
     run_metrics = found.data.metrics  # the compare view's figures: the routed model's beside each backend's
     assert {k: run_metrics[k] for k in on_model} == on_model and "latency_ms/inductor/bs8" in run_metrics

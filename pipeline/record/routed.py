@@ -8,11 +8,14 @@ model a run ships. Per tuned cell (``bs<N>``, or ``bs<N>/len<L>`` where lengths 
 - ``speedup_vs_best_single/<cell>``: the median of the one backend ``route=highest_throughput`` would deploy for every
   cell, over it: what routing per cell gains over deploying the single best backend (1.0 where the route is that).
 
-and, where validate reloaded the checkpoint, ``load_s``: how long that load took (``pipeline.load``'s report).
+``speedup_vs_eager/geomean`` and ``speedup_vs_best_single/geomean``: the geometric mean over the cells, one figure per
+run whatever its cells (the experiment's primary metric, ``pipeline.record.store.PRIMARY_METRIC``); and, where
+validate reloaded the checkpoint, ``load_s``: how long that load took (``pipeline.load``'s report).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Dict, Optional
 
 from omegaconf import OmegaConf
@@ -56,6 +59,10 @@ def routed_metrics(ctx: RunContext) -> Dict[str, float]:
         for figure, other in (("speedup_vs_eager", eager), ("speedup_vs_best_single", single)):
             if key in medians.get(other, {}):
                 metrics[f"{figure}/{cell}"] = medians[other][key] / ms
+    for figure in ("speedup_vs_eager", "speedup_vs_best_single"):  # one figure per run, whatever its cells
+        ratios = [v for k, v in metrics.items() if k.startswith(figure + "/")]
+        if ratios:
+            metrics[f"{figure}/geomean"] = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
     if "reload" in ctx.validation:
         metrics["load_s"] = float(ctx.validation["reload"]["total_s"])
     return metrics
