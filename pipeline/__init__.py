@@ -1,12 +1,14 @@
 """tweakpipe: tune a PyTorch model for inference by routing each batch size to its fastest backend.
 
-``tune``, ``save`` and ``load`` are imported on first use, so ``import pipeline`` stays light
-(no torch, Hydra or MLflow until they are needed); ``dir(pipeline)`` lists them.
+``tune``, ``save``, ``load`` and ``load_logged_model`` (a routed model a run logged to MLflow) are imported on
+first use, so ``import pipeline`` stays light (no torch, Hydra or MLflow until they are needed); ``dir(pipeline)``
+lists them.
 """
 
 import importlib as _importlib
 
-_LAZY = {"tune": "pipeline.api", "save": "pipeline.route.checkpoint", "load": "pipeline.api"}
+_LAZY = {"tune": "pipeline.api", "save": "pipeline.route.checkpoint", "load": "pipeline.api",
+         "load_logged_model": "pipeline.record.logged_model"}
 
 __all__ = sorted(_LAZY)
 

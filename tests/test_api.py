@@ -106,7 +106,7 @@ def test_import_pipeline_stays_light():
     code = "import sys, pipeline; assert not {'torch', 'hydra', 'mlflow'} & set(sys.modules); print(pipeline.__all__)"
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "['load', 'save', 'tune']"
+    assert proc.stdout.strip() == "['load', 'load_logged_model', 'save', 'tune']"
 
 
 def test_tuned_module_rejects_shapes_it_was_not_tuned_for(tmp_path):

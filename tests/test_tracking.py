@@ -5,6 +5,7 @@ from __future__ import annotations
 from pipeline.config import SHIPPED_CONF
 import csv
 import fcntl
+import math
 import os
 import pty
 import sqlite3
@@ -15,7 +16,11 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 from mlflow.tracking import MlflowClient
+
+import pipeline
+from conftest import TINY, tweakpipe_home
 
 from mlflow_helpers import ROOT, SWEEP, artifact_names, clean_env, copy_store, init_store, mlflow_server, \
     run_pipeline, sweep_runs
@@ -27,6 +32,11 @@ from pipeline.record.recorder import Recorder
 from pipeline.record.tracker import MlflowTracker
 from pipeline.route.policy import Range
 from pipeline.record.store import StoreGuard, open_experiment
+from pipeline.api import compose_config
+from pipeline.compile import cache as compile_cache
+from pipeline.errors import ConfigError
+from pipeline.models import MLP
+from pipeline.runner import run
 
 JOB_ARTIFACTS = {"capture.json", "config.yaml", "latency.png", "profile.csv", "route.json", "validation.json"}
 
@@ -136,11 +146,12 @@ def test_report_marks_noisy_cells_and_routes_that_rest_on_them(tmp_path: Path, t
     for name, bs, ms, noise in [("eager", 1, 1.0, "p10-p90 spread is 90% of the median (limit 20%)"),
                                 ("eager", 8, 4.0, ""), ("inductor", 1, 2.0, ""), ("inductor", 8, 3.0, "x")]:
         tracker.log_metrics(Recorder.cell_metrics(name, bs, Measurement(samples_ms=[ms] * 10, noise=noise)))
+    tracker.log_metrics({"latency_ms/auto/bs1": 1.0, "latency_ms/auto/bs8": 4.0})  # the routed model's, as runs log
     tracker.finish("FINISHED")
     table = report.build([MlflowClient(tracking_uri=uri).get_run(tracker.run_id)])
     md = report.markdown(table)
     assert "| mlp | eager | 1.00* | 4.00 |" in md and "| mlp | inductor | 2.00 | 3.00* |" in md
-    assert "| mlp | auto | 1.00* | 4.00 |" in md  # served by eager's noisy cell at 1
+    assert md.count("| mlp | auto |") == 1 and "| mlp | auto | 1.00* | 4.00 |" in md  # eager's noisy cell serves 1
     assert report.LEGEND in md and "mlp: the route rests on noisy cells (eager bs=1)" in md
     _, csv_path = report.write(table, tmp_path / "out" / "report")
     assert list(csv.reader(csv_path.open()))[1] == ["mlp", "eager", "1.0", "4.0", "1"]
@@ -150,11 +161,15 @@ def test_experiments_are_marked_as_model_runs_unless_they_have_a_kind(tmp_path: 
     uri = copy_store(template, tmp_path)
     client = MlflowClient(tracking_uri=uri)
     client.create_experiment("older")  # as an earlier tweakpipe made it
-    client.create_experiment("chosen", tags={"mlflow.experimentKind": "genai_development"})
-    kinds = {name: client.get_experiment(open_experiment(uri, name, StoreGuard(uri))).tags["mlflow.experimentKind"]
-             for name in ("tweakpipe", "older", "chosen")}
-    assert kinds == {"tweakpipe": "custom_model_development", "older": "custom_model_development",
-                     "chosen": "genai_development"}  # a kind the user set is theirs
+    client.create_experiment("chosen", tags={"mlflow.experimentKind": "genai_development",
+                                             "mlflow.experiment.primaryMetric.name": "accuracy"})
+    tags = {name: client.get_experiment(open_experiment(uri, name, StoreGuard(uri))).tags
+            for name in ("tweakpipe", "older", "chosen")}
+    assert {name: t["mlflow.experimentKind"] for name, t in tags.items()} == {
+        "tweakpipe": "custom_model_development", "older": "custom_model_development",
+        "chosen": "genai_development"}  # a kind the user set is theirs
+    assert {name: t["mlflow.experiment.primaryMetric.name"] for name, t in tags.items()} == {
+        "tweakpipe": "speedup_vs_eager/geomean", "older": "speedup_vs_eager/geomean", "chosen": "accuracy"}
 
 
 def test_report_says_why_auto_may_be_above_eager(tmp_path: Path, template: Path) -> None:
@@ -235,6 +250,80 @@ def test_progress_shows_in_a_terminal_only_outside_ci(ci: str) -> None:
     assert (b"beta" in out) == (ci == "")
     piped = subprocess.run([sys.executable, "-c", code], capture_output=True, env=env, cwd=ROOT, timeout=30)
     assert piped.stdout == b"" and piped.returncode == 0
+
+
+# ---- the routed model as an MLflow logged model ---------------------------------------------------------
+
+# A real Inductor route of the tiny MLP (its compiled artifacts beside the checkpoint), tracked to SQLite.
+ROUTED = [*TINY, "backends=[eager,inductor]", "route=one_backend", "route.backend=inductor", "route.aot=false",
+          "tracking=sqlite"]
+MODEL_FILES = {"MLmodel", "model.tweak", "model.tweak.compiled"}
+
+
+@pytest.fixture(scope="module")
+def routed_run(tmp_path_factory: pytest.TempPathFactory, template: Path):
+    """One CPU run whose route serves every size with Inductor, signed with the key of its own TWEAKPIPE_HOME;
+    ``(ctx, uri, home, the MLflow run, its logged model)``."""
+    folder = tmp_path_factory.mktemp("logged")
+    uri, home = copy_store(template, folder), folder / "home"
+    with tweakpipe_home(home):
+        ctx = run(compose_config([*ROUTED, f"tracking.uri={uri}", f"compile_cache.dir={folder / 'cache'}"]),
+                  folder / "run")
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.get_experiment_by_name("tweakpipe").experiment_id
+    (logged,) = client.search_logged_models([experiment])
+    (found,) = client.search_runs([experiment])
+    return ctx, uri, home, found, logged
+
+
+def test_each_run_logs_its_routed_model_with_its_metrics_and_artifacts(routed_run) -> None:
+    ctx, uri, _, found, logged = routed_run
+    client = MlflowClient(tracking_uri=uri)
+    assert logged.status == "READY" and logged.source_run_id == found.info.run_id
+    assert logged.model_type == "tweakpipe-routed" and logged.params["route"] == "1-inf:inductor"
+    assert [o.model_id for o in client.get_run(found.info.run_id).outputs.model_outputs] == [logged.model_id]
+    assert {a.path for a in client.list_logged_model_artifacts(logged.model_id)} == MODEL_FILES  # no pickled code
+    on_model = {m.key: m.value for m in logged.metrics}
+    medians = ctx.medians()
+    peak = {b: max(bs / ms for bs, ms in per.items()) for b, per in medians.items()}  # samples per ms at its best size
+    best = max(("eager", "inductor"), key=peak.get)  # the one backend route=highest_throughput would deploy
+    for bs in (1, 3, 8):
+        auto = medians["inductor"][bs]  # the route's backend serves every size
+        assert on_model[f"latency_ms/auto/bs{bs}"] == pytest.approx(auto)
+        assert on_model[f"speedup_vs_eager/bs{bs}"] == pytest.approx(medians["eager"][bs] / auto)
+        assert on_model[f"speedup_vs_best_single/bs{bs}"] == pytest.approx(medians[best][bs] / auto)
+    speedups = [medians["eager"][bs] / medians["inductor"][bs] for bs in (1, 3, 8)]
+    assert on_model["speedup_vs_eager/geomean"] == pytest.approx(math.prod(speedups) ** (1 / 3))
+    assert on_model["tune_s"] > 0 and on_model["load_s"] == pytest.approx(ctx.validation["reload"]["total_s"])
+    run_metrics = found.data.metrics  # the compare view's figures: the routed model's beside each backend's
+    assert {k: run_metrics[k] for k in on_model} == on_model and "latency_ms/inductor/bs8" in run_metrics
+    assert {"cells.jsonl", "run.json", "model.tweak", "model.tweak.compiled"} <= set(artifact_names(uri, found.info.run_id))
+
+
+def test_a_logged_model_loads_back_with_its_compiled_artifacts(routed_run, tmp_path: Path, monkeypatch) -> None:
+    ctx, uri, home, _, logged = routed_run
+    monkeypatch.setenv("TWEAKPIPE_HOME", str(home))  # the user who tuned it: the artifacts carry their signature
+    with compile_cache.active({"dir": str(tmp_path / "empty_cache"), "enabled": True}):
+        served = pipeline.load_logged_model(f"models:/{logged.model_id}", MLP(width=16, depth=2).eval(),
+                                            tracking_uri=uri, download_to=tmp_path / "model")
+    assert served.load_report.artifacts == "used" and served.load_report.backends["inductor"].cache_misses == 0
+    assert {p.name for p in (tmp_path / "model").iterdir()} == {"model.tweak", "model.tweak.compiled"}
+    for bs in (1, 3, 8, 9):
+        x = torch.randn(bs, 16)
+        assert torch.equal(served(x), ctx.routed(x)), bs
+
+
+def test_a_logged_model_keeps_the_trust_rules_of_a_file(routed_run, tmp_path: Path, monkeypatch) -> None:
+    """Another user (another key) gets the same model, rebuilt, unless they trust its compiled artifacts."""
+    ctx, uri, _, _, logged = routed_run
+    monkeypatch.setenv("TWEAKPIPE_HOME", str(tmp_path / "other_user"))
+    with compile_cache.active({"dir": str(tmp_path / "empty_cache"), "enabled": True}):
+        served = pipeline.load_logged_model(logged.model_id, MLP(width=16, depth=2).eval(), tracking_uri=uri)
+    assert served.load_report.artifacts.startswith("ignored") and "signed" in served.load_report.artifacts
+    x = torch.randn(3, 16)
+    assert torch.allclose(served(x), ctx.routed(x))
+    with pytest.raises(ConfigError, match=r"model_id=m-nope: .* holds no logged model of that id"):
+        pipeline.load_logged_model("m-nope", MLP(width=16, depth=2).eval(), tracking_uri=uri)
 
 
 # ---- slow: sweeps in subprocesses -------------------------------------------------------------

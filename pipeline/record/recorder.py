@@ -27,6 +27,7 @@ from typing import Any, Dict, Iterator, Mapping, Optional, Tuple
 
 from omegaconf import DictConfig, OmegaConf
 
+from pipeline.compile import artifacts as compiled
 from pipeline.compile import cache as compile_cache
 from pipeline.disks import write_atomic
 from pipeline.errors import ConfigError
@@ -242,16 +243,10 @@ class Recorder:
                                            for c in ctx.route_info["noisy_cells"]),
         })
         if ctx.routed is not None:  # else refused (route.require_confident): route.json says why, nothing ships
-            if ctx.lengths:  # the table (pipeline.route.table); the report's 1-D route_json stays away
-                from pipeline.route.table import describe
-
-                self.tracker.set_tags({"route": describe(ctx.route),
-                                       "route_table_json": json.dumps([t.to_dict() for t in ctx.route])})
-            else:
-                self.tracker.set_tags({
-                    "route": "; ".join(f"{r.lo}-{r.hi or 'inf'}:{r.backend}" for r in ctx.route),
-                    "route_json": json.dumps([r.to_dict() for r in ctx.route]),
-                })
+            # the table (pipeline.route.table) has its own tag: the report's 1-D route_json stays away
+            self.tracker.set_tags({"route": route_text(ctx),
+                                   ("route_table_json" if ctx.lengths else "route_json"):
+                                       json.dumps([r.to_dict() for r in ctx.route])})
             write_atomic(self.run_dir / "route.json", json.dumps(ctx.route_info, indent=2))  # kept if the save fails
             ctx.checkpoint_path = checkpoint.save(ctx.routed, self.run_dir / self.cfg.route.checkpoint_name,
                                                   aot=self.cfg.route.aot)
@@ -262,8 +257,9 @@ class Recorder:
         self.tracker.log_artifact(write_atomic(self.run_dir / "route.json", json.dumps(ctx.route_info, indent=2)))
         if ctx.routed is None:
             return
-        if self.cfg.tracking.log_checkpoint:
+        if self.cfg.tracking.log_checkpoint:  # and its compiled artifacts, so a copy taken from the run compiles nothing
             self.tracker.log_artifact(ctx.checkpoint_path)
+            self.tracker.log_artifact(compiled.path_for(ctx.checkpoint_path))
         self.plot(ctx)
 
     @staticmethod
@@ -308,11 +304,22 @@ class Recorder:
 
     def tuned(self, ctx: RunContext, tune_s: float) -> None:
         """The run's own cost: ``tune_s`` (from the first build to the end of its last stage), each stage's and
-        each candidate's account, in ``cost.json`` and MLflow."""
+        each candidate's account, in ``cost.json`` and MLflow; and the routed model's figures
+        (``pipeline.record.routed``) on the run and, with ``tracking.log_checkpoint``, on the routed model logged as
+        an MLflow model (``pipeline.record.logged_model``)."""
+        from pipeline.record.logged_model import routed_files
+        from pipeline.record.routed import routed_metrics
+
         path = write_atomic(self.run_dir / "cost.json", json.dumps(
             {"tune_s": tune_s, "stage_s": ctx.stage_seconds,
              "candidates": {n: o.cost.to_dict() for n, o in ctx.outcomes.items()}}, indent=2))
-        self.tracker.log_metrics({"tune_s": tune_s})
+        metrics = {"tune_s": tune_s, **routed_metrics(ctx)}
+        if ctx.checkpoint_path is not None and self.cfg.tracking.log_checkpoint:
+            params = {"model": self.cfg.model.name, "device": str(ctx.device), "route.strategy": self.cfg.route.strategy,
+                      "route": route_text(ctx)}
+            self.tracker.log_model(routed_files(self.cfg.model.name, ctx.checkpoint_path, metrics, params))
+        else:
+            self.tracker.log_metrics(metrics)
         self.tracker.log_artifact(path)
 
     def finish(self, status: str) -> None:
@@ -320,9 +327,18 @@ class Recorder:
         if self.record:
             self.record["status"] = status
             write_atomic(self.run_dir / RECORD_FILE, json.dumps(self.record, indent=1))
-        for path in sorted(self.run_dir.glob("*.log")):
-            self.tracker.log_artifact(path)
+        for path in [*sorted(self.run_dir.glob("*.log")), self.run_dir / "cells.jsonl", self.run_dir / RECORD_FILE]:
+            self.tracker.log_artifact(path)  # cells.jsonl: every raw window, which a resumed run starts from
         self.tracker.finish(status)
+
+
+def route_text(ctx: RunContext) -> str:
+    """The route in one line: ``1-3:eager; 4-inf:inductor``, or the table's tiles where lengths are tuned."""
+    if ctx.lengths:
+        from pipeline.route.table import describe
+
+        return describe(ctx.route)
+    return "; ".join(f"{r.lo}-{r.hi or 'inf'}:{r.backend}" for r in ctx.route)
 
 
 def cells_of(profile: Mapping[str, Mapping[Key, Measurement]]) -> Iterator[Tuple[str, Key, Measurement]]:

@@ -1,17 +1,17 @@
 """``tweakpipe report``: the seed-style latency table, built from MLflow.
 
 Rows are model x backend plus the routed ``auto``; columns are batch sizes; cells are median latency in ms, marked
-``*`` where the profile flagged the cell noisy (``noisy/<backend>/bs<N>``). ``auto`` is a measured
-``latency_ms/auto/bs<N>`` where a run logged one, otherwise the latency of the backend the route picked at that
-size; the row after it is auto's speed-up over the reference peer, the user's own ``torch.compile``
-(``speedup_vs_compile/bs<N>``), where the run timed one; a note under the table names each run whose route rests on noisy cells (tag ``route.rests_on_noisy``), and
-each whose routed median is above eager's (within both cells' intervals, where the router keeps the owner). A
-candidate the screen dropped is a row marked ``(screened out)`` holding the screen's medians
-(``screen_ms/<backend>/bs<N>``), with why under the table. A run that tuned lengths
-(``latency_ms/<backend>/bs<N>/len<L>``) gives a row per backend and length, and its heatmap follows the table: the
-backend serving each (batch size, length) and its speed-up over eager. The runs come from a sweep (its parent run),
-an experiment (the newest run of each model) or a list of run ids. The table is printed and written as Markdown and
-CSV::
+``*`` where the profile flagged the cell noisy (``noisy/<backend>/bs<N>``). ``auto`` is the latency of the backend
+the route picked at that size (a run logs it too, as ``latency_ms/auto/bs<N>``: ``pipeline.record.routed``), or a
+logged ``latency_ms/auto/bs<N>`` where a run has no route; the row after it is auto's speed-up over the reference
+peer, the user's own ``torch.compile`` (``speedup_vs_compile/bs<N>``), where the run timed one; a note under the
+table names each run whose route rests on noisy cells (tag ``route.rests_on_noisy``), and each whose routed median
+is above eager's (within both cells' intervals, where the router keeps the owner). A candidate the screen dropped is
+a row marked ``(screened out)`` holding the screen's medians (``screen_ms/<backend>/bs<N>``), with why under the
+table. A run that tuned lengths (``latency_ms/<backend>/bs<N>/len<L>``) gives a row per backend and length, and its
+heatmap follows the table: the backend serving each (batch size, length) and its speed-up over eager. The runs come
+from a sweep (its parent run), an experiment (the newest run of each model) or a list of run ids. The table is
+printed and written as Markdown and CSV::
 
     tweakpipe report                                  # the newest sweep in outputs/mlflow.db with a finished run
     tweakpipe report --sweep <parent run id> --out outputs/reports/seed
@@ -121,7 +121,7 @@ def length_rows(run, label: str, table: Table) -> Set[int]:
     text = run.data.tags.get("route_table_json")
     tiles = [Tile(**t) for t in json.loads(text)] if text else None
     order = [b for b in run.data.tags.get("backends", "").split(",") if b in lat]
-    order += sorted(b for b in lat if b not in order)
+    order += sorted(b for b in lat if b not in order and b != AUTO)
     lengths = sorted({n for per in lat.values() for _, n in per})
     for n in lengths:
         for backend in order:
@@ -151,11 +151,9 @@ def route_of(run) -> Optional[List[Range]]:
 
 
 def auto_row(lat: Dict[str, Dict[int, float]], route: Optional[List[Range]]) -> Dict[int, float]:
-    """Measured auto latencies where logged, else the routed backend's latency at each size."""
-    if AUTO in lat:
-        return dict(lat[AUTO])
+    """The routed backend's latency at each size, else (a run without a route) the logged auto latencies."""
     if not route:
-        return {}
+        return dict(lat.get(AUTO, {}))
     sizes = sorted({bs for per in lat.values() for bs in per})
     return {bs: lat[backend_for(route, bs)][bs] for bs in sizes if bs in lat.get(backend_for(route, bs), {})}
 
@@ -212,13 +210,13 @@ def build(runs: Sequence, accuracy: bool = False) -> Table:
         route = route_of(run)
         auto = auto_row(lat, route)
         if auto:
-            served = {bs: backend_for(route, bs) for bs in auto} if route and AUTO not in lat else {}
+            served = {bs: backend_for(route, bs) for bs in auto} if route else {}
             table.rows.append(Row(label, AUTO, auto, {bs for bs, b in served.items() if bs in noisy.get(b, ())}))
         versus = {int(m["bs"]): v for key, v in run.data.metrics.items() if (m := VERSUS.match(key))}
         if versus:
             table.rows.append(Row(label, VERSUS_ROW, versus))
         above = [bs for bs in sorted(auto) if auto[bs] > lat.get(EAGER, {}).get(bs, math.inf)]
-        if above and AUTO not in lat and run.data.params.get("route.strategy") == "router":
+        if above and route and run.data.params.get("route.strategy") == "router":
             table.notes.append(f"{label}: auto is above {EAGER} at bs {', '.join(map(str, above))}: {WITHIN_NOISE}")
         if run.data.tags.get("route.rests_on_noisy") == "true":
             table.notes.append(f"{label}: the route rests on noisy cells ({run.data.tags.get('route.noisy_cells', '')})")

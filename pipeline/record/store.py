@@ -37,6 +37,10 @@ SERVER_HINT = ("many processes writing one SQLite file: run a tracking server in
                "  python -m pipeline -m tracking=server tracking.uri=http://HOST:5000 ...   (conf/tracking/server.yaml)")
 # MLflow's experiment-kind tag: tweakpipe's runs are model runs to compare, not GenAI traces.
 EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
+# The experiment's primary metric (MLflow's tags; the UI's charts always include it): the routed model's speed-up over
+# eager, one figure per run whatever its batch sizes (pipeline.record.routed). A primary metric already set is left.
+PRIMARY_METRIC = {"mlflow.experiment.primaryMetric.name": "speedup_vs_eager/geomean",
+                  "mlflow.experiment.primaryMetric.greaterIsBetter": "true"}
 # Tables every MLflow SQLite store has; a database with tables but not these belongs to something else.
 MLFLOW_TABLES = {"alembic_version", "experiments", "runs"}
 # A probe of the server waits this long; MLflow's own client retries a dead server for minutes.
@@ -285,8 +289,14 @@ class StoreGuard:
                 delay = min(delay * 2, 5.0)
 
 
+def experiment_tags() -> Dict[str, str]:
+    """The tags of an experiment tweakpipe creates: its kind and its primary metric."""
+    return {EXPERIMENT_KIND[0]: EXPERIMENT_KIND[1], **PRIMARY_METRIC}
+
+
 def open_experiment(uri: str, name: str, guard: StoreGuard) -> str:
-    """The experiment's id, created if missing, marked with :data:`EXPERIMENT_KIND` unless it has a kind.
+    """The experiment's id, created if missing, marked with :data:`EXPERIMENT_KIND` unless it has a kind and with
+    :data:`PRIMARY_METRIC` unless it has one.
 
     A SQLite store keeps its artifacts beside the database (``<db dir>/mlartifacts``) instead of
     MLflow's default ``./mlruns`` under whatever directory the job started in.
@@ -305,12 +315,15 @@ def open_experiment(uri: str, name: str, guard: StoreGuard) -> str:
         client = MlflowClient(tracking_uri=uri)
         found = client.get_experiment_by_name(name)
         if found is not None:
-            if EXPERIMENT_KIND[0] not in found.tags:  # made by an earlier tweakpipe, or by hand
-                client.set_experiment_tag(found.experiment_id, *EXPERIMENT_KIND)
+            missing = {} if EXPERIMENT_KIND[0] in found.tags else dict([EXPERIMENT_KIND])  # an earlier tweakpipe's,
+            if next(iter(PRIMARY_METRIC)) not in found.tags:  # or one made by hand
+                missing.update(PRIMARY_METRIC)
+            for key, value in missing.items():
+                client.set_experiment_tag(found.experiment_id, key, value)
             return found.experiment_id
         location = (db.parent.resolve() / "mlartifacts").as_uri() if db is not None else None
         try:
-            return client.create_experiment(name, artifact_location=location, tags=dict([EXPERIMENT_KIND]))
+            return client.create_experiment(name, artifact_location=location, tags=experiment_tags())
         except MlflowException:  # created meanwhile by another process sharing a server
             found = client.get_experiment_by_name(name)
             if found is None:

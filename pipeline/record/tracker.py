@@ -19,9 +19,12 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, TypeVar
 
 from pipeline.record.store import StoreGuard, StoreLocked, mark_orphans_killed, open_experiment, process_tags
+
+if TYPE_CHECKING:
+    from pipeline.record.logged_model import LoggedFiles
 
 log = logging.getLogger(__name__)
 
@@ -110,9 +113,11 @@ class NullTracker:
 
     def start(self, name: str, params: Mapping[str, Any], tags: Mapping[str, str],
               resume_id: Optional[str] = None) -> None: ...
-    def log_metrics(self, metrics: Mapping[str, float]) -> None: ...
+    def log_metrics(self, metrics: Mapping[str, float], model_id: Optional[str] = None) -> None: ...
     def set_tags(self, tags: Mapping[str, str]) -> None: ...
     def log_artifact(self, path: Path) -> None: ...
+    def log_model(self, model: LoggedFiles) -> Optional[str]:
+        return None
     def finish(self, status: str) -> None: ...
 
 
@@ -196,11 +201,12 @@ class MlflowTracker(NullTracker):
             return False
         return True
 
-    def log_metrics(self, metrics: Mapping[str, float]) -> None:
+    def log_metrics(self, metrics: Mapping[str, float], model_id: Optional[str] = None) -> None:
+        """Metrics of the run; with ``model_id``, of that logged model too (one write puts them on both)."""
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        batch = [Metric(k, float(v), now, 0) for k, v in metrics.items() if v == v]  # NaN says nothing
+        batch = [Metric(k, float(v), now, 0, model_id=model_id) for k, v in metrics.items() if v == v]  # NaN says nothing
         for chunk in chunks(batch, MAX_METRICS):
             self.write(self.client.log_batch, self.run_id, metrics=chunk)
 
@@ -213,6 +219,31 @@ class MlflowTracker(NullTracker):
     def log_artifact(self, path: Path) -> None:
         if path.exists():
             self.write(self.client.log_artifact, self.run_id, str(path))
+
+    def log_model(self, model: LoggedFiles) -> Optional[str]:
+        """``model`` as an MLflow logged model of this run (the run's output, in the experiment's Models tab), its
+        metrics on the model and the run; its files and an ``MLmodel`` file (metadata, no code) as its artifacts.
+        READY once they are uploaded, FAILED where the upload failed. Returns its id (None where MLflow is lost)."""
+        from mlflow.entities import LoggedModelOutput
+
+        if self.run_id is None:
+            return None
+        logged = self.write(self.client.create_logged_model, self.experiment_id, name=model.name,
+                            source_run_id=self.run_id, tags=dict(model.tags), params=dict(model.params),
+                            model_type=model.model_type)
+        if logged is None:
+            return None
+        model_id = logged.model_id
+        self.write(self.client.log_outputs, self.run_id, [LoggedModelOutput(model_id, step=0)])
+        self.log_metrics(model.metrics, model_id=model_id)
+        try:
+            with model.staged(logged) as folder:
+                self.write(self.client.log_model_artifacts, model_id, str(folder))
+        except BaseException:
+            self.write(self.client.finalize_logged_model, model_id, "FAILED")
+            raise
+        self.write(self.client.finalize_logged_model, model_id, "READY")
+        return model_id
 
     def finish(self, status: str) -> None:
         """One write of the run's status; retried while the store is locked, and safe to repeat. After the
