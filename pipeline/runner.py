@@ -35,6 +35,7 @@ from pipeline.errors import ConfigError
 from pipeline.config.schema import Config
 from pipeline.context import Earlier, RunContext
 from pipeline.compile.cost import Stopwatch
+from pipeline.measure import contention
 from pipeline.measure.references import eager_problem
 from pipeline.record import fingerprint
 from pipeline import progress
@@ -168,6 +169,15 @@ def console_log() -> Iterator[None]:
         yield
 
 
+def first_look(cfg: DictConfig) -> contention.Start:
+    """The host before a run that profiles (``pipeline.measure.contention``): the threads it runs with and its line
+    where the host is busy; it raises the one-line error under ``profile.on_busy=fail``. A run that does not
+    profile keeps its threads and says nothing."""
+    if "profile" not in cfg.stages:
+        return contention.Start(cfg.threads, "", "")
+    return contention.start(contention.read_host(), cfg.profile.on_busy, cfg.threads, torch.get_num_threads())
+
+
 def run(cfg: DictConfig, run_dir: Path, model: Optional[torch.nn.Module] = None, resume: bool = False,
         examples: Optional[Dict[str, torch.Tensor]] = None) -> RunContext:
     """Prepare and check (``pipeline.preflight.prepare``), then run every configured stage, recording each one's
@@ -178,6 +188,8 @@ def run(cfg: DictConfig, run_dir: Path, model: Optional[torch.nn.Module] = None,
     leaves out are derived first (``pipeline.inputs``).
     """
     prepared = prepare(cfg, run_dir, examples)
+    host = first_look(cfg)
+    cfg.threads = host.threads
     run_dir.mkdir(parents=True, exist_ok=True)
     with claimed(run_dir), run_log(run_dir), stops.stoppable() as stop, devices.cpu_threads(cfg.threads) as threads, \
             compile_cache.active(OmegaConf.to_container(cfg.compile_cache, resolve=True)):
@@ -185,6 +197,10 @@ def run(cfg: DictConfig, run_dir: Path, model: Optional[torch.nn.Module] = None,
         tuning = Stopwatch()
         status, stage, recorder = "FAILED", "setup", None
         try:
+            if host.busy:
+                log.warning(host.busy)
+            if host.note:
+                log.info(host.note)
             for line in advice(cfg):
                 log.warning(line)
             ctx = build_context(cfg, run_dir, prepared, model, earlier_results(run_dir) if resume else None)

@@ -117,6 +117,13 @@ class ProfileConfig:
     screen: bool = True
     screen_margin: float = 1.5
     screen_budget_ms: float = 200.0
+    # A busy host (other runnable tasks on the cores, a calibration kernel slower than its quiet time:
+    # pipeline/measure/contention.py) is named in one line at the top of the run and read again around every
+    # measured cell. warn: cells measured on it are marked contended (profile.csv), and settle no screen and no
+    # choice of the route; wait: before each cell, wait for a quiet host (at most on_busy_wait_s, a log line every
+    # 10 s), then measure; fail: stop with a one-line error naming what was seen.
+    on_busy: str = "warn"
+    on_busy_wait_s: float = 300.0
 
 
 @dataclass

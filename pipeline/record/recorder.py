@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 
 COLUMNS = ["backend", "batch_size", "median_ms", "ci_lo_ms", "ci_hi_ms", "p10_ms", "p90_ms", "samples",
            "first_call_ms", "warmup_calls", "passes", "repeats", "windows_used", "device_ms", "throughput_per_s",
-           "noisy", "noise"]
+           "noisy", "noise", "contended", "contention"]
 RUN_FILE = "mlflow_run.json"  # the MLflow run this directory logs to, so a resumed run continues it
 RECORD_FILE = "run.json"  # what the run measures (pipeline.record.fingerprint), the stages it finished, its status
 # What the recorder appends to; a fresh run in a reused directory starts them anew.
@@ -163,13 +163,14 @@ class Recorder:
 
     @staticmethod
     def cell_metrics(name: str, key: Key, m: Measurement) -> Dict[str, float]:
-        """The median, its interval, throughput and the noisy flag (1.0 or 0.0), which the report marks; named
+        """The median, its interval, throughput, the noisy flag (1.0 or 0.0), which the report marks, and the
+        contended flag (measured on a busy host); named
         ``<figure>/<backend>/bs<N>``, and ``.../bs<N>/len<L>`` where lengths are tuned."""
         lo, hi, cell = *m.interval, metric_suffix(key)
         bs = key if isinstance(key, int) else key[0]
         return {f"latency_ms/{name}/{cell}": m.median, f"latency_lo_ms/{name}/{cell}": lo,
                 f"latency_hi_ms/{name}/{cell}": hi, f"throughput/{name}/{cell}": samples_per_second(bs, m.median),
-                f"noisy/{name}/{cell}": float(m.noisy)}
+                f"noisy/{name}/{cell}": float(m.noisy), f"contended/{name}/{cell}": float(m.contended)}
 
     def stage_ended(self, stage: str, ctx: RunContext) -> None:
         """Whatever ``stage`` put on the context, finished or not (a failing stage's partial results too)."""
@@ -236,6 +237,7 @@ class Recorder:
 
         self.tracker.set_tags({
             "route.rests_on_noisy": str(ctx.route_info["rests_on_noisy"]).lower(),
+            "route.settled": str(ctx.route_info["settled"]).lower(),
             "route.noisy_cells": ", ".join(f"{c['backend']} bs={c['batch_size']}"
                                            + (f" len={c['seq_len']}" if "seq_len" in c else "")
                                            for c in ctx.route_info["noisy_cells"]),
