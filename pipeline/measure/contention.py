@@ -42,6 +42,9 @@ SNAPSHOTS = 5  # runnable-task snapshots per reading, one before each calibratio
 ROUND_CPU_S = 0.004
 WAIT_LOG_S = 10.0  # under on_busy=wait, a log line this often
 WAIT_POLL_S = 1.0  # and a new reading this often
+# A reading after one cell this recent stands for the next cell's reading before it: nothing but building that
+# cell's inputs ran in between, and each reading costs tens of milliseconds of a core.
+FRESH_S = 1.0
 PROC_STAT = Path("/proc/stat")
 OWN_TASKS = Path("/proc/self/task")
 CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
@@ -105,8 +108,9 @@ def start(reading: Reading, on_busy: str, threads: Optional[int], default_thread
     """
     asked = threads if threads is not None else default_threads
     verdict = judge(reading, asked)
-    chosen = threads if threads is not None or verdict.fit >= asked else verdict.fit
-    if threads is None and chosen != asked:
+    fewer = threads is None and verdict.fit < asked
+    chosen = verdict.fit if fewer else threads
+    if fewer:
         choice = f"timing with {chosen} thread{'s' * (chosen != 1)} instead of torch's {asked} (threads={asked} insists)"
     elif verdict.fit < asked:
         choice = f"threads={asked} oversubscribes the {verdict.fit} free core{'s' * (verdict.fit != 1)}"
@@ -118,9 +122,9 @@ def start(reading: Reading, on_busy: str, threads: Optional[int], default_thread
         raise HostBusy(busy_error(verdict.seen))
     then = ("each cell waits for a quiet host (profile.on_busy=wait)" if on_busy == "wait" else
             "cells measured now are marked contended and settle no choice (profile.csv: contended)")
-    fewer = " or set threads=1" if (chosen or asked) > 1 else ""
+    one = " or set threads=1" if (chosen or asked) > 1 else ""
     return Start(chosen, f"host busy: {verdict.seen}; {choice + '; ' if choice else ''}{then}; for numbers you "
-                         f"can quote, quiet the machine{fewer}", "")
+                         f"can quote, quiet the machine{one}", "")
 
 
 def busy_error(seen: str) -> str:
@@ -197,7 +201,8 @@ class Watch:
     ``before(what)`` reads the host before a cell (``what`` names it in log lines): under ``wait`` it waits,
     reading again every ``WAIT_POLL_S`` and logging every ``WAIT_LOG_S``, until the host is quiet or ``wait_s``
     have passed; under ``fail`` a busy host raises :class:`HostBusy`. ``after()`` reads it once the cell is
-    measured. Each returns what was seen where the host was busy, else "": the cell's contention.
+    measured, and stands for the next cell's reading before it within ``FRESH_S``. Each returns what was seen
+    where the host was busy, else "": the cell's contention.
     """
 
     def __init__(self, on_busy: str, threads: int, wait_s: float, read: Callable[[], Reading] = read_host,
@@ -207,12 +212,17 @@ class Watch:
             raise ConfigError(problem)
         self.on_busy, self.threads, self.wait_s = on_busy, threads, wait_s
         self.read, self.sleep, self.clock = read, sleep, clock
+        self.last: Optional[Tuple[float, Verdict]] = None  # when the latest reading was taken, and its verdict
 
     def verdict(self) -> Verdict:
-        return judge(self.read(), self.threads)
+        """A verdict on a new reading."""
+        verdict = judge(self.read(), self.threads)
+        self.last = (self.clock(), verdict)
+        return verdict
 
     def before(self, what: str) -> str:
-        verdict = self.verdict()
+        last = self.last
+        verdict = last[1] if last is not None and self.clock() - last[0] < FRESH_S else self.verdict()
         if verdict.busy and self.on_busy == "fail":
             raise HostBusy(busy_error(verdict.seen))
         if verdict.busy and self.on_busy == "wait":
