@@ -7,7 +7,8 @@ time runs in a run directory (``pipeline.record.claim``). ``resume=True`` reuses
 run's directory: its failed and skipped backends and its measured cells, where what they measured
 is what this run would measure (``pipeline.record.fingerprint``). The run's CPU threads (``threads``) are in
 force from the first build to the last check, for every backend alike, and the caller's count
-comes back after.
+comes back after. Before a run that profiles, one look at the host (``pipeline.measure.contention``) fits
+threads left to torch to the free cores, and a busy host is the first line of the run's log.
 """
 
 from __future__ import annotations
@@ -215,7 +216,7 @@ def run(cfg: DictConfig, run_dir: Path, model: Optional[torch.nn.Module] = None,
             ctx.on_cell = recorder.cell
             log.info("tuning %s on %s (%s, %d CPU threads); run directory %s%s", cfg.model.name, ctx.device,
                      devices.name(ctx.device), threads, run_dir, " (resumed)" if resume else "")
-            recorder.start(now, resume)
+            recorder.start(now, resume, host.busy or host.note)
             functions = stage_functions()
             for stage in cfg.stages:
                 start = time.perf_counter()

@@ -3,8 +3,9 @@
 The route and what it rests on land on the context (``route_info``); the recorder writes
 ``route.json`` and the checkpoint. A route that rests on noisy cells is shipped with a warning, or
 refused under ``route.require_confident``; so is one whose choice at some cell rests on cells measured on a busy
-host (``contended_cells``: the route is then unsettled, whatever the noise flags say). Where lengths are tuned, the route is a (batch range x length
-range) table (``pipeline.route.table``): route.json's ``table`` instead of ``ranges``, its cells by length."""
+host (``contended_cells``: the route is then unsettled, whatever the noise flags say). Where lengths are tuned,
+the route is a (batch range x length range) table (``pipeline.route.table``): route.json's ``table`` instead of
+``ranges``, its cells by length."""
 
 from __future__ import annotations
 

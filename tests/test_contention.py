@@ -183,6 +183,7 @@ def test_a_run_next_to_busy_loops_says_so_in_one_line_and_its_route_rests_on_no_
     busy = [line for line in log if "host busy:" in line]
     assert len(busy) == 1 and busy[0] == log[0] and "runnable tasks besides this run's" in busy[0]
     assert ctx.cfg.threads == 1  # torch's default would not fit: no core is free
+    assert json.loads((run_dir / "run.json").read_text())["host"] == busy[0].split(" - ", 1)[1]
     rows = (run_dir / "profile.csv").read_text().splitlines()
     header = rows[0].split(",")
     assert "contended" in header and all(row.split(",")[header.index("contended")] == "True" for row in rows[1:])

@@ -221,7 +221,8 @@ class Config:
     precision: List[str] = field(default_factory=lambda: ["fp32"])
     # CPU threads of the run: torch.set_num_threads for eager and Inductor, and the thread pool of
     # every backend of its own runtime (OpenVINO, ONNX Runtime) that does not set threads itself.
-    # null: torch's current count. The run records the count in force here (config.yaml, MLflow).
+    # null: torch's current count, or fewer where other runnable tasks leave fewer cores free before a profile
+    # (pipeline/measure/contention.py). The run records the count in force here (config.yaml, MLflow).
     threads: Optional[int] = None
     seed: int = 0
     stages: List[str] = field(default_factory=lambda: list(STAGE_NAMES))

@@ -72,6 +72,11 @@ class Verdict:
     fit: int  # the most threads the free cores hold (at least 1)
 
 
+def counted(n: int, thing: str) -> str:
+    """``1 core``, ``2 cores``."""
+    return f"{n} {thing}{'s' * (n != 1)}"
+
+
 def judge(reading: Reading, threads: int) -> Verdict:
     """Whether a run of ``threads`` threads measures the host rather than itself.
 
@@ -83,9 +88,8 @@ def judge(reading: Reading, threads: int) -> Verdict:
     fit = max(1, min(threads, free))
     crowded = reading.runnable + fit > reading.cores
     slowed = reading.slowdown > SLOWED
-    tasks = f"{reading.runnable} runnable task{'s' * (reading.runnable != 1)} besides this run's"
-    seen = f"{tasks} on {reading.cores} core{'s' * (reading.cores != 1)}, calibration {reading.slowdown:.1f}x " \
-           f"its quiet time"
+    seen = f"{counted(reading.runnable, 'runnable task')} besides this run's on {counted(reading.cores, 'core')}, " \
+           f"calibration {reading.slowdown:.1f}x its quiet time"
     return Verdict(crowded or slowed, seen, fit)
 
 
@@ -111,9 +115,9 @@ def start(reading: Reading, on_busy: str, threads: Optional[int], default_thread
     fewer = threads is None and verdict.fit < asked
     chosen = verdict.fit if fewer else threads
     if fewer:
-        choice = f"timing with {chosen} thread{'s' * (chosen != 1)} instead of torch's {asked} (threads={asked} insists)"
+        choice = f"timing with {counted(verdict.fit, 'thread')} instead of torch's {asked} (threads={asked} insists)"
     elif verdict.fit < asked:
-        choice = f"threads={asked} oversubscribes the {verdict.fit} free core{'s' * (verdict.fit != 1)}"
+        choice = f"threads={asked} oversubscribes the {counted(verdict.fit, 'free core')}"
     else:
         choice = ""
     if not verdict.busy:

@@ -124,19 +124,20 @@ class Recorder:
         self.record: Dict[str, Any] = {}  # run.json, once started
         self.columns = COLUMNS_2D if cfg.model.get("seq_lens") else COLUMNS
 
-    def start(self, fingerprint: Mapping[str, Any], resume: bool = False) -> None:
-        """The resolved config, ``run.json`` (what the run measures), and the MLflow run (the earlier one
-        again, when resuming)."""
+    def start(self, fingerprint: Mapping[str, Any], resume: bool = False, host: str = "") -> None:
+        """The resolved config, ``run.json`` (what the run measures, and ``host``: what the run's first look at the
+        host saw where it was busy or took fewer threads), and the MLflow run (the earlier one again, when
+        resuming; tag ``host``)."""
         done: list = earlier_record(self.run_dir).get("stages_done", []) if resume else []
         if not resume:
             for name in APPENDED:
                 (self.run_dir / name).unlink(missing_ok=True)
-        self.record = {"fingerprint": dict(fingerprint), "stages_done": done, "status": "RUNNING"}
+        self.record = {"fingerprint": dict(fingerprint), "stages_done": done, "status": "RUNNING", "host": host}
         write_atomic(self.run_dir / RECORD_FILE, json.dumps(self.record, indent=1))
         cfg, shown = self.cfg, compile_cache.redacted_config(OmegaConf.to_container(self.cfg, resolve=True))
         write_atomic(self.run_dir / "config.yaml", OmegaConf.to_yaml(shown))
         tags = {"model": cfg.model.name, "stages": ",".join(cfg.stages), "backends": ",".join(cfg.backends),
-                "run_dir": str(self.run_dir)}
+                "run_dir": str(self.run_dir), **({"host": host} if host else {})}
         earlier = self.run_dir / RUN_FILE
         resume_id = json.loads(earlier.read_text())["run_id"] if earlier.is_file() else None
         self.tracker.start(cfg.tracking.get("run_name") or cfg.model.name, shown, tags, resume_id=resume_id)
