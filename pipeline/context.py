@@ -199,7 +199,8 @@ class RunContext:
         """What the route is decided on, as plain data (``pipeline.route.decision``)."""
         return Race(self.medians(), self.intervals(), list(self.candidates), self.failures(),
                     baseline(self.candidates), self.lengths,
-                    {n for n, o in self.outcomes.items() if o.padding == PROVED or o.any_length}, self.references())
+                    {n for n, o in self.outcomes.items() if o.padding == PROVED or o.any_length}, self.references(),
+                    {(n, key) for n, per in self.profile.items() for key, m in per.items() if m.contended})
 
     def before(self, stage: str, candidates: Optional[Mapping[str, Candidate]] = None) -> "RunContext":
         """A copy as the stages before ``stage`` left it (what ``stage`` and the later ones found is left out),

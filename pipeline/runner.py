@@ -7,7 +7,8 @@ time runs in a run directory (``pipeline.record.claim``). ``resume=True`` reuses
 run's directory: its failed and skipped backends and its measured cells, where what they measured
 is what this run would measure (``pipeline.record.fingerprint``). The run's CPU threads (``threads``) are in
 force from the first build to the last check, for every backend alike, and the caller's count
-comes back after.
+comes back after. Before a run that profiles, one look at the host (``pipeline.measure.contention``) fits
+threads left to torch to the free cores, and a busy host is the first line of the run's log.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from pipeline.errors import ConfigError
 from pipeline.config.schema import Config
 from pipeline.context import Earlier, RunContext
 from pipeline.compile.cost import Stopwatch
+from pipeline.measure import contention
 from pipeline.measure.references import eager_problem
 from pipeline.record import fingerprint
 from pipeline import progress
@@ -181,6 +183,15 @@ def console_log() -> Iterator[None]:
         yield
 
 
+def first_look(cfg: DictConfig) -> contention.Start:
+    """The host before a run that profiles (``pipeline.measure.contention``): the threads it runs with and its line
+    where the host is busy; it raises the one-line error under ``profile.on_busy=fail``. A run that does not
+    profile keeps its threads and says nothing."""
+    if "profile" not in cfg.stages:
+        return contention.Start(cfg.threads, "", "")
+    return contention.start(contention.read_host(), cfg.profile.on_busy, cfg.threads, torch.get_num_threads())
+
+
 def run(cfg: DictConfig, run_dir: Path, model: Optional[torch.nn.Module] = None, resume: bool = False,
         examples: Optional[Dict[str, torch.Tensor]] = None) -> RunContext:
     """Prepare and check (``pipeline.preflight.prepare``), then run every configured stage, recording each one's
@@ -191,6 +202,8 @@ def run(cfg: DictConfig, run_dir: Path, model: Optional[torch.nn.Module] = None,
     leaves out are derived first (``pipeline.inputs``).
     """
     prepared = prepare(cfg, run_dir, examples, builds=model is None)
+    host = first_look(cfg)
+    cfg.threads = host.threads
     run_dir.mkdir(parents=True, exist_ok=True)
     with claimed(run_dir), run_log(run_dir), stops.stoppable() as stop, devices.cpu_threads(cfg.threads) as threads, \
             compile_cache.active(OmegaConf.to_container(cfg.compile_cache, resolve=True)):
@@ -198,6 +211,10 @@ def run(cfg: DictConfig, run_dir: Path, model: Optional[torch.nn.Module] = None,
         tuning = Stopwatch()
         status, stage, recorder = "FAILED", "setup", None
         try:
+            if host.busy:
+                log.warning(host.busy)
+            if host.note:
+                log.info(host.note)
             for line in advice(cfg):
                 log.warning(line)
             ctx = build_context(cfg, run_dir, prepared, model, earlier_results(run_dir) if resume else None)
@@ -212,7 +229,7 @@ def run(cfg: DictConfig, run_dir: Path, model: Optional[torch.nn.Module] = None,
             ctx.on_cell = recorder.cell
             log.info("tuning %s on %s (%s, %d CPU threads); run directory %s%s", cfg.model.name, ctx.device,
                      devices.name(ctx.device), threads, run_dir, " (resumed)" if resume else "")
-            recorder.start(now, resume)
+            recorder.start(now, resume, host.busy or host.note)
             functions = stage_functions()
             for stage in cfg.stages:
                 start = time.perf_counter()

@@ -22,10 +22,13 @@ tuned batch size at each tuned length, one length after another.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Dict, List, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
 
 from pipeline.context import RunContext
 from pipeline.errors import RouteError
+from pipeline.measure.contention import Watch
 from pipeline.measure.interleaved import measure_interleaved, profile_cells
 from pipeline.measure.measurement import Measurement, Settings
 from pipeline.measure.screening import screen_settings, screen_sizes, screened_out
@@ -62,7 +65,13 @@ def kept_by_rule(ctx: RunContext) -> List[str]:
     return [n for n in keep if n is not None]
 
 
-def screen(ctx: RunContext, calls: Calls) -> List[str]:
+def watch_of(ctx: RunContext) -> Watch:
+    """The host's watch for this profile (``profile.on_busy``), judging readings for the threads in force."""
+    pcfg = ctx.cfg.profile
+    return Watch(pcfg.on_busy, torch.get_num_threads(), pcfg.on_busy_wait_s)
+
+
+def screen(ctx: RunContext, calls: Calls, watch: Watch) -> List[str]:
     """Screen every candidate; the ones left for the full profile, in order."""
     pcfg, names = ctx.cfg.profile, list(ctx.backends)
     failures, keep = ctx.failures(), kept_by_rule(ctx)
@@ -77,11 +86,16 @@ def screen(ctx: RunContext, calls: Calls) -> List[str]:
 
     with ctx.progress.steps("screen", len(sizes) * max(1, len(lengths))) as bar:
         ctx.screen.update(profile_cells(lambda key: calls(key, names), sizes, lengths, ctx.device,
-                                        screen_settings(pcfg), known=known, on_cell=on_cell,
+                                        screen_settings(pcfg), known=known, on_cell=on_cell, watch=watch,
                                         on_step=lambda p, key: bar.next(f"{label(key)} ({len(names)} candidates)")))
     servable = [n for n in names if n not in failures]
     ctx.screened_out = {**screened_out(ctx.screen, servable, keep, pcfg.screen_margin),
                         **{n: OUTSIDE_BUDGET for n in names if n in failures and n not in keep}}
+    busy = [n for n in servable if n not in keep and n not in ctx.screened_out
+            and any(m.contended for m in ctx.screen.get(n, {}).values())]
+    if busy:
+        log.info("screen  kept %s: cells measured on a busy host screen nothing out (profile.csv: contended)",
+                 ", ".join(busy))
     for name, why in ctx.screened_out.items():
         ctx.backends.pop(name)  # its graphs and compiled code go now, before the profile times the others
         log.info("screen  %-28s %s", name, why)
@@ -90,7 +104,8 @@ def screen(ctx: RunContext, calls: Calls) -> List[str]:
     return [n for n in names if n not in ctx.screened_out]
 
 
-def remeasure_contested(ctx: RunContext, calls: Calls, on_cell: Callable[[str, Key, Measurement], None]) -> int:
+def remeasure_contested(ctx: RunContext, calls: Calls, on_cell: Callable[[str, Key, Measurement], None],
+                        watch: Optional[Watch] = None) -> int:
     """Another window, up to ``max_repeats`` rounds, for the noisy cells the route rests on at sizes where it is
     contested (another candidate's interval overlaps the owner's); the windows taken."""
     pcfg = ctx.cfg.profile
@@ -106,7 +121,7 @@ def remeasure_contested(ctx: RunContext, calls: Calls, on_cell: Callable[[str, K
             break
         for key, names in sorted(todo.items()):
             measured = measure_interleaved(calls(key, names), ctx.device, {**pcfg, "max_repeats": 0},
-                                           pass_index=s.passes - 1)
+                                           pass_index=s.passes - 1, watch=watch, what=f"{label(key)} again")
             for name, m in measured.items():
                 ctx.profile[name][key].absorb(m, s)
                 on_cell(name, key, ctx.profile[name][key])
@@ -117,8 +132,8 @@ def remeasure_contested(ctx: RunContext, calls: Calls, on_cell: Callable[[str, K
 def run(ctx: RunContext) -> None:
     pcfg = ctx.cfg.profile
     sizes: List[int] = ctx.batch_sizes
-    calls = calls_for(ctx)
-    timed = screen(ctx, calls)
+    calls, watch = calls_for(ctx), watch_of(ctx)
+    timed = screen(ctx, calls, watch)
     # A call that replays a device graph cannot be captured again, and needs no cross-check.
     checked = ([n for n in timed if not ctx.backends[n].records_cuda_graphs]
                if pcfg.device_check and ctx.device.type == "cuda" else [])
@@ -131,9 +146,9 @@ def run(ctx: RunContext) -> None:
     with ctx.progress.steps("profile", pcfg.passes * len(ctx.cells)) as bar:
         ctx.profile.update(profile_cells(
             lambda key: calls(key, timed), sizes, ctx.lengths, ctx.device, {**pcfg, "max_repeats": 0},
-            device_check=checked, known=known, on_cell=on_cell,
+            device_check=checked, known=known, on_cell=on_cell, watch=watch,
             on_step=lambda p, key: bar.next(f"pass {p + 1}/{pcfg.passes} {label(key)} ({', '.join(timed)})")))
-    repeats = remeasure_contested(ctx, calls, on_cell)
+    repeats = remeasure_contested(ctx, calls, on_cell, watch)
     for name, backend in list(ctx.backends.items()):
         fallback = backend.fallback_reason()
         if fallback:  # its timings are eager's, not its own: drop them rather than route on them
@@ -145,14 +160,18 @@ def run(ctx: RunContext) -> None:
     for name, per in ctx.profile.items():
         for key, m in sorted(per.items()):
             s = m.summary()
-            log.info("profile %-24s %-12s median %.4f ms (%.4f-%.4f)  p10 %.4f  p90 %.4f  n=%-4d first %.1f ms%s%s",
+            log.info("profile %-24s %-12s median %.4f ms (%.4f-%.4f)  p10 %.4f  p90 %.4f  n=%-4d first %.1f ms%s%s%s",
                      name, label(key), m.median, s["ci_lo_ms"], s["ci_hi_ms"], s["p10_ms"], s["p90_ms"], m.count,
                      m.first_call_ms, f"  device {m.device_ms:.4f} ms" if m.device_ms == m.device_ms else "",
-                     f"  NOISY: {m.noise}" if m.noisy else "")
+                     f"  NOISY: {m.noise}" if m.noisy else "", "  CONTENDED" if m.contended else "")
     for name, per in ctx.screened_medians().items():  # what the screen timed of them, so they are not left out
         log.info("profile %-24s screened out: screen median %s; %s", name,
                  ", ".join(f"{label(key)} {ms:.4f} ms" for key, ms in per.items()) or "no sample",
                  ctx.screened_out[name].removeprefix("screened out: "))
+    contended = sum(m.contended for per in ctx.profile.values() for m in per.values())
+    if contended:
+        log.warning("profile: %d of %d cells were measured on a busy host (profile.csv: contended, and what was seen); "
+                    "they settle no choice of the route", contended, sum(len(per) for per in ctx.profile.values()))
     noisy = [(name, key, m) for name, per in ctx.profile.items() for key, m in sorted(per.items()) if m.noisy]
     if noisy:
         total = sum(len(per) for per in ctx.profile.values())

@@ -2,8 +2,10 @@
 
 The route and what it rests on land on the context (``route_info``); the recorder writes
 ``route.json`` and the checkpoint. A route that rests on noisy cells is shipped with a warning, or
-refused under ``route.require_confident``. Where lengths are tuned, the route is a (batch range x length
-range) table (``pipeline.route.table``): route.json's ``table`` instead of ``ranges``, its cells by length."""
+refused under ``route.require_confident``; so is one whose choice at some cell rests on cells measured on a busy
+host (``contended_cells``: the route is then unsettled, whatever the noise flags say). Where lengths are tuned,
+the route is a (batch range x length range) table (``pipeline.route.table``): route.json's ``table`` instead of
+``ranges``, its cells by length."""
 
 from __future__ import annotations
 
@@ -29,7 +31,7 @@ class NoRoute(RunFailed):
 
 
 class RouteNotConfident(RunFailed):
-    """``route.require_confident`` is set and the route rests on cells the profile flagged noisy."""
+    """``route.require_confident`` is set and the route rests on cells the profile flagged noisy or contended."""
 
 
 def by_cell(values: Dict[Key, Any]) -> Dict[str, Any]:
@@ -60,7 +62,7 @@ def warn_if_noise_could_change(ctx: RunContext, at: Dict[int, List[str]]) -> Non
     worth the user's attention."""
     shaky = {key: names for key, names in at.items() if any(ctx.profile[n][key].noisy for n in names)}
     if not shaky:
-        log.info("route   every cell the route rests on is settled, or no other candidate comes within its noise")
+        log.info("route   no noisy cell the route rests on has another candidate within its noise")
         return
     where = "; ".join(f"{label(key)}: {' vs '.join(names)}" for key, names in sorted(shaky.items()))
     log.warning("route   noise could change the choice at %d %s (%s): the cells are flagged noisy and "
@@ -94,6 +96,20 @@ def against_reference(ctx: RunContext, route: List[Any], failures: Dict[str, str
     return found
 
 
+def cell_names(cells: List[Dict[str, Any]]) -> str:
+    """Cells of route.json as a log line names them: ``eager bs=1, inductor bs=4 len=32``."""
+    return ", ".join(f"{c['backend']} bs={c['batch_size']}" + (f" len={c['seq_len']}" if "seq_len" in c else "")
+                     for c in cells)
+
+
+def warn_unsettled(contended: List[Dict[str, Any]]) -> None:
+    """One warning where the route's choice rests on cells measured on a busy host: a quiet host may choose
+    otherwise, and no flag of the profile's says so (a host busy throughout makes every pass agree)."""
+    log.warning("route   unsettled: the choice rests on %d cell(s) measured on a busy host (%s; route.json: "
+                "contended_cells); profile again on a quiet machine, with threads=1, or with profile.on_busy=wait",
+                len(contended), cell_names(contended))
+
+
 def run(ctx: RunContext) -> None:
     rcfg = ctx.cfg.route
     try:
@@ -104,6 +120,8 @@ def run(ctx: RunContext) -> None:
     medians, intervals = ctx.medians(), ctx.intervals()
     noisy: List[Dict[str, Any]] = [{"backend": b, **cell_entry(key), "reason": ctx.profile[b][key].noise}
                                    for b, key in cells if ctx.profile[b][key].noisy]
+    contended: List[Dict[str, Any]] = [{"backend": b, **cell_entry(key), "reason": ctx.profile[b][key].contention}
+                                       for b, key in decision.unsettled]
     routed_names = {r.backend for r in route}
     unverified = sorted(routed_names & set(ctx.unverified()))
     lengths = {"seq_lens": ctx.lengths} if ctx.lengths else {}
@@ -125,6 +143,8 @@ def run(ctx: RunContext) -> None:
         "rests_on": [{"backend": b, **cell_entry(key)} for b, key in cells],
         "noisy_cells": noisy,
         "rests_on_noisy": bool(noisy),
+        "contended_cells": contended,
+        "settled": not contended,
         "excluded": failures,
         "unverified": unverified,
         "screened_out": {n: {"reason": why, "screen_ms": screen_cells(ctx, n)} for n, why in ctx.screened_out.items()},
@@ -135,9 +155,16 @@ def run(ctx: RunContext) -> None:
     for r in route:
         log.info("route   %sbatch %s..%s -> %s (%s)", f"length {r.len_lo}..{r.len_hi} " if ctx.lengths else "",
                  r.lo, r.hi if r.hi is not None else "inf", r.backend, ctx.outcomes[r.backend].precision)
+    if contended and rcfg.require_confident:
+        raise RouteNotConfident(
+            f"the route's choice rests on {len(contended)} cell(s) measured on a busy host ({cell_names(contended)}; "
+            "route.json says what was seen) and route.require_confident=true, so nothing was saved; profile again on "
+            "a quiet machine, with threads=1 or with profile.on_busy=wait, or set route.require_confident=false to "
+            "ship it unsettled")
+    if contended:
+        warn_unsettled(contended)
     if noisy:
-        names = ", ".join(f"{c['backend']} bs={c['batch_size']}" + (f" len={c['seq_len']}" if "seq_len" in c else "")
-                          for c in noisy)
+        names = cell_names(noisy)
         if rcfg.require_confident:
             raise RouteNotConfident(
                 f"the route rests on {len(noisy)} cell(s) the profile flagged noisy ({names}; route.json says why) "

@@ -70,7 +70,8 @@ def test_metric_names_and_csv_rows_carry_the_length_only_where_lengths_are_tuned
     m = Measurement()
     m.windows.append([1.0, 1.1, 0.9])
     assert set(Recorder.cell_metrics("eager", (4, 64), m)) == {
-        f"{fig}/eager/bs4/len64" for fig in ("latency_ms", "latency_lo_ms", "latency_hi_ms", "throughput", "noisy")}
+        f"{fig}/eager/bs4/len64" for fig in ("latency_ms", "latency_lo_ms", "latency_hi_ms", "throughput", "noisy",
+                                              "contended")}
     assert "latency_ms/eager/bs4" in Recorder.cell_metrics("eager", 4, m)
     row = profile_row("eager", (4, 64), m)
     assert (row["batch_size"], row["seq_len"]) == (4, 64) and key_of(row) == (4, 64)

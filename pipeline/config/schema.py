@@ -117,6 +117,13 @@ class ProfileConfig:
     screen: bool = True
     screen_margin: float = 1.5
     screen_budget_ms: float = 200.0
+    # A busy host (other runnable tasks on the cores, a calibration kernel slower than its quiet time:
+    # pipeline/measure/contention.py) is named in one line at the top of the run and read again around every
+    # measured cell. warn: cells measured on it are marked contended (profile.csv), and settle no screen and no
+    # choice of the route; wait: before each cell, wait for a quiet host (at most on_busy_wait_s, a log line every
+    # 10 s), then measure; fail: stop with a one-line error naming what was seen.
+    on_busy: str = "warn"
+    on_busy_wait_s: float = 300.0
 
 
 @dataclass
@@ -214,7 +221,8 @@ class Config:
     precision: List[str] = field(default_factory=lambda: ["fp32"])
     # CPU threads of the run: torch.set_num_threads for eager and Inductor, and the thread pool of
     # every backend of its own runtime (OpenVINO, ONNX Runtime) that does not set threads itself.
-    # null: torch's current count. The run records the count in force here (config.yaml, MLflow).
+    # null: torch's current count, or fewer where other runnable tasks leave fewer cores free before a profile
+    # (pipeline/measure/contention.py). The run records the count in force here (config.yaml, MLflow).
     threads: Optional[int] = None
     # The reference peer (pipeline.backends.reference): torch.compile as the user would write it, at each precision,
     # timed beside the candidates; the route is reported against it. false: a cheaper run without it.

@@ -44,6 +44,7 @@ import torch
 
 from pipeline import devices
 from pipeline.config.schema import ProfileConfig
+from pipeline.measure.contention import Watch
 from pipeline.measure.measurement import Measurement, Settings
 from pipeline.measure.statistics import rel_halfwidth, samples_per_second
 
@@ -134,15 +135,19 @@ def _run_window(fns: Mapping[str, Callable[[], Any]], device: torch.device, s: S
 
 def measure_interleaved(fns: Mapping[str, Callable[[], Any]], device: torch.device, cfg: Mapping[str, Any], *,
                         clock: Clock = time.perf_counter, device_check: Collection[str] = (),
-                        pass_index: int = 0) -> Dict[str, Measurement]:
+                        pass_index: int = 0, watch: Optional[Watch] = None,
+                        what: str = "a cell") -> Dict[str, Measurement]:
     """Time every callable at one shape, interleaved round by round; see the module docstring.
 
     ``cfg`` holds the stop rules (a ``ProfileConfig`` or any mapping; missing keys take its
     defaults). ``device_check`` names the callables that may be captured in a CUDA graph for the
     device-time cross-check (not those that are graph replays themselves). ``pass_index`` labels
-    the windows with the pass of the profile they belong to.
+    the windows with the pass of the profile they belong to. ``watch`` reads the host before and after
+    (``pipeline.measure.contention``: it may wait for a quiet host first, or stop the run), and marks every
+    measurement ``contended`` where either reading found it busy; ``what`` names the cell in its log lines.
     """
     s = Settings.of(cfg)
+    seen_before = watch.before(what) if watch is not None else ""
     results = {name: Measurement() for name in fns}
     for name, fn in fns.items():
         _warm_up(fn, device, results[name], s, clock)
@@ -161,6 +166,10 @@ def measure_interleaved(fns: Mapping[str, Callable[[], Any]], device: torch.devi
             if name in fns:  # a wall median clearly below the device's own time is flagged in settle
                 results[name].device_ms = device_time_ms(fns[name], device) or float("nan")
                 results[name].settle(s)
+    seen_after = watch.after() if watch is not None else ""
+    for m in results.values():
+        m.contend(seen_before)
+        m.contend(seen_after)
     return results
 
 
@@ -227,6 +236,7 @@ def profile_sizes(make_fns: Callable[[int], Mapping[str, Callable[[], Any]]], si
                   known: Optional[Mapping[str, Mapping[int, Measurement]]] = None,
                   on_cell: Optional[Callable[[str, int, Measurement], None]] = None,
                   on_step: Optional[Callable[[int, int], None]] = None,
+                  watch: Optional[Watch] = None, where: str = "",
                   ) -> Dict[str, Dict[int, Measurement]]:
     """Measure every callable at every size, ascending, in ``passes`` passes; one that has saturated skips larger sizes.
 
@@ -237,7 +247,8 @@ def profile_sizes(make_fns: Callable[[int], Mapping[str, Callable[[], Any]]], si
 
     ``known`` cells (an interrupted run's) keep the passes they have; ``on_cell(name, bs, m)`` hears
     of every cell as soon as it is measured, again after each pass, so a run killed midway keeps what
-    it measured. ``on_step(pass, bs)`` hears of each size of each pass before it is measured.
+    it measured. ``on_step(pass, bs)`` hears of each size of each pass before it is measured. ``watch`` reads
+    the host around each size of each pass (:func:`measure_interleaved`); ``where`` follows the size in its lines.
     """
     s = Settings.of(cfg)
     defaults = ProfileConfig()
@@ -261,7 +272,8 @@ def profile_sizes(make_fns: Callable[[int], Mapping[str, Callable[[], Any]]], si
                 step(pass_index, bs)
                 fns = fns or make_fns(bs)
                 measured = measure_interleaved({n: fns[n] for n in todo}, device, cfg, clock=clock,
-                                               device_check=device_check if first else (), pass_index=pass_index)
+                                               device_check=device_check if first else (), pass_index=pass_index,
+                                               watch=watch, what=f"batch size {bs}{where} (pass {pass_index + 1})")
                 for name, m in measured.items():
                     if bs in profile.get(name, {}):
                         profile[name][bs].absorb(m, s)
@@ -281,21 +293,24 @@ def profile_cells(make_fns: Callable[[Any], Mapping[str, Callable[[], Any]]], ba
                   lengths: Sequence[int], device: torch.device, cfg: Mapping[str, Any], *,
                   device_check: Collection[str] = (), known: Optional[Mapping[str, Mapping[Any, Measurement]]] = None,
                   on_cell: Optional[Callable[[str, Any, Measurement], None]] = None,
-                  on_step: Optional[Callable[[int, Any], None]] = None) -> Dict[str, Dict[Any, Measurement]]:
+                  on_step: Optional[Callable[[int, Any], None]] = None,
+                  watch: Optional[Watch] = None) -> Dict[str, Dict[Any, Measurement]]:
     """:func:`profile_sizes` over cells: the batch sizes alone without ``lengths``; with them, every batch size at
     each length, one length after another (each in its passes, its own saturation), keyed ``(batch size, length)``
-    (``pipeline.seqlen``). ``make_fns``, ``known``, ``on_cell`` and ``on_step`` take and give those keys."""
+    (``pipeline.seqlen``). ``make_fns``, ``known``, ``on_cell`` and ``on_step`` take and give those keys; ``watch``
+    reads the host around every measured cell."""
     report = on_cell or (lambda name, key, m: None)
     step = on_step or (lambda pass_index, key: None)
     if not lengths:
         return profile_sizes(make_fns, batch_sizes, device, cfg, device_check=device_check, known=known,
-                             on_cell=report, on_step=step)
+                             on_cell=report, on_step=step, watch=watch)
     out: Dict[str, Dict[Any, Measurement]] = {}
     for n in sorted(set(lengths)):
         part = profile_sizes(
             lambda bs: make_fns((bs, n)), batch_sizes, device, cfg, device_check=device_check,
             known={name: {key[0]: m for key, m in per.items() if key[1] == n} for name, per in (known or {}).items()},
-            on_cell=lambda name, bs, m: report(name, (bs, n), m), on_step=lambda p, bs: step(p, (bs, n)))
+            on_cell=lambda name, bs, m: report(name, (bs, n), m), on_step=lambda p, bs: step(p, (bs, n)),
+            watch=watch, where=f" at length {n}")
         for name, per in part.items():
             out.setdefault(name, {}).update({(bs, n): m for bs, m in per.items()})
     return out

@@ -9,6 +9,10 @@ A profile measures every cell in several passes, seconds apart, because a host t
 for seconds at a time moves a launch-bound median between windows far more than the samples of
 one window show. A cell whose passes agree states an interval that spans them
 (:attr:`Measurement.interval`); one whose passes disagree is flagged, and its interval spans every window.
+
+A cell measured while the host was busy (``pipeline.measure.contention``) is ``contended``, apart from
+``noisy``: a host that is busy throughout makes every window agree on the wrong latency, so agreement
+cannot show it, and the reading taken around the cell says what was seen.
 """
 
 from __future__ import annotations
@@ -112,6 +116,7 @@ class Measurement:
     passes: List[int] = field(default_factory=list)  # per window: the pass of the profile that measured it
     device_ms: float = float("nan")  # graph-captured device time of one call (CUDA), when checked
     noise: str = ""  # why the measurement stayed noisy; "" when it settled
+    contention: str = ""  # what the host looked like where a window of it was measured on a busy host; "" if never
     spent_ms: float = 0.0  # every timed call of it: first calls, warm-ups and samples (the cost account)
 
     @property
@@ -140,6 +145,16 @@ class Measurement:
     def noisy(self) -> bool:
         """Whether the samples still disagreed after every repeat (``noise`` says how)."""
         return bool(self.noise)
+
+    @property
+    def contended(self) -> bool:
+        """Whether a window of it was measured while the host was busy (``contention`` says what was seen)."""
+        return bool(self.contention)
+
+    def contend(self, seen: str) -> None:
+        """Add what the host looked like around a window measured on a busy host ("" adds nothing)."""
+        if seen and seen not in self.contention.split("; "):
+            self.contention = f"{self.contention}; {seen}" if self.contention else seen
 
     @property
     def interval(self) -> Tuple[float, float]:
@@ -193,6 +208,8 @@ class Measurement:
         self.passes += later.passes
         self.warmup_calls += later.warmup_calls
         self.spent_ms += later.spent_ms
+        for seen in later.contention.split("; "):
+            self.contend(seen)
         self.settle(s)
 
     def to_dict(self) -> Dict[str, Any]:
@@ -221,4 +238,6 @@ class Measurement:
             "device_ms": self.device_ms,
             "noisy": self.noisy,
             "noise": self.noise,
+            "contended": self.contended,
+            "contention": self.contention,
         }

@@ -10,7 +10,9 @@ slower at both neighbours, to change the route. Screened-out candidates keep the
 the reason (``route.json``'s ``screened_out``, MLflow); nothing is dropped silently.
 
 Plain eager is never screened out: it is the baseline the route must not lose to. A candidate outside
-the accuracy budget cannot serve, so the screen's numbers are all it is timed for.
+the accuracy budget cannot serve, so the screen's numbers are all it is timed for. A cell measured on a busy
+host (``contended``: ``pipeline.measure.contention``) shows nothing: a candidate with one at a screened size
+is kept, and none sets the pace.
 """
 
 from __future__ import annotations
@@ -40,20 +42,25 @@ def screen_settings(cfg: Mapping[str, Any]) -> Dict[str, Any]:
             "min_window_ms": min(float(cfg.get("min_window_ms", defaults.min_window_ms)), budget)}
 
 
+def shown(per: Mapping[int, Measurement], bs: int) -> bool:
+    """Whether a candidate's cells show its speed at ``bs``: measured there, on a host that was not busy."""
+    return bs in per and bool(per[bs].count) and not per[bs].contended
+
+
 def screened_out(cells: Mapping[str, Mapping[int, Measurement]], servable: Collection[str], keep: Collection[str],
                  margin: float) -> Dict[str, str]:
     """Candidate -> why it is screened out: slower than the fastest servable candidate by ``margin`` at every
     screened size, beyond both intervals. ``keep`` are never screened out; a candidate without a cell at
-    some screened size is kept (nothing shows it slow there)."""
+    some screened size, or with a contended one, is kept (nothing shows it slow there)."""
     sizes = sorted({bs for per in cells.values() for bs in per})
     best: Dict[int, str] = {}
     for bs in sizes:
-        timed = [n for n in servable if bs in cells.get(n, {}) and cells[n][bs].count]
+        timed = [n for n in servable if shown(cells.get(n, {}), bs)]
         if timed:
             best[bs] = min(timed, key=lambda n: cells[n][bs].median)
     out: Dict[str, str] = {}
     for name, per in cells.items():
-        if name in keep or not sizes or any(bs not in per or not per[bs].count or bs not in best for bs in sizes):
+        if name in keep or not sizes or any(not shown(per, bs) or bs not in best for bs in sizes):
             continue
         ratios = {}
         for bs in sizes:

@@ -23,7 +23,7 @@ from pipeline.backends import precision, reference, rules
 from pipeline.backends.candidate import Candidate
 from pipeline.compile import cache as compile_cache
 from pipeline.config import flags, limits
-from pipeline.measure import accuracy
+from pipeline.measure import accuracy, contention
 from pipeline.route import policy as routing
 from pipeline.record import store
 from pipeline.config.errors import unknown_key
@@ -207,6 +207,9 @@ def check_config(cfg: DictConfig, run_dir: Optional[Path] = None) -> Dict[str, C
         candidates = candidates_of(cfg, device)
         check_route(cfg, candidates)
         Settings.of(cfg.profile)
+        problem = contention.settings_problem(cfg.profile.on_busy, cfg.profile.on_busy_wait_s)
+        if problem:
+            raise ConfigError(problem)
         if not cfg.validate.tolerance_scale > 0:
             raise ConfigError(f"validate.tolerance_scale={cfg.validate.tolerance_scale} must be > 0; "
                               f"e.g. validate.tolerance_scale=1.0")

@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 
 COLUMNS = ["backend", "batch_size", "median_ms", "ci_lo_ms", "ci_hi_ms", "p10_ms", "p90_ms", "samples",
            "first_call_ms", "warmup_calls", "passes", "repeats", "windows_used", "device_ms", "throughput_per_s",
-           "noisy", "noise"]
+           "noisy", "noise", "contended", "contention"]
 RUN_FILE = "mlflow_run.json"  # the MLflow run this directory logs to, so a resumed run continues it
 RECORD_FILE = "run.json"  # what the run measures (pipeline.record.fingerprint), the stages it finished, its status
 # What the recorder appends to; a fresh run in a reused directory starts them anew.
@@ -125,19 +125,20 @@ class Recorder:
         self.record: Dict[str, Any] = {}  # run.json, once started
         self.columns = COLUMNS_2D if cfg.model.get("seq_lens") else COLUMNS
 
-    def start(self, fingerprint: Mapping[str, Any], resume: bool = False) -> None:
-        """The resolved config, ``run.json`` (what the run measures), and the MLflow run (the earlier one
-        again, when resuming)."""
+    def start(self, fingerprint: Mapping[str, Any], resume: bool = False, host: str = "") -> None:
+        """The resolved config, ``run.json`` (what the run measures, and ``host``: what the run's first look at the
+        host saw where it was busy or took fewer threads), and the MLflow run (the earlier one again, when
+        resuming; tag ``host``)."""
         done: list = earlier_record(self.run_dir).get("stages_done", []) if resume else []
         if not resume:
             for name in APPENDED:
                 (self.run_dir / name).unlink(missing_ok=True)
-        self.record = {"fingerprint": dict(fingerprint), "stages_done": done, "status": "RUNNING"}
+        self.record = {"fingerprint": dict(fingerprint), "stages_done": done, "status": "RUNNING", "host": host}
         write_atomic(self.run_dir / RECORD_FILE, json.dumps(self.record, indent=1))
         cfg, shown = self.cfg, compile_cache.redacted_config(OmegaConf.to_container(self.cfg, resolve=True))
         write_atomic(self.run_dir / "config.yaml", OmegaConf.to_yaml(shown))
         tags = {"model": cfg.model.name, "stages": ",".join(cfg.stages), "backends": ",".join(cfg.backends),
-                "run_dir": str(self.run_dir)}
+                "run_dir": str(self.run_dir), **({"host": host} if host else {})}
         earlier = self.run_dir / RUN_FILE
         resume_id = json.loads(earlier.read_text())["run_id"] if earlier.is_file() else None
         self.tracker.start(cfg.tracking.get("run_name") or cfg.model.name, shown, tags, resume_id=resume_id)
@@ -164,13 +165,14 @@ class Recorder:
 
     @staticmethod
     def cell_metrics(name: str, key: Key, m: Measurement) -> Dict[str, float]:
-        """The median, its interval, throughput and the noisy flag (1.0 or 0.0), which the report marks; named
+        """The median, its interval, throughput, the noisy flag (1.0 or 0.0), which the report marks, and the
+        contended flag (measured on a busy host); named
         ``<figure>/<backend>/bs<N>``, and ``.../bs<N>/len<L>`` where lengths are tuned."""
         lo, hi, cell = *m.interval, metric_suffix(key)
         bs = key if isinstance(key, int) else key[0]
         return {f"latency_ms/{name}/{cell}": m.median, f"latency_lo_ms/{name}/{cell}": lo,
                 f"latency_hi_ms/{name}/{cell}": hi, f"throughput/{name}/{cell}": samples_per_second(bs, m.median),
-                f"noisy/{name}/{cell}": float(m.noisy)}
+                f"noisy/{name}/{cell}": float(m.noisy), f"contended/{name}/{cell}": float(m.contended)}
 
     def stage_ended(self, stage: str, ctx: RunContext) -> None:
         """Whatever ``stage`` put on the context, finished or not (a failing stage's partial results too)."""
@@ -238,6 +240,7 @@ class Recorder:
         self.tracker.log_metrics(self.reference_metrics(ctx.route_info.get("reference")))
         self.tracker.set_tags({
             "route.rests_on_noisy": str(ctx.route_info["rests_on_noisy"]).lower(),
+            "route.settled": str(ctx.route_info["settled"]).lower(),
             "route.noisy_cells": ", ".join(f"{c['backend']} bs={c['batch_size']}"
                                            + (f" len={c['seq_len']}" if "seq_len" in c else "")
                                            for c in ctx.route_info["noisy_cells"]),
