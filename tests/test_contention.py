@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Iterator, List
 
 import pytest
+import torch
 
 from conftest import ROOT, TINY
 from mlflow_helpers import clean_env
@@ -45,10 +46,12 @@ def test_a_host_is_busy_where_no_core_is_free_or_the_calibration_kernel_waited()
         "6 runnable tasks besides this run's on 2 cores, calibration 3.1x its quiet time"
 
 
-def test_the_run_takes_the_threads_that_fit_unless_the_user_set_them():
+def test_the_run_names_the_threads_that_fit_and_keeps_its_own():
+    # Its own: Inductor compiles CPU kernels for the count in force, so a count chosen here would miss at load.
     one_free = Reading(runnable=1, cores=2, slowdown=1.0)
-    chosen = start(one_free, "warn", threads=None, default_threads=2)
-    assert chosen.threads == 1 and not chosen.busy and "timing with 1 thread instead of torch's 2" in chosen.note
+    named = start(one_free, "warn", threads=None, default_threads=2)
+    assert named.threads is None and not named.busy and "torch=2 oversubscribes the 1 free core; threads=1 fits" in \
+        named.note
     kept = start(one_free, "warn", threads=2, default_threads=2)
     assert kept.threads == 2 and "threads=2 oversubscribes the 1 free core" in kept.note
     assert start(QUIET, "warn", threads=None, default_threads=2) == contention.Start(None, "", "")
@@ -57,8 +60,8 @@ def test_the_run_takes_the_threads_that_fit_unless_the_user_set_them():
 def test_a_busy_host_is_one_line_or_under_fail_a_one_line_error():
     warned = start(CROWDED, "warn", threads=None, default_threads=2)
     assert warned.busy.startswith("host busy: 6 runnable tasks besides this run's on 2 cores, calibration 1.0x")
-    assert "timing with 1 thread" in warned.busy and "marked contended" in warned.busy and "\n" not in warned.busy
-    assert warned.threads == 1
+    assert "threads=1 fits" in warned.busy and "marked contended" in warned.busy and "\n" not in warned.busy
+    assert warned.threads is None
     assert "waits for a quiet host" in start(SLOWED, "wait", threads=None, default_threads=2).busy
     with pytest.raises(HostBusy, match=r"^host busy: 6 runnable .*profile.on_busy=fail; quiet the machine, run "
                                        r"with threads=1, or set profile.on_busy=warn") as caught:
@@ -182,7 +185,7 @@ def test_a_run_next_to_busy_loops_says_so_in_one_line_and_its_route_rests_on_no_
     log = (run_dir / "tweakpipe.log").read_text().splitlines()
     busy = [line for line in log if "host busy:" in line]
     assert len(busy) == 1 and busy[0] == log[0] and "runnable tasks besides this run's" in busy[0]
-    assert ctx.cfg.threads == 1  # torch's default would not fit: no core is free
+    assert "threads=1 fits" in busy[0] and ctx.cfg.threads == torch.get_num_threads()  # the run keeps its count
     assert json.loads((run_dir / "run.json").read_text())["host"] == busy[0].split(" - ", 1)[1]
     rows = (run_dir / "profile.csv").read_text().splitlines()
     header = rows[0].split(",")

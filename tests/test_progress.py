@@ -145,7 +145,7 @@ def test_tune_and_load_say_where_they_wrote_and_what_they_routed(tmp_path):
     (load,) = [line for line in after_tune if "[pipeline.route.checkpoint]" in line]  # one line per load
     assert re.search(rf"\[INFO\] - loaded {re.escape(str(tmp_path / 'run' / 'model.tweak'))} in \d+\.\d\d s on cpu, "
                      rf"route 1\.\.inf: eager; compiled artifacts none saved with it", load), load
-    assert proc.stdout.splitlines() == ["RoutedModule(1..inf: eager)", "['load', 'save', 'tune']"]
+    assert proc.stdout.splitlines() == ["RoutedModule(1..inf: eager)", "['load', 'load_logged_model', 'save', 'tune']"]
 
 
 def test_tune_logs_the_route_and_the_run_directory_at_info(tmp_path, caplog):

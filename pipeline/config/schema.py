@@ -221,8 +221,8 @@ class Config:
     precision: List[str] = field(default_factory=lambda: ["fp32"])
     # CPU threads of the run: torch.set_num_threads for eager and Inductor, and the thread pool of
     # every backend of its own runtime (OpenVINO, ONNX Runtime) that does not set threads itself.
-    # null: torch's current count, or fewer where other runnable tasks leave fewer cores free before a profile
-    # (pipeline/measure/contention.py). The run records the count in force here (config.yaml, MLflow).
+    # null: torch's current count (where other runnable tasks leave fewer cores free, the run's first line names
+    # the count that fits: pipeline/measure/contention.py). The run records the count in force (config.yaml, MLflow).
     threads: Optional[int] = None
     # The reference peer (pipeline.backends.reference): torch.compile as the user would write it, at each precision,
     # timed beside the candidates; the route is reported against it. false: a cheaper run without it.

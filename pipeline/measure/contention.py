@@ -97,29 +97,25 @@ def judge(reading: Reading, threads: int) -> Verdict:
 class Start:
     """The run's first look at the host: the threads it runs with, and what it says at the top of the run."""
 
-    threads: Optional[int]  # the run's ``threads``: the user's, or fewer than torch's default where those would not fit
+    threads: Optional[int]  # the run's ``threads``, as the config has them
     busy: str  # the one warning line where the host is busy, else ""
-    note: str  # an INFO line where fewer threads were chosen on a host that is otherwise quiet, else ""
+    note: str  # an INFO line where the threads oversubscribe a host that is otherwise quiet, else ""
 
 
 def start(reading: Reading, on_busy: str, threads: Optional[int], default_threads: int) -> Start:
     """What a run does on ``reading`` before it starts: ``threads`` is the config's (None: torch's
     ``default_threads``). Raises :class:`HostBusy` where the host is busy and ``on_busy`` is ``fail``.
 
-    Where the config leaves threads to torch and its default would oversubscribe the free cores, the run takes
-    the threads that fit: a thread waiting for a core stalls its siblings at every barrier. A count the user
-    set is theirs, and the line says it does not fit.
+    Where the threads would oversubscribe the free cores (a thread waiting for a core stalls its siblings at every
+    barrier), the line names the count that fits, and the run keeps its own: Inductor compiles its CPU kernels for
+    the thread count in force (its cache key holds it), so a count the run chose would ship programs for a count the
+    user does not serve at, whose compiled artifacts then miss at load.
     """
     asked = threads if threads is not None else default_threads
     verdict = judge(reading, asked)
-    fewer = threads is None and verdict.fit < asked
-    chosen = verdict.fit if fewer else threads
-    if fewer:
-        choice = f"timing with {counted(verdict.fit, 'thread')} instead of torch's {asked} (threads={asked} insists)"
-    elif verdict.fit < asked:
-        choice = f"threads={asked} oversubscribes the {counted(verdict.fit, 'free core')}"
-    else:
-        choice = ""
+    chosen = threads
+    choice = (f"{'threads' if threads is not None else 'torch'}={asked} oversubscribes the "
+              f"{counted(verdict.fit, 'free core')}; threads={verdict.fit} fits" if verdict.fit < asked else "")
     if not verdict.busy:
         return Start(chosen, "", f"host: {verdict.seen}; {choice}" if choice else "")
     if on_busy == "fail":
