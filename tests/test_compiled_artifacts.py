@@ -85,8 +85,10 @@ def test_trusted_artifacts_load_into_an_empty_cache_without_compiling(tuned, cop
 
 
 def test_a_fresh_process_on_a_clean_machine_loads_them_without_compiling(tuned, tmp_path):
-    _, path, home = tuned
+    ctx, path, home = tuned
+    # at the thread count the route was tuned at: Inductor compiles CPU kernels for the count in force
     script = ("import json, pipeline, torch; from pipeline.models import MLP; "
+              f"torch.set_num_threads({int(ctx.cfg.threads)}); "
               f"s = pipeline.load({str(path)!r}, MLP(width=16, depth=2).eval()); "
               "print(json.dumps(s.load_report.to_dict()))")
     clean = tmp_path / "clean"
