@@ -84,11 +84,17 @@ def test_trusted_artifacts_load_into_an_empty_cache_without_compiling(tuned, cop
     served_equal(served, tuned[0])
 
 
-def test_a_fresh_process_on_a_clean_machine_loads_them_without_compiling(tuned, tmp_path):
-    ctx, path, home = tuned
-    # at the thread count the route was tuned at: Inductor compiles CPU kernels for the count in force
+def test_a_fresh_process_on_a_clean_machine_loads_them_without_compiling(tmp_path):
+    # Tuned in a fresh process too, so that no state an earlier test left in this one enters the programs' keys.
+    home, run_dir = tmp_path / "home", tmp_path / "run"
+    overrides = [*ROUTE, "compile_cache.dir=" + str(tmp_path / "cache")]
+    tune = ("from pathlib import Path; from pipeline.api import compose_config; from pipeline.runner import run; "
+            f"run(compose_config({overrides!r}), Path({str(run_dir)!r}))")
+    proc = subprocess.run([sys.executable, "-c", tune], cwd=ROOT, env={**clean_env(), "TWEAKPIPE_HOME": str(home)},
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    path = run_dir / "model.tweak"
     script = ("import json, pipeline, torch; from pipeline.models import MLP; "
-              f"torch.set_num_threads({int(ctx.cfg.threads)}); "
               f"s = pipeline.load({str(path)!r}, MLP(width=16, depth=2).eval()); "
               "print(json.dumps(s.load_report.to_dict()))")
     clean = tmp_path / "clean"
