@@ -14,6 +14,8 @@ directory unless given).
 
     python bench/cpu_table.py --out OUT                # 1 thread: the table in bench/results
     python bench/cpu_table.py --out OUT --threads 4 --models resnet18 bert_tiny
+    bash bench/device_wheels.sh openvino   # then on the GPU host's 16 cores (carry .whl):
+    source bench/device_env.sh && python3 bench/cpu_table.py --out OUT --threads 4 --tracking off
 """
 
 from __future__ import annotations
@@ -51,8 +53,10 @@ MODELS: Dict[str, List[str]] = {
 
 def overrides_for(model: str, args: argparse.Namespace) -> List[str]:
     return [*MODELS[model], "device=cpu", f"backends=[{','.join(CPU.backends)}]", f"profile={args.profile}",
-            f"model.batch_sizes=[{','.join(map(str, CPU.sizes))}]", f"threads={args.threads}", "tracking=sqlite",
-            f"tracking.uri=sqlite:///{args.runs.resolve()}/mlflow-cpu.db", "tracking.experiment=cpu_table"]
+            f"model.batch_sizes=[{','.join(map(str, CPU.sizes))}]", f"threads={args.threads}",
+            *(["tracking=off"] if args.tracking == "off" else
+              ["tracking=sqlite", f"tracking.uri=sqlite:///{args.runs.resolve()}/mlflow-cpu.db",
+               "tracking.experiment=cpu_table"])]
 
 
 def cpu_model() -> str:
@@ -82,6 +86,8 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     parser.add_argument("--profile", default="default")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--tracking", choices=["sqlite", "off"], default="sqlite",
+                        help="off on the GPU host, whose trimmed wheel set (OpenVINO's is 57 MB) carries no MLflow")
     runs_argument(parser)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)

@@ -8,6 +8,7 @@ import json
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 from torch import nn
 
 from pipeline import backends as backend_registry
@@ -19,6 +20,9 @@ import pipeline
 from pipeline.batching import BatchDims, output_batch_dims
 from pipeline.models import MLP, make_inputs
 from pipeline.backends.candidate import Candidate
+from pipeline.api import compose_config
+from pipeline.compile import ahead as compile_ahead
+from pipeline.compile.build import BuildSpec
 from conftest import TINY
 from models_for_tests import CellGRU, sequence_first
 
@@ -257,3 +261,22 @@ def test_graphs_are_recorded_over_the_batch_grid_at_every_tuned_length_in_one_po
     small_pool = backend_registry.create(Candidate.of("g", {**cfg, "max_pool_mb": 1e-6}))
     with pytest.raises(RuntimeError, match="above max_pool_mb=1e-06"):
         small_pool.build(model, make_inputs(LENGTH_SPEC, 8, device), device, range(1, 9), [1, 8], dims)
+
+
+def test_a_compile_worker_gives_a_candidates_device_memory_back_after_its_job(tmp_path, device):
+    """A worker that kept each candidate's graphs and outputs reserved left the run's own graph candidates out of
+    memory (DistilBERT's masked-LM head on the H200); once a job ends, the worker holds little beyond the model."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 1 << 14)).eval().to(device)  # wide outputs
+    sizes = [1, 256]
+    cells = {bs: {"x": torch.randn(bs, 64, device=device)} for bs in sizes}
+    dims = output_batch_dims(model, lambda bs: {"x": torch.randn(bs, 64, device=device)})
+    spec = BuildSpec(model, cells[256], device, range(1, 257), sizes, BatchDims(inputs={"x": 0}, outputs=dims))
+    cache = compose_config([*TINY, f"compile_cache.dir={tmp_path / 'cache'}"]).compile_cache
+    with compile_ahead.started({"graph_inductor": Candidate.of("graph_inductor", GRAPH_INDUCTOR)}, spec, cells, None,
+                               OmegaConf.to_container(cache, resolve=True), 1) as ahead:
+        done = ahead.wait("graph_inductor")
+    assert done is not None and "error" not in done, done
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    outputs_held = sum(graph_plan.grid(256)) * (1 << 14) * 4  # what its recorded graphs' outputs alone took
+    assert done["reserved_after_bytes"] <= 2 * weights + (64 << 20) < outputs_held, done

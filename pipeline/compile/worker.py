@@ -7,7 +7,7 @@ in each worker. Here the worker's ``__main__`` is this module; it reads the run'
 the inputs at every tuned cell, the cache settings, the run's process state: ``compile.state``), then compiles one job per line of its standard input (a
 JSON object: the candidate's name and settings), built and warmed exactly as capture will
 (``pipeline.compile.build``), and answers each with one JSON line on the file descriptor ``RESULTS_FD``: the
-seconds and cache counts, or the error.
+seconds and cache counts and the device memory it still holds once the candidate is dropped, or the error.
 
 It dies with its run: the kernel sends it SIGKILL when the run's process ends (Linux's
 ``PR_SET_PDEATHSIG``), a thread watches ``PARENT_PID`` where that is missing, and an end of standard input
@@ -84,6 +84,8 @@ def compile_one(state: Dict[str, Any], name: str, settings: Dict[str, Any]) -> D
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    from pipeline import devices
+
     setup_path, results_fd, parent = (argv or sys.argv[1:])[:3]
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     die_with_parent(int(parent))
@@ -97,6 +99,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         except Exception as exc:  # noqa: BLE001 -- the run compiles this candidate itself
             answer = {"name": job["name"], "error": f"{type(exc).__name__}: {str(exc).strip()[:500]}",
                       "traceback": traceback.format_exc()[-4000:]}
+        # the candidate is dropped: its programs are in the cache; its weights, graphs and outputs go back
+        answer["reserved_after_bytes"] = devices.release_memory(state["spec"].device)
         results.write(json.dumps(answer) + "\n")
     return 0
 
