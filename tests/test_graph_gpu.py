@@ -5,6 +5,8 @@ the largest graph alone. Run on the GPU machine: ``pytest -m gpu tests/test_grap
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -64,6 +66,17 @@ class TwoInputs(nn.Module):
         hidden = self.embed(input_ids) * attention_mask.unsqueeze(-1).float()
         pooled = hidden.sum(1) / attention_mask.sum(1, keepdim=True).clamp(min=1)
         return {"logits": self.proj(pooled), "hidden": hidden}
+
+
+class WideHead(nn.Module):
+    """Wide outputs, as a language model's head has: the recorded graphs' outputs dwarf the weights."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 1 << 14))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x)
 
 
 MODELS = {
@@ -263,11 +276,13 @@ def test_graphs_are_recorded_over_the_batch_grid_at_every_tuned_length_in_one_po
         small_pool.build(model, make_inputs(LENGTH_SPEC, 8, device), device, range(1, 9), [1, 8], dims)
 
 
-def test_a_compile_worker_gives_a_candidates_device_memory_back_after_its_job(tmp_path, device):
+def test_a_compile_worker_gives_a_candidates_device_memory_back_after_its_job(tmp_path, device, monkeypatch):
     """A worker that kept each candidate's graphs and outputs reserved left the run's own graph candidates out of
     memory (DistilBERT's masked-LM head on the H200); once a job ends, the worker holds little beyond the model."""
+    tests = str(Path(__file__).parent)  # the worker imports WideHead from this module
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [tests, os.environ.get("PYTHONPATH")])))
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 1 << 14)).eval().to(device)  # wide outputs
+    model = WideHead().eval().to(device)
     sizes = [1, 256]
     cells = {bs: {"x": torch.randn(bs, 64, device=device)} for bs in sizes}
     dims = output_batch_dims(model, lambda bs: {"x": torch.randn(bs, 64, device=device)})
