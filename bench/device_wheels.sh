@@ -18,11 +18,12 @@ platform=(--only-binary=:all: --python-version 3.12 --implementation cp --platfo
           --platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform any)
 # omegaconf needs antlr4's runtime at exactly 4.9.3, published only as a source archive: build its pure wheel.
 python3 -m pip wheel -q --no-deps -w "$out" antlr4-python3-runtime==4.9.3
-wanted=("hydra-core>=1.3,<1.4" "omegaconf>=2.3,<2.4" "mlflow-skinny==$(python3 -c 'import mlflow; print(mlflow.__version__)')"
-        sqlalchemy alembic "torchao==0.18.0" redis)
+wanted=("hydra-core>=1.3,<1.4" "omegaconf>=2.3,<2.4")
 if [ "${1:-}" = openvino ]; then
-    wanted=("hydra-core>=1.3,<1.4" "omegaconf>=2.3,<2.4"
-            "openvino==$(python3 -c 'import openvino; print(openvino.__version__.split("-")[0])')")
+    wanted+=("openvino==$(python3 -c 'import openvino; print(openvino.__version__.split("-")[0])')")
+else
+    wanted+=("mlflow-skinny==$(python3 -c 'import mlflow; print(mlflow.__version__)')" sqlalchemy alembic
+             "torchao==0.18.0" redis)
 fi
 python3 -m pip download -q "${platform[@]}" --find-links "$out" -d "$out" "${wanted[@]}"
 # Already on the GPU machine (the device README's package list): keep its versions.
