@@ -147,3 +147,46 @@ class CountsItsCalls(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self.calls += 1
         return self.lin(x) * self.calls
+
+
+class ResidualBlock(nn.Module):
+    """Linear-ReLU-Linear with a skip: the block :class:`StackedBlocks` repeats."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(width, width), nn.Linear(width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.b(torch.relu(self.a(x)))
+
+
+class StackedBlocks(nn.Module):
+    """A stem, ``depth`` identical residual blocks and a head: a model of repeated blocks, as transformers are, at
+    the size of a test (input (batch, 16))."""
+
+    def __init__(self, width: int = 16, depth: int = 4) -> None:
+        super().__init__()
+        self.stem, self.head = nn.Linear(16, width), nn.Linear(width, 4)
+        self.blocks = nn.ModuleList(ResidualBlock(width) for _ in range(depth))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.stem(x)
+        for block in self.blocks:
+            h = block(h)
+        return self.head(h)
+
+
+class SlowAtReducedPrecision(nn.Module):
+    """A tiny MLP that does many times its work whenever it computes in a reduced precision (autocast, or cast
+    weights), leaving its outputs unchanged: a model whose bf16 candidates are slower than fp32 by construction."""
+
+    def __init__(self, width: int = 16, extra: int = 200) -> None:
+        super().__init__()
+        self.a, self.b, self.extra = nn.Linear(width, width), nn.Linear(width, width), extra
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.a(x))
+        if h.dtype != torch.float32:
+            for _ in range(self.extra):
+                h = h + 0 * torch.tanh(h)
+        return self.b(h)

@@ -26,7 +26,7 @@ from pipeline.api import compose_config
 from pipeline.compile import ahead as compile_ahead
 from pipeline.compile.build import BuildSpec
 from conftest import TINY
-from models_for_tests import CellGRU, sequence_first
+from models_for_tests import CellGRU, StackedBlocks, sequence_first
 
 pytestmark = pytest.mark.gpu
 
@@ -295,3 +295,20 @@ def test_a_compile_worker_gives_a_candidates_device_memory_back_after_its_job(tm
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
     outputs_held = sum(graph_plan.grid(256)) * (1 << 14) * 4  # what its recorded graphs' outputs alone took
     assert done["reserved_after_bytes"] <= 2 * weights + (64 << 20) < outputs_held, done
+
+
+def test_a_regional_program_recorded_as_device_graphs_answers_as_eager(device):
+    """graph_inductor_regional: the repeated blocks compiled once, then graphs recorded over the grid as usual."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model, spec = StackedBlocks(width=64, depth=6).eval().to(device), {"x": {"shape": [16], "dtype": "float32"}}
+    backend = built({**GRAPH_INDUCTOR, "regional": True}, model, spec, device, range(1, 65))
+    stats = backend.stats()
+    assert stats["recorded_sizes"] == graph_plan.grid(64) and 1 <= stats["compiles"] <= 3, stats
+    assert combine(backend.self_check(model, make_inputs(spec, 64, device))).ok
+    for bs in SIZES:
+        inputs = make_inputs(spec, bs, device, seed=1)
+        with torch.inference_mode():
+            expected = model(**inputs)
+        assert judge(backend(**inputs), expected).ok, f"batch {bs}"
+    assert backend.fallback_reason() is None

@@ -19,8 +19,8 @@ from torch import nn
 from torch.utils._pytree import tree_map_only
 
 from pipeline.config import inductor_options
-from pipeline.backends import rules
-from pipeline.backends.base import Backend
+from pipeline.backends import regions, rules
+from pipeline.backends.base import Backend, BackendUnsupported
 from pipeline.backends.candidate import Candidate
 from pipeline.backends.program import PerLength, Program
 from pipeline.batching import BatchDims
@@ -58,8 +58,15 @@ class InductorBackend(Backend):
         return not self.candidate.per_length and self.settings.dynamic is not False
 
     def program_for(self, model: nn.Module, records_cuda_graphs: bool = False) -> Any:
-        """The compiled program: one :class:`Program`, or one per tuned length (:class:`PerLength`)."""
+        """The compiled program: one :class:`Program`, or one per tuned length (:class:`PerLength`); with
+        ``regional: true``, of the model's regional view (:mod:`pipeline.backends.regions`)."""
         kwargs = self.compile_kwargs()
+        if self.settings.regional:
+            try:
+                model = regions.regional_view(model)
+            except regions.NoRegions as exc:
+                raise BackendUnsupported(f"regional: {exc}; the whole-model backends compile it") from None
+            log.info("backend %s: regional program over %s", self.name, regions.describe(model))
         if not self.per_length:
             return Program(model, self.name, kwargs, self.device, records_cuda_graphs)
         seq = self.batch_dims.seq

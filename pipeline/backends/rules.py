@@ -72,8 +72,9 @@ def check_graph(name: str, settings: BackendSettings) -> None:
             raise ConfigError(f"backend {name!r}: its Inductor setting records CUDA graphs of its own inside ours "
                               f"(mode reduce-overhead or max-autotune, or triton.cudagraphs); use mode=default, "
                               f"max-autotune-no-cudagraphs, or options without triton.cudagraphs")
-    elif inductor_settings_given(settings):
-        raise ConfigError(f"backend {name!r} sets {' and '.join(inductor_settings_given(settings))}, which only apply "
+    elif inductor_settings_given(settings) or settings.regional:
+        given = inductor_settings_given(settings) + (["regional"] if settings.regional else [])
+        raise ConfigError(f"backend {name!r} sets {' and '.join(given)}, which only apply "
                           f"with compile_with_inductor=true; set it or drop them")
     problem = graph_sizes_problem(name, settings)
     if problem:

@@ -75,6 +75,10 @@ class InductorSettings(TorchSettings):
     template: Optional[str] = None
     # false hands out CUDA graphs' static outputs without a copy: the next call overwrites them.
     clone_outputs: bool = True
+    # true: a regional program (pipeline/backends/regions.py): the model's repeated blocks (transformer layers,
+    # encoder blocks, bottlenecks) are traced and compiled once and reused, for far less compile time and maybe a
+    # slower program; skipped, with the reason, for a model that repeats no block.
+    regional: bool = False
 
 
 @dataclass
