@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import copy
+import time
 from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, TypeVar
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar
 
 import torch
 from omegaconf import DictConfig
@@ -30,8 +31,9 @@ T = TypeVar("T")
 # Added wherever an unverified backend is left out, so the error names the key that lets it in.
 ALLOW_HINT = " (validate.allow_unverified=true routes over unverified backends)"
 # What each stage leaves on the run context: the fields a stage run again starts without (RunContext.before).
-WRITES = {"capture": ("output_batch_dims", "output_seq_dims", "backends", "outcomes"),
-          "profile": ("screen", "screened_out", "profile"),
+WRITES = {"capture": ("output_batch_dims", "output_seq_dims", "backends", "outcomes", "precision_screened",
+                      "budget_skipped"),
+          "profile": ("screen", "screened_out", "profile", "profile_reduced"),
           "route": ("route", "route_info", "routed", "checkpoint_path"),
           "validate": ("validation",)}
 
@@ -120,6 +122,12 @@ class RunContext:
     output_seq_dims: Dict[str, Optional[int]] = field(default_factory=dict)  # pipeline.seqlen, with tuned lengths
     backends: Dict[str, Backend] = field(default_factory=dict)
     outcomes: Dict[str, BackendOutcome] = field(default_factory=dict)
+    # The precision-first screen (stages/capture.py): numerics whose compiling candidates were not built, and why.
+    precision_screened: Dict[str, str] = field(default_factory=dict)
+    # tune.budget_s: the candidates capture did not build once it was spent, and why; why the profile took one pass.
+    budget_skipped: Dict[str, str] = field(default_factory=dict)
+    profile_reduced: str = ""
+    started: float = field(default_factory=time.perf_counter)  # the tune's clock, for tune.budget_s
     # profile: the screen's cells, the candidates it screened out (and why), then the profile's cells
     screen: Dict[str, Dict[Key, Measurement]] = field(default_factory=dict)
     screened_out: Dict[str, str] = field(default_factory=dict)
@@ -153,6 +161,17 @@ class RunContext:
         """Where batches come from: the user's example rows from row ``start``, where there are any, then
         random fills at the run's seed plus ``seed_offset``. The first is what the model is tuned on."""
         return input_sources(self.inputs, self.examples, self.device, self.cfg.seed + seed_offset, start)
+
+    def budget_spent(self) -> Optional[str]:
+        """Why no more optional work may start (``tune.budget_s`` spent, and the seconds so far), or None."""
+        budget, elapsed = self.cfg.tune.budget_s, time.perf_counter() - self.started
+        return None if budget is None or elapsed < budget else f"tune.budget_s={budget:g} spent ({elapsed:.0f} s elapsed)"
+
+    def calls(self, key: Key, names: Sequence[str]) -> Dict[str, Callable[[], Any]]:
+        """Each named backend's call on the batch of the cell ``key`` (its rows, at its length) that capture
+        checked: what the screens and the profile time."""
+        inputs = self.input_sources()[0][1](key)
+        return {name: (lambda b=self.backends[name]: b(**inputs)) for name in names}
 
     @property
     def batch_sizes(self) -> List[int]:

@@ -40,7 +40,10 @@ from pipeline.context import ALLOW_HINT, BackendOutcome, RunContext
 from pipeline.errors import ConfigError, RunFailed
 from pipeline.measure import accuracy, padding
 from pipeline.measure.compare import Verdict, combine, judge, tolerance
+from pipeline.measure.interleaved import profile_cells
 from pipeline.measure.references import Reference, reference_at
+from pipeline.measure.screening import numerics_out, screen_settings, screen_sizes
+from pipeline.route.decision import baseline
 from pipeline.seqlen import PROBE_BATCH, Key, label, padding_probes, words
 
 log = logging.getLogger(__name__)
@@ -161,8 +164,31 @@ def budget_problem(ctx: RunContext) -> Optional[str]:
 
 def capture_order(candidates: Mapping[str, Candidate]) -> List[str]:
     """The order capture builds candidates in: those that do not compile first (eager at each precision among
-    them, so :func:`budget_skip` knows its score), then the compiling ones, while compile workers run ahead."""
-    return sorted(candidates, key=lambda n: candidates[n].compiles)
+    them, so :func:`budget_skip` knows its score, and the precision-first screen its numbers), then the compiling
+    ones in the order compile workers take their jobs (``compile.ahead.priority``: likely winners and cheap
+    programs first)."""
+    return sorted(candidates, key=lambda n: (candidates[n].compiles,
+                                             compile_ahead.priority(candidates[n]) if candidates[n].compiles else ()))
+
+
+def precision_first(ctx: RunContext) -> Dict[str, str]:
+    """Numerics (``Candidate.numerics``) -> why its compiling candidates are not built, from short windows of the
+    candidates built so far, which compile nothing (``profile.precision_screen``; ``pipeline.measure.screening``).
+    The compile workers are busy meanwhile, so these cells are not held to the host's quiet (no contention watch)
+    and are not kept: the profile's own screen times every candidate again on a quiet host."""
+    pcfg, candidates = ctx.cfg.profile, ctx.candidates
+    compiling = {c.numerics for c in candidates.values() if c.compiles}
+    timed = [n for n in ctx.backends if not candidates[n].compiles]
+    numerics = {n: candidates[n].numerics for n in timed}
+    if not (pcfg.screen and pcfg.precision_screen) or len(compiling) < 2 or len(set(numerics.values())) < 2:
+        return {}
+    sizes, lengths = screen_sizes(ctx.batch_sizes), screen_sizes(ctx.lengths) if ctx.lengths else []
+    with ctx.progress.steps("precision screen", len(sizes) * max(1, len(lengths))) as bar:
+        cells = profile_cells(lambda key: ctx.calls(key, timed), sizes, lengths, ctx.device, screen_settings(pcfg),
+                              on_step=lambda p, key: bar.next(f"{label(key)} ({len(timed)} candidates)"))
+    failures = ctx.failures()
+    out = numerics_out(cells, numerics, [n for n in timed if n not in failures], pcfg.screen_margin)
+    return {group: why for group, why in out.items() if group in compiling}
 
 
 def budget_skip(ctx: RunContext, candidate: Candidate) -> Optional[str]:
@@ -187,6 +213,13 @@ def budget_skip(ctx: RunContext, candidate: Candidate) -> Optional[str]:
     return None
 
 
+def precision_skip(screened: Mapping[str, str], candidate: Candidate) -> Optional[str]:
+    """Why a compiling ``candidate`` is not built after the precision-first screen (:func:`precision_first`)."""
+    why = screened.get(candidate.numerics) if candidate.compiles else None
+    return (f"not built: precision screen: {why}; its Inductor program would have to gain more over {candidate.numerics}'s "
+            f"own kernels than the margin (profile.precision_screen=false builds it)") if why else None
+
+
 def run(ctx: RunContext) -> None:
     source, inputs_at = ctx.input_sources()[0]
     log.info("capture: batches are made of %s", source)
@@ -209,16 +242,32 @@ def run(ctx: RunContext) -> None:
     cache = ctx.cfg.compile_cache
     with compile_ahead.started({n: candidates[n] for n in supported}, spec, cells, ctx.cfg.threads,
                                OmegaConf.to_container(cache, resolve=True), cache.workers) as ahead:
+        screened: Optional[Dict[str, str]] = None
         for name in ctx.progress.track(order, "capture", len(order)):
+            if screened is None and candidates[name].compiles:  # every candidate that compiles nothing is built
+                screened = ctx.precision_screened = precision_first(ctx)
+                for group, why in screened.items():
+                    log.info("capture: precision screen: no compiling candidate at %s is built: %s", group, why)
+                for n in order:
+                    if candidates[n].compiles and candidates[n].numerics in screened:
+                        ahead.drop(n)
             earlier = ctx.earlier.outcomes.get(name)
-            skip = budget_skip(ctx, candidates[name])
+            outside = budget_skip(ctx, candidates[name])
+            skip = outside or precision_skip(screened or {}, candidates[name])
             if earlier is not None and earlier.status in ("failed", "skipped"):
                 outcome = earlier  # the interrupted run's verdict; building it again would fail again
             elif skip:
                 ahead.drop(name)
                 outcome = BackendOutcome(name=name, kind=candidates[name].kind, status="skipped", reason=skip,
                                          precision=candidates[name].precision, weights=candidates[name].weights,
-                                         within_budget=False)
+                                         within_budget=outside is None)
+            elif (spent := ctx.budget_spent()) and name != baseline(candidates):
+                ahead.drop(name)
+                ctx.budget_skipped[name] = (f"not built: {spent}; the candidates built before it were the likelier "
+                                            f"winners (a larger tune.budget_s builds it)")
+                outcome = BackendOutcome(name=name, kind=candidates[name].kind, status="skipped",
+                                         reason=ctx.budget_skipped[name], precision=candidates[name].precision,
+                                         weights=candidates[name].weights)
             else:
                 head_start = ahead.wait(name)
                 outcome = capture_one(ctx, built[name], references)

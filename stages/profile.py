@@ -25,6 +25,7 @@ import logging
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
+from omegaconf import OmegaConf
 
 from pipeline.context import RunContext
 from pipeline.errors import RouteError
@@ -39,18 +40,6 @@ log = logging.getLogger(__name__)
 OUTSIDE_BUDGET = "screened out: outside the accuracy budget, so it never serves (timed in the screen only)"
 
 Calls = Callable[[Key, Sequence[str]], Dict[str, Callable[[], Any]]]
-
-
-def calls_for(ctx: RunContext) -> Calls:
-    """``calls(cell, names)``: each named backend's call on the batch of the cell (its rows, at its length) that
-    capture checked."""
-    _, inputs_at = ctx.input_sources()[0]
-
-    def calls(key: Key, names: Sequence[str]) -> Dict[str, Callable[[], Any]]:
-        inputs = inputs_at(key)
-        return {name: (lambda b=ctx.backends[name]: b(**inputs)) for name in names}
-
-    return calls
 
 
 def kept_by_rule(ctx: RunContext) -> List[str]:
@@ -105,10 +94,11 @@ def screen(ctx: RunContext, calls: Calls, watch: Watch) -> List[str]:
 
 
 def remeasure_contested(ctx: RunContext, calls: Calls, on_cell: Callable[[str, Key, Measurement], None],
-                        watch: Optional[Watch] = None) -> int:
-    """Another window, up to ``max_repeats`` rounds, for the noisy cells the route rests on at sizes where it is
-    contested (another candidate's interval overlaps the owner's); the windows taken."""
-    pcfg = ctx.cfg.profile
+                        watch: Optional[Watch] = None, pcfg: Any = None) -> int:
+    """Another window, up to ``max_repeats`` rounds (of ``pcfg``, default the run's profile), for the noisy cells the
+    route rests on at sizes where it is contested (another candidate's interval overlaps the owner's); the windows
+    taken."""
+    pcfg = ctx.cfg.profile if pcfg is None else pcfg
     s, taken = Settings.of(pcfg), 0
     for _ in range(s.max_repeats):
         try:
@@ -129,11 +119,21 @@ def remeasure_contested(ctx: RunContext, calls: Calls, on_cell: Callable[[str, K
     return taken
 
 
+def within_budget(ctx: RunContext) -> Any:
+    """The profile's settings: the run's, or one pass without re-measuring where ``tune.budget_s`` is spent."""
+    pcfg, spent = ctx.cfg.profile, ctx.budget_spent()
+    if not spent:
+        return pcfg
+    ctx.profile_reduced = f"{spent}: one pass, no noisy cell measured again"
+    log.warning("profile: %s", ctx.profile_reduced)
+    return OmegaConf.merge(pcfg, {"passes": 1, "max_repeats": 0})
+
+
 def run(ctx: RunContext) -> None:
-    pcfg = ctx.cfg.profile
     sizes: List[int] = ctx.batch_sizes
-    calls, watch = calls_for(ctx), watch_of(ctx)
+    calls, watch = ctx.calls, watch_of(ctx)
     timed = screen(ctx, calls, watch)
+    pcfg = within_budget(ctx)
     # A call that replays a device graph cannot be captured again, and needs no cross-check.
     checked = ([n for n in timed if not ctx.backends[n].records_cuda_graphs]
                if pcfg.device_check and ctx.device.type == "cuda" else [])
@@ -148,7 +148,7 @@ def run(ctx: RunContext) -> None:
             lambda key: calls(key, timed), sizes, ctx.lengths, ctx.device, {**pcfg, "max_repeats": 0},
             device_check=checked, known=known, on_cell=on_cell, watch=watch,
             on_step=lambda p, key: bar.next(f"pass {p + 1}/{pcfg.passes} {label(key)} ({', '.join(timed)})")))
-    repeats = remeasure_contested(ctx, calls, on_cell, watch)
+    repeats = remeasure_contested(ctx, calls, on_cell, watch, pcfg)
     for name, backend in list(ctx.backends.items()):
         fallback = backend.fallback_reason()
         if fallback:  # its timings are eager's, not its own: drop them rather than route on them

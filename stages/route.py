@@ -148,6 +148,10 @@ def run(ctx: RunContext) -> None:
         "excluded": failures,
         "unverified": unverified,
         "screened_out": {n: {"reason": why, "screen_ms": screen_cells(ctx, n)} for n, why in ctx.screened_out.items()},
+        # precision first: numerics (precision and weights) whose compiling candidates capture did not build, and why
+        "precision_screen": dict(ctx.precision_screened),
+        "budget": {"budget_s": ctx.cfg.tune.budget_s, "skipped": dict(ctx.budget_skipped),
+                   "profile": ctx.profile_reduced or None},
         "reference": against_reference(ctx, route, failures),
         "cost": {"candidates": {n: o.cost.to_dict() for n, o in ctx.outcomes.items()},
                  "stage_s": dict(ctx.stage_seconds)},

@@ -91,6 +91,12 @@ class Candidate:
         return self.precision if self.casts_weights else "fp32"
 
     @property
+    def numerics(self) -> str:
+        """Its precision with its weights as candidate names spell it: ``bf16`` (autocast), ``bf16-weights`` (a cast
+        copy), ``fp32``: what the precision-first screen groups candidates by (``stages/capture.py``)."""
+        return f"{self.precision}-weights" if self.casts_weights and not self.quantizes else self.precision
+
+    @property
     def judged_by_budget(self) -> bool:
         """A reduced-precision candidate of the ``precision`` list: its outputs answer to the accuracy budget
         alone, not to judge()'s tolerance (a backend setting ``autocast_*`` itself is held to both)."""

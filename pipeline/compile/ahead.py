@@ -32,10 +32,11 @@ import threading
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 
+from pipeline.backends import regions
 from pipeline.backends.candidate import Candidate
 from pipeline.backends.inductor import InductorBackend
 from pipeline.compile import state as process_state
@@ -60,14 +61,29 @@ def worker_count(requested: Optional[int], jobs: int, cores: Optional[int] = Non
 
 
 def program_key(candidate: Candidate) -> str:
-    """What decides the program a candidate compiles: its Inductor arguments and its numerics."""
+    """What decides the program a candidate compiles: its Inductor arguments, its numerics and whether it is
+    regional."""
     settings = candidate.settings
-    numerics = {k: getattr(settings, k) for k in ("precision", "cast_weights", "autocast_enabled", "autocast_dtype")}
+    numerics = {k: getattr(settings, k) for k in ("precision", "cast_weights", "autocast_enabled", "autocast_dtype",
+                                                  "regional")}
     inductor = InductorBackend(candidate)
     compile_args = {k: v for k, v in inductor.compile_kwargs().items() if k not in ("mode", "options")}
     return json.dumps({"compile": compile_args, "options": inductor.effective_options(), **numerics,
                        "per_length": candidate.per_length},
                       sort_keys=True, default=str)  # mode=default and no mode are one program
+
+
+def priority(candidate: Candidate) -> Tuple[int, int, int]:
+    """The order compile jobs run in (and capture builds compiling candidates in): likely winners first, by numerics
+    (weights cast to a reduced precision, then autocast, tf32, fp32, and the quantized recipes, whose compiles are the
+    slowest), then cheap programs first (regional before whole), the reference peer last at each."""
+    if candidate.quantizes:
+        rank = 4
+    elif candidate.compute_dtype is not None:
+        rank = 0 if candidate.casts_weights else 1
+    else:
+        rank = 2 if candidate.precision == "tf32" else 3
+    return rank, 0 if getattr(candidate.settings, "regional", False) else 1, int(candidate.reference)
 
 
 def plan(candidates: Mapping[str, Candidate]) -> Dict[str, str]:
@@ -124,6 +140,10 @@ class Worker:
         self.results: Dict[str, Dict[str, Any]] = {}
         self.done = threading.Condition()
         self.gone = ""  # why the worker is no longer to be waited for ("" while it works)
+        # Jobs are handed over one at a time, so that one dropped before its turn is never compiled.
+        self.queued: List[Candidate] = []
+        self.running: Optional[str] = None
+        self.cancelled: List[str] = []
         self.reader = threading.Thread(target=self._read, args=(os.fdopen(read_end),), daemon=True,
                                        name=f"compile-worker-{index}")
         self.reader.start()
@@ -135,6 +155,8 @@ class Worker:
             with self.done:
                 if "name" in answer:
                     self.results[answer["name"]] = answer
+                    self.running = None
+                    self._next()
                 self.done.notify_all()
         with self.done:
             self.gone = self.gone or f"worker {self.index} exited: {self.last_words()}"
@@ -149,10 +171,29 @@ class Worker:
         return lines[-1][:300] if lines else "it wrote nothing"
 
     def submit(self, candidate: Candidate) -> None:
+        """Queue a job; it is handed to the worker once the jobs before it are done."""
+        with self.done:
+            self.queued.append(candidate)
+            if self.running is None:
+                self._next()
+
+    def cancel(self, name: str) -> None:
+        """Take a job that has not started off the queue (a running one finishes: its program is cached)."""
+        with self.done:
+            if any(c.name == name for c in self.queued):
+                self.queued = [c for c in self.queued if c.name != name]
+                self.cancelled.append(name)
+
+    def _next(self) -> None:
+        """Hand the next queued job to the worker (the caller holds ``self.done``)."""
+        if not self.queued or self.gone:
+            return
+        candidate = self.queued.pop(0)
+        self.running = candidate.name
         try:
             self.process.stdin.write(json.dumps({"name": candidate.name, "cfg": candidate.config()}) + "\n")
             self.process.stdin.flush()
-        except OSError:
+        except (OSError, ValueError):
             self.gone = self.gone or f"worker {self.index} would not take jobs: {self.last_words()}"
 
     def stalled(self, now: float) -> bool:
@@ -227,13 +268,19 @@ class CompileAhead:
         return result if runner == name else {**result, "shared_with": runner}
 
     def drop(self, name: str) -> None:
-        """``name`` will not be built (skipped): its job is not waited for unless another candidate shares it."""
+        """``name`` will not be built (skipped): its job is not waited for unless another candidate shares it, and
+        is never compiled where it has not started."""
         runner = self.jobs.pop(name, None)
-        if runner is not None and runner not in self.jobs.values():
-            self.assigned.pop(runner, None)
+        if runner is not None and runner not in self.jobs.values() and runner in self.assigned:
+            self.workers[self.assigned.pop(runner)].cancel(runner)
 
     def close(self) -> None:
-        """Stop every worker now, running jobs too: the profile must not time beside a compile."""
+        """Stop every worker now, running jobs too: the profile must not time beside a compile. Says which jobs were
+        never started because their candidates were dropped first (the precision screen, the tune's budget)."""
+        cancelled = [name for worker in self.workers for name in worker.cancelled]
+        if cancelled:
+            log.info("compile ahead: %d job(s) never started, their candidates dropped first: %s", len(cancelled),
+                     ", ".join(cancelled))
         for worker in self.workers:
             worker.stop()
         self.workers = []
@@ -281,9 +328,12 @@ def model_file(spec: BuildSpec, cells: Mapping[Any, Mapping[str, Any]], director
 def started(candidates: Mapping[str, Candidate], spec: BuildSpec, cells: Mapping[Any, Mapping[str, Any]],
             threads: Optional[int], cache_cfg: Mapping[str, Any], workers: Optional[int]) -> Iterator[CompileAhead]:
     """Workers compiling ``candidates``' programs for ``spec``, each called at every tuned cell (``cells``: their
-    inputs), jobs submitted in the candidates' order (capture's); stopped on exit."""
+    inputs), jobs run in :func:`priority` order; stopped on exit. A regional candidate of a model that repeats no block
+    gets no job (capture skips it, with the reason)."""
+    candidates = {n: c for n, c in candidates.items()
+                  if not (getattr(c.settings, "regional", False) and not regions.find(spec.model))}
     jobs = plan(candidates)
-    runners = list(dict.fromkeys(jobs[n] for n in candidates if n in jobs))
+    runners = sorted(dict.fromkeys(jobs[n] for n in candidates if n in jobs), key=lambda n: priority(candidates[n]))
     count = worker_count(workers, len(runners)) if cache_cfg.get("enabled", True) else 0
     if not count:
         yield CompileAhead({})

@@ -117,6 +117,12 @@ class ProfileConfig:
     screen: bool = True
     screen_margin: float = 1.5
     screen_budget_ms: float = 200.0
+    # Precision first (stages/capture.py), with screen on: before any Inductor program is compiled, the candidates
+    # that compile nothing (eager and graph at each precision) get the same short windows; a precision (with its
+    # weights) whose fastest such candidate is screen_margin slower than another's at every screened size, beyond
+    # both intervals, gets no compiling candidate built (Inductor's gain over a precision's own kernels would have to
+    # beat the other precision's by that margin). Recorded in capture.json and route.json (precision_screen).
+    precision_screen: bool = True
     # A busy host (other runnable tasks on the cores, a calibration kernel slower than its quiet time:
     # pipeline/measure/contention.py) is named in one line at the top of the run and read again around every
     # measured cell. warn: cells measured on it are marked contended (profile.csv), and settle no screen and no
@@ -198,6 +204,17 @@ class TrackingConfig:
     max_wait_s: float = 120.0
 
 
+@dataclass
+class TuneConfig:
+    """The tune as a whole."""
+
+    # Seconds the tune may take, from its start (null: no limit). Capture builds the candidates that compile nothing
+    # first, then the compiling ones likely winners first (stages/capture.py); once the budget is spent, those not
+    # yet built are skipped with the reason (plain eager never is), and the profile measures one pass without
+    # re-measuring. Validation always runs. route.json's budget says what was skipped and why.
+    budget_s: Optional[float] = None
+
+
 # The schema each group's YAML files extend, registered as ``schema_<group>``.
 SCHEMAS = {"model": ModelConfig, "profile": ProfileConfig, "route": RouteConfig, "validate": ValidateConfig,
            "tracking": TrackingConfig}
@@ -215,6 +232,7 @@ class Config:
     validate: ValidateConfig = field(default_factory=ValidateConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     compile_cache: CompileCacheConfig = field(default_factory=CompileCacheConfig)
+    tune: TuneConfig = field(default_factory=TuneConfig)
     device: str = "auto"
     # Each backend competes once per precision (fp32, tf32, bf16, fp16; bf16 and fp16 twice, as autocast and
     # with cast weights; int8_weight_only, int8_dynamic, fp8: torchao's recipes): pipeline.backends.precision.

@@ -75,3 +75,24 @@ def screened_out(cells: Mapping[str, Mapping[int, Measurement]], servable: Colle
                 f"{ratio:.2f}x slower than {by} at {words(key)}" for key, (ratio, by) in ratios.items()) + (
                 f" (beyond both intervals; screen margin {margin:g}x)")
     return out
+
+
+def numerics_out(cells: Mapping[str, Mapping[Any, Measurement]], numerics: Mapping[str, str],
+                 servable: Collection[str], margin: float) -> Dict[str, str]:
+    """Precision first: numerics (a precision with its weights, ``bf16-weights``) -> why its compiling candidates are
+    not worth building. Each numerics is timed by its fastest servable candidate at each cell (``cells``: of the
+    candidates that compile nothing, by name; ``numerics``: each one's), and screened out as a candidate would be:
+    ``margin`` slower than the fastest numerics at every screened size, beyond both intervals."""
+    best: Dict[str, Dict[Any, Measurement]] = {}
+    fastest: Dict[str, Dict[Any, str]] = {}
+    for name, per in cells.items():
+        if name not in servable:
+            continue
+        group = numerics[name]
+        for key in per:
+            if shown(per, key) and (key not in best.get(group, {}) or per[key].median < best[group][key].median):
+                best.setdefault(group, {})[key] = per[key]
+                fastest.setdefault(group, {})[key] = name
+    out = screened_out(best, list(best), (), margin)
+    return {group: f"{', '.join(sorted(set(fastest[group].values())))} at {group}, the fastest that compile nothing, "
+                   + why.removeprefix("screened out: ") for group, why in out.items()}

@@ -203,6 +203,10 @@ def check_config(cfg: DictConfig, run_dir: Optional[Path] = None) -> Dict[str, C
         problem = limits.threads_problem(cfg.threads, "threads")
         if problem:
             raise ConfigError(f"{problem}; e.g. threads=2")
+        budget = cfg.tune.budget_s
+        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float)) or not budget > 0):
+            raise ConfigError(f"tune.budget_s={budget:g} must be a positive number of seconds, or null for no limit; "
+                              f"e.g. tune.budget_s=300")
         device = devices.resolve(cfg.device)
         candidates = candidates_of(cfg, device)
         check_route(cfg, candidates)
