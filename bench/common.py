@@ -10,6 +10,7 @@ import contextlib
 import gc
 import json
 import statistics
+import subprocess
 import tempfile
 import sys
 import time
@@ -179,3 +180,18 @@ def tune_and_load(overrides: List[str], run_dir: Path) -> Tuple[Any, Any, Any, f
     tune_s, start = time.perf_counter() - start, time.perf_counter()
     auto = checkpoint.load(ctx.checkpoint_path, ctx.model, device=ctx.device)
     return cfg, ctx, auto, tune_s, time.perf_counter() - start
+
+
+def tune_process(command: Sequence[str], cwd: Path, env: Dict[str, str], log: Path, run_dir: Path,
+                 what: str) -> Dict[str, Any]:
+    """One tune run as its own process, as a user runs it (the command line, or a script): its wall seconds, its
+    standard output, and its run directory's ``cost.json`` and ``route.json``; the whole output goes to ``log``. A
+    failed tune raises RuntimeError naming ``what``, with the end of its standard error."""
+    start = time.perf_counter()
+    proc = subprocess.run(list(command), cwd=cwd, capture_output=True, text=True, env=env)
+    wall = time.perf_counter() - start
+    log.write_text(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{what} failed ({proc.returncode}): {proc.stderr[-3000:]}")
+    return {"wall_s": wall, "stdout": proc.stdout, "cost": json.loads((run_dir / "cost.json").read_text()),
+            "route": json.loads((run_dir / "route.json").read_text())}

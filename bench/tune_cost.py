@@ -26,9 +26,7 @@ import math
 import os
 import platform
 import shutil
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
@@ -37,7 +35,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import command_line, joined_lanes, row_or_error, run_lane, runs_argument, write_table  # noqa: E402
+from bench.common import (command_line, joined_lanes, row_or_error, run_lane, runs_argument, tune_process,  # noqa: E402
+                          write_table)
 from pipeline import devices  # noqa: E402
 
 BEFORE_FILE = ROOT / "bench" / "results" / "precision-h200-rerun.json"
@@ -58,16 +57,10 @@ def tune(model: str, args: argparse.Namespace, cache: Path, run_dir: Path) -> Di
     overrides = [f"model={model}", f"device={args.device}", *args.overrides, f"compile_cache.dir={cache}",
                  f"hydra.run.dir={run_dir}", "tracking=sqlite", f"tracking.uri=sqlite:///{args.runs}/mlflow.db",
                  "tracking.experiment=tune_cost"]
-    start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "pipeline", *overrides], cwd=ROOT, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    wall = time.perf_counter() - start
-    (args.runs / f"{run_dir.name}.log").write_text(proc.stdout + proc.stderr)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{model}: the tune failed ({proc.returncode}): {proc.stderr[-3000:]}")
-    cost = json.loads((run_dir / "cost.json").read_text())
-    route = json.loads((run_dir / "route.json").read_text())
-    return {"wall_s": wall, "tune_s": cost["tune_s"], "stage_s": cost["stage_s"], "candidates": cost["candidates"],
+    done = tune_process([sys.executable, "-m", "pipeline", *overrides], ROOT, {**os.environ, "PYTHONUNBUFFERED": "1"},
+                        args.runs / f"{run_dir.name}.log", run_dir, f"{model}: the tune")
+    cost, route = done["cost"], done["route"]
+    return {"wall_s": done["wall_s"], "tune_s": cost["tune_s"], "stage_s": cost["stage_s"], "candidates": cost["candidates"],
             "route": route["ranges"], "screened_out": sorted(route["screened_out"]),
             "noisy_cells": len(route["noisy_cells"]), "checkpoint": str(run_dir / "model.tweak")}
 
