@@ -21,6 +21,7 @@ from pipeline.measure import accuracy
 from pipeline.config.schema import STAGE_NAMES
 from pipeline.route.decision import Race, baseline
 from pipeline.route.policy import Range
+from pipeline.measure.contention import Watch
 from pipeline.measure.measurement import Measurement
 from pipeline.measure.padding import PROVED
 from pipeline.measure.references import InputSource, input_sources
@@ -166,6 +167,11 @@ class RunContext:
         """Why no more optional work may start (``tune.budget_s`` spent, and the seconds so far), or None."""
         budget, elapsed = self.cfg.tune.budget_s, time.perf_counter() - self.started
         return None if budget is None or elapsed < budget else f"tune.budget_s={budget:g} spent ({elapsed:.0f} s elapsed)"
+
+    def watch(self) -> Watch:
+        """The host's watch for what this run times (``profile.on_busy``), judging readings for the threads in force."""
+        pcfg = self.cfg.profile
+        return Watch(pcfg.on_busy, torch.get_num_threads(), pcfg.on_busy_wait_s)
 
     def calls(self, key: Key, names: Sequence[str]) -> Dict[str, Callable[[], Any]]:
         """Each named backend's call on the batch of the cell ``key`` (its rows, at its length) that capture

@@ -171,11 +171,12 @@ def capture_order(candidates: Mapping[str, Candidate]) -> List[str]:
                                              compile_ahead.priority(candidates[n]) if candidates[n].compiles else ()))
 
 
-def precision_first(ctx: RunContext) -> Dict[str, str]:
+def precision_first(ctx: RunContext, ahead: compile_ahead.CompileAhead) -> Dict[str, str]:
     """Numerics (``Candidate.numerics``) -> why its compiling candidates are not built, from short windows of the
     candidates built so far, which compile nothing (``profile.precision_screen``; ``pipeline.measure.screening``).
-    The compile workers are busy meanwhile, so these cells are not held to the host's quiet (no contention watch)
-    and are not kept: the profile's own screen times every candidate again on a quiet host."""
+    The compile workers are paused meanwhile (``ahead``), and the host watched as the profile watches it (a cell
+    measured on a busy host settles nothing); the cells are not kept: the profile's own screen times every
+    candidate again, beside the compiled ones."""
     pcfg, candidates = ctx.cfg.profile, ctx.candidates
     compiling = {c.numerics for c in candidates.values() if c.compiles}
     timed = [n for n in ctx.backends if not candidates[n].compiles]
@@ -183,9 +184,15 @@ def precision_first(ctx: RunContext) -> Dict[str, str]:
     if not (pcfg.screen and pcfg.precision_screen) or len(compiling) < 2 or len(set(numerics.values())) < 2:
         return {}
     sizes, lengths = screen_sizes(ctx.batch_sizes), screen_sizes(ctx.lengths) if ctx.lengths else []
-    with ctx.progress.steps("precision screen", len(sizes) * max(1, len(lengths))) as bar:
+    with ctx.progress.steps("precision screen", len(sizes) * max(1, len(lengths))) as bar, ahead.paused():
         cells = profile_cells(lambda key: ctx.calls(key, timed), sizes, lengths, ctx.device, screen_settings(pcfg),
-                              on_step=lambda p, key: bar.next(f"{label(key)} ({len(timed)} candidates)"))
+                              on_step=lambda p, key: bar.next(f"{label(key)} ({len(timed)} candidates)"),
+                              watch=ctx.watch())
+    contended = sum(m.contended for per in cells.values() for m in per.values())
+    if contended:
+        log.warning("capture: precision screen: %d of %d cells were measured on a busy host and settle nothing "
+                    "(a precision is screened out on a quiet host's cells alone)", contended,
+                    sum(len(per) for per in cells.values()))
     failures = ctx.failures()
     out = numerics_out(cells, numerics, [n for n in timed if n not in failures], pcfg.screen_margin)
     return {group: why for group, why in out.items() if group in compiling}
@@ -245,7 +252,7 @@ def run(ctx: RunContext) -> None:
         screened: Optional[Dict[str, str]] = None
         for name in ctx.progress.track(order, "capture", len(order)):
             if screened is None and candidates[name].compiles:  # every candidate that compiles nothing is built
-                screened = ctx.precision_screened = precision_first(ctx)
+                screened = ctx.precision_screened = precision_first(ctx, ahead)
                 for group, why in screened.items():
                     log.info("capture: precision screen: no compiling candidate at %s is built: %s", group, why)
                 for n in order:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-import torch
 from omegaconf import OmegaConf
 
 from pipeline.context import RunContext
@@ -52,12 +51,6 @@ def kept_by_rule(ctx: RunContext) -> List[str]:
     if rcfg.strategy == "first_wins":
         keep.append(next((n for n in ctx.candidates if n in servable), None))
     return [n for n in keep if n is not None]
-
-
-def watch_of(ctx: RunContext) -> Watch:
-    """The host's watch for this profile (``profile.on_busy``), judging readings for the threads in force."""
-    pcfg = ctx.cfg.profile
-    return Watch(pcfg.on_busy, torch.get_num_threads(), pcfg.on_busy_wait_s)
 
 
 def screen(ctx: RunContext, calls: Calls, watch: Watch) -> List[str]:
@@ -131,7 +124,7 @@ def within_budget(ctx: RunContext) -> Any:
 
 def run(ctx: RunContext) -> None:
     sizes: List[int] = ctx.batch_sizes
-    calls, watch = ctx.calls, watch_of(ctx)
+    calls, watch = ctx.calls, ctx.watch()
     timed = screen(ctx, calls, watch)
     pcfg = within_budget(ctx)
     # A call that replays a device graph cannot be captured again, and needs no cross-check.

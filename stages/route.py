@@ -79,15 +79,13 @@ def against_reference(ctx: RunContext, route: List[Any], failures: Dict[str, str
         return None
     owners = {key: backend_at(route, *key) if ctx.lengths else backend_for(route, key) for key in ctx.cells}
     found = versus.comparison({k: b for k, b in owners.items() if b is not None}, ctx.medians(), ctx.intervals(),
-                              references, failures, ctx.cfg.route.strategy)
+                              references, failures, ctx.cfg.route.strategy, cell_entry)
     if found is None:
         log.info("route   no reference was measured (%s), so auto is not compared with it", ", ".join(references))
         return None
-    cells = [{**cell_entry(c.pop("cell")), **c} for c in found["cells"]]
-    found["cells"], found["slower_cells"] = cells, [c for c in cells if c["slower"]]
     log.info("route   against the user's own compile (%s): auto is %.2fx-%.2fx as fast (geometric mean %.2fx over %d "
-             "cell(s))", ", ".join(references), found["worst_speedup"], max(c["speedup"] for c in cells),
-             found["geomean_speedup"], len(cells))
+             "cell(s))", ", ".join(references), found["worst_speedup"], max(c["speedup"] for c in found["cells"]),
+             found["geomean_speedup"], len(found["cells"]))
     if found["slower_cells"]:
         log.warning("route   auto is slower than the reference beyond both intervals at %s",
                     "; ".join(f"{label((c['batch_size'], c['seq_len']) if 'seq_len' in c else c['batch_size'])}: "

@@ -63,7 +63,7 @@ def test_every_shipped_backend_composes_and_resolves(compose_cfg, name: str) -> 
 
 def test_inductor_all_set_names_every_backend(compose_cfg) -> None:
     cfg = compose_cfg([*TINY, "backends=inductor_all"])
-    assert set(cfg.backends) == {"eager", *MODE_BACKENDS, *TEMPLATE_BACKENDS}
+    assert set(cfg.backends) == {"eager", *MODE_BACKENDS, *TEMPLATE_BACKENDS, "inductor_regional"}
     check_config(cfg)
 
 

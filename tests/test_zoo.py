@@ -102,7 +102,8 @@ def test_the_hf_suite_sweeps_six_full_size_models_in_bf16_on_every_gpu_backend()
     suite = yaml.safe_load((SHIPPED_CONF / "experiment" / "hf_suite.yaml").read_text())
     classes = suite["hydra"]["sweeper"]["params"]["model.hf.model_class"].split(",")
     assert len(classes) >= 6 and {"BertForQuestionAnswering", "ElectraForQuestionAnswering"} <= set(classes)
-    assert list(cfg.backends) == ["eager", "inductor", "graph", "graph_inductor", "inductor_reduce_overhead"]
+    assert list(cfg.backends) == ["eager", "inductor", "graph", "graph_inductor", "graph_inductor_regional",
+                                  "inductor_reduce_overhead"]
     assert all(b.autocast_enabled and b.autocast_dtype == "bfloat16" for b in cfg.backends.values())
     assert list(cfg.model.batch_sizes) == [1, 8, 32, 128] and cfg.model.hf.config == {}  # full size
     for name in classes:

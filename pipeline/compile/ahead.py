@@ -227,13 +227,15 @@ class Worker:
             raise RuntimeError(answer["error"])
         return answer
 
+    def signal(self, signum: int) -> None:
+        """Send ``signum`` to the worker and everything it started (its session), where it still runs."""
+        if self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signum)
+
     def stop(self) -> None:
         """End the worker and everything it started (its session), now."""
-        if self.process.poll() is None:
-            try:
-                os.killpg(self.process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        self.signal(signal.SIGKILL)
         self.process.wait()
         if self.process.stdin:
             with contextlib.suppress(OSError):
@@ -273,6 +275,25 @@ class CompileAhead:
         runner = self.jobs.pop(name, None)
         if runner is not None and runner not in self.jobs.values() and runner in self.assigned:
             self.workers[self.assigned.pop(runner)].cancel(runner)
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """The workers stopped (SIGSTOP) for the block and resumed after it, so that what the block times runs on
+        a quiet host; the pause does not count towards a worker's stall (``STALL_S``)."""
+        if not self.workers:
+            yield
+            return
+        for worker in self.workers:
+            worker.signal(signal.SIGSTOP)
+        start = time.monotonic()
+        try:
+            yield
+        finally:
+            for worker in self.workers:
+                worker.signal(signal.SIGCONT)
+                worker.progress = (time.monotonic(), worker.progress[1])
+            log.info("compile ahead: %d worker(s) paused %.1f s while the host was timed", len(self.workers),
+                     time.monotonic() - start)
 
     def close(self) -> None:
         """Stop every worker now, running jobs too: the profile must not time beside a compile. Says which jobs were

@@ -11,7 +11,7 @@ cannot serve there, or the strategy does not apply the rule). Route.json's ``ref
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from pipeline.route.policy import clearly_below
 
@@ -20,11 +20,13 @@ Cell = Any  # a batch size, or a (batch size, length) pair
 
 def comparison(owners: Mapping[Cell, str], medians: Mapping[str, Mapping[Cell, float]],
                intervals: Mapping[str, Mapping[Cell, Tuple[float, float]]], references: Sequence[str],
-               failures: Mapping[str, str], strategy: str) -> Optional[Dict[str, Any]]:
-    """Per tuned cell: the backend serving it (``owners``) and its median, the best reference and its median, the
-    speed-up of auto over it, and whether auto is slower beyond both intervals (with the reason). The best reference
-    is the fastest one that may serve (outside the accuracy budget, it would not be the same model); where none may,
-    the fastest measured. None where no reference was measured."""
+               failures: Mapping[str, str], strategy: str,
+               named: Callable[[Cell], Dict[str, Any]] = lambda cell: {"cell": cell}) -> Optional[Dict[str, Any]]:
+    """Per tuned cell (its keys ``named(cell)``: route.json names a cell by its batch size and length): the backend
+    serving it (``owners``) and its median, the best reference and its median, the speed-up of auto over it, and
+    whether auto is slower beyond both intervals (with the reason). The best reference is the fastest one that may
+    serve (outside the accuracy budget, it would not be the same model); where none may, the fastest measured. None
+    where no reference was measured."""
     cells: List[Dict[str, Any]] = []
     for cell in sorted(owners):
         owner = owners[cell]
@@ -35,7 +37,7 @@ def comparison(owners: Mapping[Cell, str], medians: Mapping[str, Mapping[Cell, f
         best = min(servable or measured, key=lambda r: medians[r][cell])
         auto_ms, ref_ms = medians[owner][cell], medians[best][cell]
         slower = clearly_below(best, owner, cell, {owner: medians[owner], best: medians[best]}, intervals)
-        entry = {"cell": cell, "auto": owner, "auto_ms": auto_ms, "reference": best, "reference_ms": ref_ms,
+        entry = {**named(cell), "auto": owner, "auto_ms": auto_ms, "reference": best, "reference_ms": ref_ms,
                  "speedup": ref_ms / auto_ms, "slower": slower}
         if slower:
             entry["reason"] = (f"{best} cannot serve: {failures[best]}" if best in failures else
