@@ -43,6 +43,9 @@ def test_a_precision_is_screened_out_where_its_fastest_uncompiled_candidate_is_s
     servable = [n for n in cells if not n.endswith("bf16-weights")]
     out = numerics_out(cells, numerics, servable, 1.5)
     assert set(out) == {"fp32"} and "2.00x slower than bf16 at batch size 1" in out["fp32"]
+    # a cell measured on a busy host shows nothing: fp32 is kept, though slower at 64 and at 1 by its other candidate
+    cells["graph"][1].contention = "3 runnable tasks besides this run's on 2 cores"
+    assert numerics_out(cells, numerics, list(cells), 1.5) == {}
 
 
 def test_compile_jobs_and_capture_start_with_likely_winners_and_cheap_programs():
@@ -68,16 +71,21 @@ def test_a_precision_slower_without_compiling_gets_no_compiled_candidate_and_no_
     ctx = run(compose_config(overrides), tmp_path / "screened")
     outcomes = ctx.outcomes
     assert outcomes["inductor"].status == "ok", outcomes["inductor"].reason
-    assert "measured on a busy host" not in caplog.text, "the host was busy: the screen rightly settled nothing"
-    for name in ("inductor.bf16", "inductor.bf16-weights"):
-        assert outcomes[name].status == "skipped" and "precision screen" in outcomes[name].reason, outcomes[name]
-        assert outcomes[name].within_budget  # not built is not outside the budget
+    assert "compile ahead: 1 worker(s) paused" in caplog.text  # the precision screen timed with its worker stopped
     route = json.loads((tmp_path / "screened" / "route.json").read_text())
-    assert set(route["precision_screen"]) == {"bf16", "bf16-weights"}
-    assert "slower than fp32" in route["precision_screen"]["bf16"]
-    # the bf16-weights job was the worker's first (the likeliest winner), so it ran; the autocast one never started
-    assert "job(s) never started, their candidates dropped first: inductor.bf16" in caplog.text
-    assert "compile ahead: 1 worker(s) paused" in caplog.text  # the precision screen timed a quiet host
+    dropped = set(route["precision_screen"])
+    if "measured on a busy host" in caplog.text:  # another test's compile took both cores: a cell settles nothing
+        assert dropped <= {"bf16", "bf16-weights"}  # and only what quiet cells showed slower everywhere may drop
+    else:
+        assert dropped == {"bf16", "bf16-weights"} and "slower than fp32" in route["precision_screen"]["bf16"]
+        # the bf16-weights job was the worker's first (the likeliest winner), so it ran; the autocast one never started
+        assert "job(s) never started, their candidates dropped first: inductor.bf16" in caplog.text
+    for name in ("inductor.bf16", "inductor.bf16-weights"):
+        if ctx.candidates[name].numerics in dropped:
+            assert outcomes[name].status == "skipped" and "precision screen" in outcomes[name].reason, outcomes[name]
+            assert outcomes[name].within_budget  # not built is not outside the budget
+        else:
+            assert outcomes[name].status == "ok", outcomes[name].reason
     kept = run(compose_config([*overrides, "profile.precision_screen=false", "compile_cache.workers=0"]),
                tmp_path / "kept")
     assert all(kept.outcomes[n].status == "ok" for n in ("inductor.bf16", "inductor.bf16-weights"))

@@ -115,6 +115,11 @@ class Candidate:
         return self.kind == "inductor" or (self.kind == "graph" and self.settings.compile_with_inductor)
 
     @property
+    def regional(self) -> bool:
+        """Compiled as a regional program: the model's repeated blocks once each (``pipeline.backends.regions``)."""
+        return isinstance(self.settings, InductorSettings) and bool(self.settings.regional)
+
+    @property
     def per_length(self) -> bool:
         """Compiled once per tuned length (``per_length: true``; where lengths are tuned)."""
         return isinstance(self.settings, InductorSettings) and bool(self.settings.per_length)

@@ -83,7 +83,7 @@ def priority(candidate: Candidate) -> Tuple[int, int, int]:
         rank = 0 if candidate.casts_weights else 1
     else:
         rank = 2 if candidate.precision == "tf32" else 3
-    return rank, 0 if getattr(candidate.settings, "regional", False) else 1, int(candidate.reference)
+    return rank, 0 if candidate.regional else 1, int(candidate.reference)
 
 
 def plan(candidates: Mapping[str, Candidate]) -> Dict[str, str]:
@@ -352,7 +352,7 @@ def started(candidates: Mapping[str, Candidate], spec: BuildSpec, cells: Mapping
     inputs), jobs run in :func:`priority` order; stopped on exit. A regional candidate of a model that repeats no block
     gets no job (capture skips it, with the reason)."""
     candidates = {n: c for n, c in candidates.items()
-                  if not (getattr(c.settings, "regional", False) and not regions.find(spec.model))}
+                  if not (c.regional and not regions.find(spec.model))}
     jobs = plan(candidates)
     runners = sorted(dict.fromkeys(jobs[n] for n in candidates if n in jobs), key=lambda n: priority(candidates[n]))
     count = worker_count(workers, len(runners)) if cache_cfg.get("enabled", True) else 0

@@ -82,7 +82,9 @@ def numerics_out(cells: Mapping[str, Mapping[Any, Measurement]], numerics: Mappi
     """Precision first: numerics (a precision with its weights, ``bf16-weights``) -> why its compiling candidates are
     not worth building. Each numerics is timed by its fastest servable candidate at each cell (``cells``: of the
     candidates that compile nothing, by name; ``numerics``: each one's), and screened out as a candidate would be:
-    ``margin`` slower than the fastest numerics at every screened size, beyond both intervals."""
+    ``margin`` slower than the fastest numerics at every screened size, beyond both intervals. Where one of its
+    cells at a size was measured on a busy host (or not at all), that cell stands for the numerics there: it keeps
+    it, and sets no pace."""
     best: Dict[str, Dict[Any, Measurement]] = {}
     fastest: Dict[str, Dict[Any, str]] = {}
     for name, per in cells.items():
@@ -90,7 +92,8 @@ def numerics_out(cells: Mapping[str, Mapping[Any, Measurement]], numerics: Mappi
             continue
         group = numerics[name]
         for key in per:
-            if shown(per, key) and (key not in best.get(group, {}) or per[key].median < best[group][key].median):
+            held = best.get(group, {}).get(key)
+            if held is None or (shown(best[group], key) and (not shown(per, key) or per[key].median < held.median)):
                 best.setdefault(group, {})[key] = per[key]
                 fastest.setdefault(group, {})[key] = name
     out = screened_out(best, list(best), (), margin)
