@@ -227,6 +227,14 @@ def precision_skip(screened: Mapping[str, str], candidate: Candidate) -> Optiona
             f"own kernels than the margin (profile.precision_screen=false builds it)") if why else None
 
 
+def over_budget(ctx: RunContext, name: str) -> Optional[str]:
+    """Why ``name`` is not built once ``tune.budget_s`` is spent (plain eager, the baseline, always is), or None."""
+    spent = ctx.budget_spent()
+    if not spent or name == baseline(ctx.candidates):
+        return None
+    return f"not built: {spent}; the candidates built before it were the likelier winners (a larger tune.budget_s builds it)"
+
+
 def run(ctx: RunContext) -> None:
     source, inputs_at = ctx.input_sources()[0]
     log.info("capture: batches are made of %s", source)
@@ -260,21 +268,17 @@ def run(ctx: RunContext) -> None:
                         ahead.drop(n)
             earlier = ctx.earlier.outcomes.get(name)
             outside = budget_skip(ctx, candidates[name])
-            skip = outside or precision_skip(screened or {}, candidates[name])
+            over = over_budget(ctx, name)
+            skip = outside or precision_skip(screened or {}, candidates[name]) or over
             if earlier is not None and earlier.status in ("failed", "skipped"):
                 outcome = earlier  # the interrupted run's verdict; building it again would fail again
             elif skip:
                 ahead.drop(name)
+                if skip is over:
+                    ctx.budget_skipped[name] = over
                 outcome = BackendOutcome(name=name, kind=candidates[name].kind, status="skipped", reason=skip,
                                          precision=candidates[name].precision, weights=candidates[name].weights,
                                          within_budget=outside is None)
-            elif (spent := ctx.budget_spent()) and name != baseline(candidates):
-                ahead.drop(name)
-                ctx.budget_skipped[name] = (f"not built: {spent}; the candidates built before it were the likelier "
-                                            f"winners (a larger tune.budget_s builds it)")
-                outcome = BackendOutcome(name=name, kind=candidates[name].kind, status="skipped",
-                                         reason=ctx.budget_skipped[name], precision=candidates[name].precision,
-                                         weights=candidates[name].weights)
             else:
                 head_start = ahead.wait(name)
                 outcome = capture_one(ctx, built[name], references)

@@ -351,8 +351,8 @@ def started(candidates: Mapping[str, Candidate], spec: BuildSpec, cells: Mapping
     """Workers compiling ``candidates``' programs for ``spec``, each called at every tuned cell (``cells``: their
     inputs), jobs run in :func:`priority` order; stopped on exit. A regional candidate of a model that repeats no block
     gets no job (capture skips it, with the reason)."""
-    candidates = {n: c for n, c in candidates.items()
-                  if not (c.regional and not regions.find(spec.model))}
+    if any(c.regional for c in candidates.values()) and not regions.find(spec.model):
+        candidates = {n: c for n, c in candidates.items() if not c.regional}
     jobs = plan(candidates)
     runners = sorted(dict.fromkeys(jobs[n] for n in candidates if n in jobs), key=lambda n: priority(candidates[n]))
     count = worker_count(workers, len(runners)) if cache_cfg.get("enabled", True) else 0
