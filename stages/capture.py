@@ -255,6 +255,7 @@ def run(ctx: RunContext) -> None:
     spec = BuildSpec(ctx.model, cells[max(cells)], ctx.device, range(1, max(ctx.batch_sizes) + 1), ctx.batch_sizes,
                      ctx.dims())
     cache = ctx.cfg.compile_cache
+    crowded: Dict[str, str] = {}  # out of device memory beside the workers -> the reason, built again after them
     with compile_ahead.started({n: candidates[n] for n in supported}, spec, cells, ctx.cfg.threads,
                                OmegaConf.to_container(cache, resolve=True), cache.workers) as ahead:
         screened: Optional[Dict[str, str]] = None
@@ -284,8 +285,18 @@ def run(ctx: RunContext) -> None:
                 outcome = capture_one(ctx, built[name], references)
                 outcome.cost.ahead_s = float(head_start["seconds"]) if head_start else 0.0
                 warn_if_ahead_missed(outcome, head_start)
+                if ran_out_of_memory(outcome) and ahead.workers:
+                    crowded[name] = outcome.reason
+                    built[name] = backend_registry.create(candidates[name])  # the failed build's memory goes
+                    continue
             ctx.outcomes[name] = outcome
             log_outcome(ctx, outcome)
+    for name, reason in crowded.items():  # the workers are stopped now: their device memory is back
+        log.info("capture: %s ran out of device memory while compile workers held theirs (%s); built again now that "
+                 "they have stopped", name, reason[:200])
+        devices.release_memory(ctx.device)
+        ctx.outcomes[name] = capture_one(ctx, built[name], references)
+        log_outcome(ctx, ctx.outcomes[name])
     ctx.outcomes = {n: ctx.outcomes[n] for n in candidates}  # capture.json, the profile and the route in config order
     ctx.backends = {n: ctx.backends[n] for n in candidates if n in ctx.backends}
     if not ctx.backends:
@@ -297,6 +308,13 @@ def run(ctx: RunContext) -> None:
     problem = budget_problem(ctx)
     if problem:
         raise ConfigError(problem)
+
+
+def ran_out_of_memory(outcome: BackendOutcome) -> bool:
+    """Whether the candidate failed for want of device memory (``capture_one`` names the exception first): while
+    compile workers run, that says as much about their jobs' memory as about the candidate's, so it is built again
+    once they have stopped, and fails only then."""
+    return outcome.status == "failed" and outcome.reason.startswith(f"{torch.OutOfMemoryError.__name__}:")
 
 
 def warn_if_ahead_missed(outcome: BackendOutcome, head_start: Optional[Dict[str, Any]]) -> None:

@@ -1,5 +1,8 @@
 """Small real models with known quirks, for tests that need a backend to fail for a real reason."""
 
+import os
+from pathlib import Path
+
 import torch
 from torch import nn
 
@@ -190,3 +193,31 @@ class SlowAtReducedPrecision(nn.Module):
             for _ in range(self.extra):
                 h = h + 0 * torch.tanh(h)
         return self.b(h)
+
+
+def compile_workers_of(pid: int) -> list:
+    """The compile worker processes (``python -m pipeline.compile.worker``) started by process ``pid``."""
+    found = []
+    for entry in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            argv = entry.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"pipeline.compile.worker" in argv and argv[-2:-1] == [str(pid).encode()]:
+            found.append(int(entry.parent.name))
+    return found
+
+
+class CrowdedByWorkers(nn.Module):
+    """A tiny MLP that, in the process that made it, runs out of device memory while that process has compile
+    workers: what a run's candidates met on the H200 while a worker recorded DistilBERT's graphs (67 GiB). Traced
+    by Dynamo it is the plain MLP (the check is Python the compiled program does not hold)."""
+
+    def __init__(self, width: int = 16) -> None:
+        super().__init__()
+        self.a, self.b, self.owner = nn.Linear(width, width), nn.Linear(width, width), os.getpid()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not torch.compiler.is_compiling() and os.getpid() == self.owner and compile_workers_of(self.owner):
+            raise torch.OutOfMemoryError("CUDA out of memory (a compile worker holds the device's memory)")
+        return self.b(torch.relu(self.a(x)))

@@ -193,3 +193,23 @@ def test_the_reference_comes_from_the_first_input_source_that_can_judge():
     assert ref.source == "user examples" and not ref.uninformative
     stuck = reference_at(nn.ReLU(), 2, sources[:1])
     assert stuck.source == "zeros" and "zero to the float type's precision" in stuck.uninformative
+
+
+def test_judging_chunk_by_chunk_gives_the_whole_tensors_figures(gen, monkeypatch):
+    """Outputs are judged CHUNK elements at a time (bounded memory, on the output's device); the figures must be
+    those of the whole tensors: a flaw in the last, short chunk is found, and the error and scores do not move."""
+    from pipeline.measure import accuracy, compare
+
+    r = torch.randn(13, 31, generator=gen)
+    close = r + 1e-4 * torch.randn(13, 31, generator=gen)
+    flawed = r.clone()
+    flawed[-1, -1] += 10  # in the last chunk of 7 elements, which holds only 403 % 7 = 4 of them
+    whole = {name: (judge(c, r), [accuracy.leaf_score(c, r, m) for m in accuracy.METRICS])
+             for name, c in (("close", close), ("flawed", flawed), ("same", r.clone()))}
+    monkeypatch.setattr(compare, "CHUNK", 7)
+    for name, c in (("close", close), ("flawed", flawed), ("same", r.clone())):
+        verdict, scores = judge(c, r), [accuracy.leaf_score(c, r, m) for m in accuracy.METRICS]
+        assert verdict.ok == whole[name][0].ok and verdict.error == pytest.approx(whole[name][0].error, rel=1e-9)
+        assert scores == pytest.approx(whole[name][1], rel=1e-9)
+    assert not judge(flawed, r).ok and judge(close, r).ok
+    assert uninformative(torch.full((5, 3), 2.0)) and not uninformative(r)

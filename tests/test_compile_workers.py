@@ -13,10 +13,10 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import List
 
 
 from conftest import ROOT, TINY
+from models_for_tests import compile_workers_of as workers_of
 from mlflow_helpers import clean_env
 from pipeline.compile import ahead as compile_ahead
 from pipeline.api import compose_config
@@ -71,17 +71,15 @@ def test_a_model_defined_in_the_script_compiles_in_the_run_with_the_reason_in_on
     assert cost["ahead_s"] == 0 and cost["cache_misses"] >= 1
 
 
-def workers_of(pid: int) -> List[int]:
-    """The compile workers started by process ``pid``."""
-    found = []
-    for entry in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            argv = entry.read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"pipeline.compile.worker" in argv and argv[-2:-1] == [str(pid).encode()]:
-            found.append(int(entry.parent.name))
-    return found
+def test_a_candidate_out_of_memory_beside_busy_workers_is_built_again_once_they_stop(tmp_path, caplog):
+    """Device memory a worker holds is not the candidate's fault: it is built again after the workers, not failed."""
+    with caplog.at_level("INFO", logger="stages.capture"):
+        ctx = run(compose_config([*WORKERS, f"compile_cache.dir={tmp_path / 'cache'}", "~model.build.depth",
+                                  "model.build._target_=models_for_tests.CrowdedByWorkers"]), tmp_path / "run")
+    said = [r.getMessage() for r in caplog.records if "ran out of device memory" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith("capture: eager ran out") and "built again" in said[0], said
+    assert ctx.outcomes["eager"].status == "ok" and ctx.outcomes["inductor"].status == "ok"
+    assert list(ctx.outcomes) == ["eager", "inductor"]  # config order, as ever
 
 
 def test_a_stopped_worker_is_named_and_bypassed_and_capture_compiles_its_candidate(tmp_path, caplog, monkeypatch):

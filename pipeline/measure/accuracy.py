@@ -20,7 +20,7 @@ from typing import Any, Dict, Iterable, Mapping
 
 import torch
 
-from pipeline.measure.compare import Verdict
+from pipeline.measure.compare import Verdict, in_chunks, reduced
 from pipeline.leaves import tensor_leaves
 
 # metric -> whether larger values are better, and the range a bound may take
@@ -83,26 +83,30 @@ def describe(metric: str, bound: float) -> str:
 
 
 def leaf_score(c: torch.Tensor, r: torch.Tensor, metric: str) -> float:
+    """``metric`` of one leaf, reduced chunk by chunk on the output's device (``compare.in_chunks``)."""
     if c.shape != r.shape:
         return worst_value(metric)
     if r.numel() == 0:
         return worst([], metric)
-    c, r = c.detach().cpu().double(), r.detach().cpu().double()
-    if torch.equal(c, r) or bool(torch.isclose(c, r, rtol=0, atol=0, equal_nan=True).all()):
+    c, r = c.detach(), r.detach()
+    same, finite_c, finite_r, largest, difference, dot, c_squares, r_squares = reduced(
+        [(((x == y) | (x.isnan() & y.isnan())).all(), torch.isfinite(x).all(), torch.isfinite(y).all(),
+          y.abs().max(), (x - y).abs().max(), (x * y).sum(), x.square().sum(), y.square().sum())
+         for x, y in in_chunks(c, r)],
+        (torch.all, torch.all, torch.all, torch.max, torch.max, torch.sum, torch.sum, torch.sum))
+    if same:
         return worst([], metric)  # the best value, without the rounding of computing it (NaN where eager has NaN too)
-    if not bool(torch.isfinite(c).all()) and bool(torch.isfinite(r).all()):
+    if not finite_c and finite_r:
         return worst_value(metric)
     if metric == "top1_agreement":
         c, r = (c.reshape(1, 1), r.reshape(1, 1)) if r.dim() == 0 else (c.flatten(0, -2), r.flatten(0, -2))
-        return float((c.argmax(-1) == r.argmax(-1)).double().mean()) if len(r) else 1.0
+        return float((c.argmax(-1) == r.to(c.device).argmax(-1)).double().mean()) if len(r) else 1.0
     if metric == "max_rel_error":
-        largest = r.abs().max().item()
-        diff = (c - r).abs().max().item()
-        return diff / largest if largest > 0 else (0.0 if diff == 0 else math.inf)
-    cn, rn = c.norm().item(), r.norm().item()
+        return difference / largest if largest > 0 else (0.0 if difference == 0 else math.inf)
+    cn, rn = math.sqrt(c_squares), math.sqrt(r_squares)
     if cn == 0 or rn == 0:
         return 1.0 if cn == rn else 0.0
-    return float((c.flatten() @ r.flatten()).item() / (cn * rn))
+    return float(dot / (cn * rn))
 
 
 def score(candidate: Any, reference: Any, metric: str) -> float:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 
@@ -31,6 +31,8 @@ from pipeline.leaves import tensor_leaves
 # Allowed error relative to the leaf's scale. fp32 leaves room for TF32 convolutions (~1e-3) and
 # Inductor's reordered reductions (~1e-6); reduced precision leaves room for its rounding (bf16 ~1e-2).
 TOLERANCES = {torch.float32: 5e-3, torch.bfloat16: 6e-2, torch.float16: 2e-2, torch.float64: 1e-6}
+# Elements judged at once (float64): 128 MiB per temporary, whatever the output's size.
+CHUNK = 1 << 24
 SHOWN_PROBLEMS = 3  # a reason names this many failing leaves, then counts the rest
 UNCHECKABLE = "holds NaN or inf, so it cannot be checked (check the model and its inputs)"
 
@@ -75,19 +77,37 @@ def as_real(t: torch.Tensor) -> torch.Tensor:
     return torch.view_as_real(t.resolve_conj()) if t.is_complex() else t
 
 
+def in_chunks(*leaves: torch.Tensor) -> Iterator[Tuple[torch.Tensor, ...]]:
+    """The leaves' elements in step, CHUNK at a time, in float64 on the first leaf's device: a judgement's memory
+    stays bounded and its arithmetic stays where the output is (DistilBERT's masked-LM logits at batch 256 are
+    1e9 elements: as one float64 copy on the host each, every check of each recorded graph took tens of seconds)."""
+    device, flat = leaves[0].device, [leaf.reshape(-1) for leaf in leaves]
+    for start in range(0, flat[0].numel(), CHUNK):
+        yield tuple(f[start:start + CHUNK].to(device, torch.float64) for f in flat)
+
+
+def reduced(per_chunk: List[Tuple[torch.Tensor, ...]], how: Sequence[Callable[[torch.Tensor], torch.Tensor]]
+            ) -> List[Any]:
+    """Each statistic over all chunks (``how``: its reduction, e.g. ``torch.max``), as Python numbers: one
+    synchronisation per judgement, not one per chunk."""
+    return [reduce(torch.stack(column)).item() for reduce, column in zip(how, zip(*per_chunk))]
+
+
 def leaf_uninformative(r: torch.Tensor, compute_dtype: Optional[torch.dtype], tol: float) -> str:
     """Why eager's leaf ``r`` cannot tell a wrong output from a right one, or '' if it can. An empty leaf
     can: its shape is compared exactly, and a detector's number of boxes depends on its input."""
     if r.numel() == 0:
         return ""
-    r = as_real(r.detach()).cpu()
+    r = as_real(r.detach())
     if not r.is_floating_point():
         constant = r.numel() > 1 and bool((r == r.flatten()[0]).all())
         return f"is the constant {r.flatten()[0].item()!r}" if constant else ""
-    floor, r = zero_floor(r.dtype, compute_dtype), r.double()
-    if not bool(torch.isfinite(r).all()):
+    floor = zero_floor(r.dtype, compute_dtype)
+    finite, low, high = reduced([(torch.isfinite(x).all(), x.min(), x.max()) for (x,) in in_chunks(r)],
+                                (torch.all, torch.min, torch.max))
+    if not finite:
         return UNCHECKABLE
-    low, high, largest = r.min().item(), r.max().item(), r.abs().max().item()
+    largest = max(abs(low), abs(high))
     if largest < floor:
         return f"is zero to the float type's precision (largest magnitude {largest:.3g} < {floor:.3g})"
     if r.numel() > 1 and high - low <= 2 * tol * largest:  # a backend returning the midpoint would pass
@@ -122,20 +142,27 @@ def compare_leaf(c: torch.Tensor, r: torch.Tensor, compute_dtype: Optional[torch
         return math.inf, f"dtype {c.dtype} differs from eager's {r.dtype}"
     if r.numel() == 0:
         return 0.0, ""
-    c, r = as_real(c.detach()).cpu(), as_real(r.detach()).cpu()
+    c, r = as_real(c.detach()), as_real(r.detach())
     if not r.is_floating_point():
-        wrong = int((c != r).sum())
+        wrong = int((c != r.to(c.device)).sum())
         return (math.inf, f"{wrong} of {r.numel()} elements differ (compared exactly)") if wrong else (0.0, "")
-    floor, c, r = zero_floor(r.dtype, compute_dtype), c.double(), r.double()
-    if not bool(torch.isfinite(r).all()):
+    floor = zero_floor(r.dtype, compute_dtype)
+    finite_r, finite_c, largest, c_largest, difference, c_squares, r_squares = reduced(
+        [(torch.isfinite(y).all(), torch.isfinite(x).all(), y.abs().max(), x.abs().max(), (x - y).abs().max(),
+          x.square().sum(), y.square().sum()) for x, y in in_chunks(c, r)],
+        (torch.all, torch.all, torch.max, torch.max, torch.max, torch.sum, torch.sum))
+    if not finite_r:
         return math.nan, ""
-    if not bool(torch.isfinite(c).all()):
+    if not finite_c:
         return math.inf, "holds NaN or inf where eager is finite"
-    largest, c_largest = r.abs().max().item(), c.abs().max().item()
     if largest < floor:  # eager is zero: so must the output be
         return (0.0, "") if c_largest < floor else (math.inf, f"reaches {c_largest:.3g} where eager is zero")
-    magnitude = (c - r).abs().max().item() / largest
-    direction = (c / c.norm() - r / r.norm()).norm().item() if c_largest > 0 else 0.0  # zeros fail on magnitude
+    magnitude = difference / largest
+    direction = 0.0  # zeros fail on magnitude
+    if c_largest > 0:
+        c_norm, r_norm = math.sqrt(c_squares), math.sqrt(r_squares)
+        direction = math.sqrt(reduced([((x / c_norm - y / r_norm).square().sum(),) for x, y in in_chunks(c, r)],
+                                      (torch.sum,))[0])
     error = max(magnitude, direction)
     if error <= tol:
         return error, ""
