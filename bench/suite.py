@@ -237,6 +237,8 @@ def markdown(rows: List[Dict[str, Any]], meta: Dict[str, Any]) -> str:
                          f"{cell[row['eager']]['median_ms']:.4g} | {c['reference']} | {ref:.4g} | "
                          f"{c['auto_over_reference']:.3f} | {c['auto_over_eager']:.3f} | {row['tune_seconds']:.0f} | "
                          f"{row['load_seconds']:.1f} | {route} |")
+    if meta.get("run_again"):
+        lines += ["", f"Run again in a later lane, whose row is kept: {', '.join(meta['run_again'])}."]
     return "\n".join(lines) + "\n"
 
 
@@ -246,8 +248,14 @@ def write(out: Path, tag: str, meta: Dict[str, Any], rows: List[Dict[str, Any]])
 
 def combine(parts: List[Path], out: Path, tag: str) -> None:
     meta, rows = joined_lanes(parts, list(SUITE), ("device", "torch", "precision", "python", "smoke"))
-    ran = {r["model"] for r in rows if "not_run" not in r}  # a model one lane left for the next is that lane's row
-    rows = [r for r in rows if "not_run" not in r or r["model"] not in ran]
+    latest: Dict[str, Dict[str, Any]] = {}
+    replaced: set = set()  # models an earlier lane finished and a later one ran again: the later row is kept
+    for row in rows:  # in --combine order per model: a later lane that ran it again (after a fix) is its row
+        if "not_run" not in row or row["model"] not in latest:  # a model one lane left for the next: the next's
+            if "not_run" not in latest.get(row["model"], {"not_run": ""}):
+                replaced.add(row["model"])
+            latest[row["model"]] = row
+    rows, meta["run_again"] = list(latest.values()), sorted(replaced)
     for row in rows:  # JSON turned the batch-size keys into strings
         if "cells" in row:
             row["cells"] = {int(bs): per for bs, per in row["cells"].items()}

@@ -169,13 +169,28 @@ def markdown(result: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write(result: Dict[str, Any], args: argparse.Namespace) -> None:
-    """The JSON and its table into OUT, and the JSON beside the runs too, where ``--continue`` finds it."""
+def write(result: Dict[str, Any], out: Path, tag: str, runs: Optional[Path] = None) -> None:
+    """The JSON and its table into ``out``, and the JSON beside the ``runs`` too, where ``--continue`` finds it."""
     result["summary"] = summary(result["rows"])
-    stem = args.out / f"tune-scale-{args.tag}"
-    stem.with_suffix(".json").write_text(json.dumps(result, indent=1, default=str))
+    stem = out / f"tune-scale-{tag}"
+    for folder in filter(None, (out, runs)):
+        (folder / stem.with_suffix(".json").name).write_text(json.dumps(result, indent=1, default=str))
     stem.with_suffix(".md").write_text(markdown(result))
-    (args.runs / stem.with_suffix(".json").name).write_text(json.dumps(result, indent=1, default=str))
+
+
+def combine(parts: Sequence[Path], out: Path, tag: str) -> Dict[str, Any]:
+    """Calls' results as one (``--combine``): per model, the row of the last call that tuned it cold (calls are
+    short: a model measured in one call keeps that call's row), and every call's command."""
+    loaded = [json.loads(part.read_text()) for part in parts]
+    rows: Dict[str, Any] = {}
+    for part in loaded:
+        for model, row in part["rows"].items():
+            if row.get("cold") or model not in rows:
+                rows[model] = row
+    commands = [c for part in loaded for c in [*part.get("commands", []), part["command"]]]
+    result = {"tag": tag, "command": " ; ".join(commands), "rows": rows}
+    write(result, out, tag)
+    return result
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -191,8 +206,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--smoke", action="store_true", help="tiny_mlp on the quick profile: the bench's path only")
     parser.add_argument("--continue", dest="resume", action="store_true",
                         help="keep the steps an earlier call over the same --runs finished, run the rest")
+    parser.add_argument("--combine", nargs="+", type=Path, help="join these calls' JSON instead of running")
     runs_argument(parser)
     args = parser.parse_args(argv)
+    if args.combine:
+        args.out.mkdir(parents=True, exist_ok=True)
+        print(json.dumps(combine(args.combine, args.out, args.tag)["summary"], indent=1))
+        return 0
     if args.smoke:
         args.models = ["tiny_mlp"]
     args.out.mkdir(parents=True, exist_ok=True)
@@ -227,8 +247,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 print(f"{model} {label} FAILED: {row['error']}", flush=True)
                 break
             print(f"{model} {label} done after {time.perf_counter() - started:.0f} s", flush=True)
-            write(result, args)
-    write(result, args)
+            write(result, args.out, args.tag, args.runs)
+    write(result, args.out, args.tag, args.runs)
     print(json.dumps(result["summary"], indent=1))
     return 0
 

@@ -55,3 +55,18 @@ def test_the_smoke_run_writes_the_summary_of_the_h200_table(tmp_path):
     assert row["references"] == ["inductor.bf16", "inductor.bf16-weights"]  # on a CPU the run's own inductor plays it
     assert row["route_reference"]["cells"] and row["load_seconds"] > 0 and row["tune_seconds"] > 0
     assert result["command"].startswith("python bench/suite.py --out OUT")
+
+    # lanes joined: a model a later lane ran again (after a fix) is that lane's row; one it left for later is not
+    lanes = []
+    for tag, route in (("a", "first"), ("b", "again")):
+        lane = json.loads(json.dumps(result))
+        lane["rows"][0]["route"] = [{"lo": 1, "hi": None, "backend": route}]
+        lane["rows"].append({"model": "phlippe_resnet", "not_run": "past the budget"} if tag == "b" else
+                            {**lane["rows"][0], "model": "phlippe_resnet"})
+        lanes.append(tmp_path / f"lane-{tag}.json")
+        lanes[-1].write_text(json.dumps(lane))
+    suite.combine(lanes, tmp_path, "joined")
+    joined = json.loads((tmp_path / "suite-joined.json").read_text())
+    kept = {r["model"]: r["route"][0]["backend"] for r in joined["rows"]}
+    assert kept == {"lennard_jones": "again", "phlippe_resnet": "first"} and joined["run_again"] == ["lennard_jones"]
+    assert "Run again in a later lane, whose row is kept: lennard_jones." in (tmp_path / "suite-joined.md").read_text()

@@ -28,3 +28,13 @@ def test_the_smoke_run_tunes_from_a_script_once_compares_with_the_full_route_and
     tune_scale.main([*argv, "--continue"])  # nothing left to run: the first call's steps are kept as they were
     again = json.loads((tmp_path / "out" / "tune-scale-cpu.json").read_text())
     assert again["rows"]["tiny_mlp"]["cold"] == row["cold"] and again["commands"] == [result["command"]]
+
+    # calls joined: a model keeps the row of the last call that tuned it cold; one a call never reached stays empty
+    later = {**again, "command": "python bench/tune_scale.py --tag later", "commands": [],
+             "rows": {"tiny_mlp": {"not_run": ["cold"]}, "other": {"cold": {"tune_call_s": 1.0}}}}
+    (tmp_path / "later.json").write_text(json.dumps(later))
+    tune_scale.main(["--out", str(tmp_path / "joined"), "--tag", "joined", "--combine",
+                     str(tmp_path / "out" / "tune-scale-cpu.json"), str(tmp_path / "later.json")])
+    joined = json.loads((tmp_path / "joined" / "tune-scale-joined.json").read_text())
+    assert joined["rows"]["tiny_mlp"]["cold"] == row["cold"] and joined["summary"]["other"]["cold_s"] == 1.0
+    assert joined["command"].split(" ; ") == [result["command"], again["command"], later["command"]]
