@@ -22,8 +22,9 @@ weight is checked against what the build recorded, and every call's inputs again
 
 CPU programs only, for now: on the H200 with torch 2.11, constructing torch's loader for any CUDA package (weights
 in its library or not, single-threaded or not, any device index, in the building process or a fresh one) ended
-the process with a segmentation fault (bench/results/raw/callP.sh), so a GPU route keeps its traced program and
-the cache's entries.
+the process with a segmentation fault (bench/results/raw/callP.sh), and so did constructing the container runner
+directly over the package's extracted library (bench/results/raw/aot-h200-runner.log), so a GPU route keeps its
+traced program and the cache's entries.
 """
 
 from __future__ import annotations
