@@ -285,7 +285,7 @@ def run(ctx: RunContext) -> None:
                 outcome = capture_one(ctx, built[name], references)
                 outcome.cost.ahead_s = float(head_start["seconds"]) if head_start else 0.0
                 warn_if_ahead_missed(outcome, head_start)
-                if ran_out_of_memory(outcome) and ahead.workers:
+                if ran_out_of_memory(outcome) and ahead.working():
                     crowded[name] = outcome.reason
                     built[name] = backend_registry.create(candidates[name])  # the failed build's memory goes
                     continue

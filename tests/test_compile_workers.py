@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import List
 
 
 from conftest import ROOT, TINY
@@ -129,3 +130,44 @@ def test_a_run_killed_outright_leaves_no_worker_behind(tmp_path):
               for pid in orphans if Path(f"/proc/{pid}/cmdline").exists()):
         assert time.monotonic() < deadline, f"worker(s) {orphans} outlived the run by 10 s"
         time.sleep(0.2)
+
+
+def ahead_of(tmp_path: Path, names: List[str], workers: int):
+    """Real compile workers started for ``names`` (inductor at a precision each) on a tiny MLP, on the CPU."""
+    import torch
+    from omegaconf import OmegaConf
+
+    from pipeline.backends.candidate import Candidate
+    from pipeline.batching import BatchDims, output_batch_dims
+    from pipeline.compile.build import BuildSpec
+    from pipeline.models import MLP
+
+    model, device = MLP(width=16, depth=2).eval(), torch.device("cpu")
+    cells = {bs: {"x": torch.randn(bs, 16)} for bs in (1, 4)}
+    dims = output_batch_dims(model, lambda bs: {"x": torch.randn(bs, 16)})
+    spec = BuildSpec(model, cells[4], device, range(1, 5), [1, 4], BatchDims(inputs={"x": 0}, outputs=dims))
+    cache = compose_config([*TINY, f"compile_cache.dir={tmp_path / 'cache'}"]).compile_cache
+    candidates = {n: Candidate.of(n, {"kind": "inductor", **({"precision": "bf16"} if "bf16" in n else {})})
+                  for n in names}
+    return compile_ahead.started(candidates, spec, cells, 1, OmegaConf.to_container(cache, resolve=True), workers)
+
+
+def test_a_worker_whose_running_job_is_dropped_with_none_after_it_is_stopped(tmp_path, caplog):
+    """A dropped job that already runs takes cores the compiles still wanted: its worker stops, unless it has jobs
+    queued behind it (then the job finishes and the worker goes on to them)."""
+    caplog.set_level("INFO", logger="pipeline.compile.ahead")
+    with ahead_of(tmp_path, ["inductor.bf16", "inductor"], workers=1) as ahead:
+        [worker] = ahead.workers
+        assert worker.running == "inductor.bf16" and [c.name for c in worker.queued] == ["inductor"]
+        ahead.drop("inductor.bf16")  # running, with the fp32 job behind it: it goes on
+        assert worker.process.poll() is None and ahead.working() and not worker.stopped
+        assert ahead.wait("inductor") is not None  # and the job behind it is done as before
+    with ahead_of(tmp_path, ["inductor.bf16", "inductor"], workers=2) as ahead:
+        first, second = ahead.workers
+        assert first.running == "inductor.bf16" and not first.queued and second.running == "inductor"
+        ahead.drop("inductor.bf16")
+        assert first.process.poll() is not None and first.stopped == ["inductor.bf16"]
+        assert second.process.poll() is None and ahead.working()
+        assert ahead.wait("inductor") is not None  # the other worker's job is untouched
+    said = [r.getMessage() for r in caplog.records if "stopped, its running job" in r.getMessage()]
+    assert said == ["compile ahead: worker 0 stopped, its running job (inductor.bf16) dropped and none left for it"]

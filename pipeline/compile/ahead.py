@@ -10,7 +10,8 @@ then builds and checks it itself, loading its programs instead of compiling them
 compiled is timed or served: only the cache is shared, and every backend still traces its own program
 (the isolation rule). Candidates that compile one program (``inductor.X`` and ``graph_inductor.X`` at
 one precision and weights) share one job. Workers stop when capture ends, so no compile runs while
-the profile times a window.
+the profile times a window; a worker whose running job was dropped (the precision screen, the budget) with none
+queued behind it stops at once.
 
 Where the model cannot be sent to a worker (it does not pickle, or its classes live in the user's script)
 or a worker fails, capture compiles in its own process as before; the log says why, and nothing else
@@ -144,6 +145,7 @@ class Worker:
         self.queued: List[Candidate] = []
         self.running: Optional[str] = None
         self.cancelled: List[str] = []
+        self.stopped: List[str] = []  # jobs dropped while they ran, their worker stopped with them
         self.reader = threading.Thread(target=self._read, args=(os.fdopen(read_end),), daemon=True,
                                        name=f"compile-worker-{index}")
         self.reader.start()
@@ -177,12 +179,22 @@ class Worker:
             if self.running is None:
                 self._next()
 
-    def cancel(self, name: str) -> None:
-        """Take a job that has not started off the queue (a running one finishes: its program is cached)."""
+    def cancel(self, name: str) -> bool:
+        """Take a job that has not started off the queue; a running one with nothing queued behind it is stopped
+        with its worker, so that the compiles still wanted get the host's cores (a worker stopped here is not
+        started again: its compile would only fill the cache for a run that screens the same way). Returns
+        whether the worker was stopped."""
         with self.done:
             if any(c.name == name for c in self.queued):
                 self.queued = [c for c in self.queued if c.name != name]
                 self.cancelled.append(name)
+                return False
+            if self.running != name or self.queued or self.gone:
+                return False  # running with jobs behind it: it finishes, and the worker goes on to them
+            self.gone = f"worker {self.index} stopped: its only job left, {name}, was dropped"
+            self.stopped.append(name)
+        self.stop()
+        return True
 
     def _next(self) -> None:
         """Hand the next queued job to the worker (the caller holds ``self.done``)."""
@@ -270,11 +282,19 @@ class CompileAhead:
         return result if runner == name else {**result, "shared_with": runner}
 
     def drop(self, name: str) -> None:
-        """``name`` will not be built (skipped): its job is not waited for unless another candidate shares it, and
-        is never compiled where it has not started."""
+        """``name`` will not be built (skipped): its job is not waited for unless another candidate shares it, is
+        never compiled where it has not started, and is stopped where it runs with nothing after it
+        (:meth:`Worker.cancel`)."""
         runner = self.jobs.pop(name, None)
         if runner is not None and runner not in self.jobs.values() and runner in self.assigned:
-            self.workers[self.assigned.pop(runner)].cancel(runner)
+            worker = self.workers[self.assigned.pop(runner)]
+            if worker.cancel(runner):
+                log.info("compile ahead: worker %d stopped, its running job (%s) dropped and none left for it",
+                         worker.index, runner)
+
+    def working(self) -> bool:
+        """Whether a worker still runs (and may hold device memory)."""
+        return any(worker.process.poll() is None for worker in self.workers)
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
