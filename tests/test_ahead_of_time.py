@@ -202,3 +202,46 @@ def test_a_loaded_program_checks_its_inputs_and_weights(tuned, tmp_path):
     with pytest.raises(ValueError, match="the program takes batch 1 to"):
         program(x=torch.randn(3, 15))
     assert program(x=torch.randn(3, 16)).shape == (3, 16)
+
+
+def test_the_standalone_form_loads_with_no_trace_and_checks_its_arguments(tmp_path):
+    """The form CUDA programs are saved in (torch 2.11's AOTInductor runtime faults on the H200), exercised on the
+    CPU: Dynamo's graph compiled by standalone_compile(aot=True), loaded and called with the weights bound by name
+    and the batch size as its symbolic input, no Dynamo frame traced; a forged argument list refuses the checkpoint."""
+    with pytest.MonkeyPatch.context() as patch, tweakpipe_home(tmp_path / "home"):
+        patch.setattr(aot, "format_for", lambda device: aot.STANDALONE)
+        ctx = run(compose_config([*ROUTE, f"compile_cache.dir={tmp_path / 'cache'}"]), tmp_path / "run")
+        report = ctx.routed.aot["inductor"]
+        assert report["used"], report
+        manifest = checkpoint.read(ctx.checkpoint_path)["compiled"]["aot"]["inductor"]
+        assert manifest["format"] == aot.STANDALONE and manifest["args"].count("input:x") == 1
+        assert "batch" in manifest["args"] and set(manifest["constants"]) <= set(manifest["args"])
+        served = pipeline.load(ctx.checkpoint_path, MLP(width=16, depth=2).eval())
+        backend = served.load_report.backends["inductor"]
+        assert backend.program == "ahead of time" and not backend.traced
+        with torch.inference_mode():
+            for bs in (1, 3, 7):
+                x = torch.randn(bs, 16)
+                assert torch.allclose(served(x), ctx.model(x), rtol=1e-4, atol=1e-5)
+        bad = {**manifest, "args": [*manifest["args"], "input:y"]}
+        assert "arguments must each be the batch, an input or one of its constants" in aot.manifest_problem(bad)
+
+
+@pytest.mark.gpu
+def test_a_cuda_route_of_device_graphs_loads_its_standalone_program_with_no_trace(tmp_path):
+    """On the GPU host: a graph_inductor route saved in the standalone form, loaded with no Dynamo trace, its graphs
+    recorded over the loaded program, and answering as the tuned model does."""
+    with tweakpipe_home(tmp_path / "home"):
+        ctx = run(compose_config([*TINY, "device=cuda", "backends=[eager,graph_inductor]", "route=one_backend",
+                                  "route.backend=graph_inductor", "compile_cache.workers=0",
+                                  f"compile_cache.dir={tmp_path / 'cache'}"]), tmp_path / "run")
+        report = ctx.routed.aot["graph_inductor"]
+        assert report["used"], report
+        assert checkpoint.read(ctx.checkpoint_path)["compiled"]["aot"]["graph_inductor"]["format"] == aot.STANDALONE
+        served = pipeline.load(ctx.checkpoint_path, MLP(width=16, depth=2).eval())
+        backend = served.load_report.backends["graph_inductor"]
+        assert backend.program == "ahead of time" and not backend.traced, served.load_report.to_dict()
+        with torch.inference_mode():
+            for bs in (1, 3, 8):
+                x = torch.randn(bs, 16, device="cuda")
+                torch.testing.assert_close(served(x), ctx.model(x), rtol=1e-4, atol=1e-5)
