@@ -251,10 +251,12 @@ def combine(parts: List[Path], out: Path, tag: str) -> None:
     latest: Dict[str, Dict[str, Any]] = {}
     replaced: set = set()  # models an earlier lane finished and a later one ran again: the later row is kept
     for row in rows:  # in --combine order per model: a later lane that ran it again (after a fix) is its row
-        if "not_run" not in row or row["model"] not in latest:  # a model one lane left for the next: the next's
-            if "not_run" not in latest.get(row["model"], {"not_run": ""}):
-                replaced.add(row["model"])
-            latest[row["model"]] = row
+        earlier = latest.get(row["model"])
+        if earlier is not None and "not_run" in row:
+            continue  # a lane that left the model for later replaces nothing
+        if earlier is not None and "not_run" not in earlier:
+            replaced.add(row["model"])
+        latest[row["model"]] = row
     rows, meta["run_again"] = list(latest.values()), sorted(replaced)
     for row in rows:  # JSON turned the batch-size keys into strings
         if "cells" in row:

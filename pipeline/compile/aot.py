@@ -131,12 +131,17 @@ def _spec(t: torch.Tensor) -> Dict[str, Any]:
     return {"shape": list(t.shape), "stride": list(t.stride()), "dtype": str(t.dtype).removeprefix("torch.")}
 
 
-def constants_of(module: nn.Module) -> Dict[str, torch.Tensor]:
-    """Every tensor ``module`` holds by qualified name (parameters, buffers, non-persistent ones too), detached:
-    what the package's constants are bound from, with :class:`ByName`'s prefix."""
+def held_by(module: nn.Module) -> Dict[str, torch.Tensor]:
+    """Every tensor ``module`` holds by qualified name (parameters, buffers, non-persistent ones too), with
+    :class:`ByName`'s prefix: the very objects (Dynamo hands them to its backend as graph inputs)."""
     named = {**dict(module.named_parameters(remove_duplicate=False)),
              **dict(module.named_buffers(remove_duplicate=False))}
-    return {f"inner.{k}": v.detach() for k, v in named.items()}
+    return {f"inner.{k}": v for k, v in named.items()}
+
+
+def constants_of(module: nn.Module) -> Dict[str, torch.Tensor]:
+    """:func:`held_by`, detached: what a program's constants are bound from."""
+    return {k: v.detach() for k, v in held_by(module).items()}
 
 
 def build(backend: Any, sample: Mapping[str, torch.Tensor], largest: int, directory: Path) -> Package:
@@ -184,13 +189,11 @@ def build_standalone(backend: Any, sample: Mapping[str, torch.Tensor], largest: 
         captured["gm"], captured["inputs"] = gm, list(example_inputs)
         return gm.forward
 
-    module = backend.module
-    weights = {**{f"inner.{k}": v for k, v in module.named_parameters(remove_duplicate=False)},
-               **{f"inner.{k}": v for k, v in module.named_buffers(remove_duplicate=False)}}
+    weights = held_by(backend.module)
     by_id = {id(t): fqn for fqn, t in weights.items()}
     with torch.no_grad(), backend.autocast():
-        eager = module(**inputs)
-        torch.compile(fresh_caller(module), backend=capture, fullgraph=True)(inputs)
+        # the captured graph runs as it is (capture returns it): its outputs give the structure a load restores
+        outputs = torch.compile(fresh_caller(backend.module), backend=capture, fullgraph=True)(inputs)
     args = []
     for arg in captured["inputs"]:
         if isinstance(arg, torch.Tensor):
@@ -203,7 +206,7 @@ def build_standalone(backend: Any, sample: Mapping[str, torch.Tensor], largest: 
             if hint != batch:
                 raise ValueError(f"its graph takes a size other than the batch ({arg})")
             args.append("batch")
-    leaves, out_spec = pytree.tree_flatten(eager)
+    leaves, out_spec = pytree.tree_flatten(outputs)
     graph_outputs = next(n for n in captured["gm"].graph.nodes if n.op == "output").args[0]
     if len(leaves) != len(graph_outputs):
         raise ValueError(f"its graph returns {len(graph_outputs)} values for {len(leaves)} output leaves")
