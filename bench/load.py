@@ -14,6 +14,7 @@ outputs_ok}}``) and ``.md``.
 
     python bench/load.py --out OUT --tag h200 --checkpoints RUNS/resnet50-cold/model.tweak RUNS/mlp-cold/model.tweak
     python bench/load.py --out OUT --tag cpu --smoke        # tunes a tiny Inductor route first, on this machine
+    python bench/load.py --out OUT --tag h200 --checkpoints ... --profile  # and where a trusted load's seconds go
 """
 
 from __future__ import annotations
@@ -33,14 +34,42 @@ sys.path.insert(0, str(ROOT))
 
 from bench.common import command_line, joined_lanes, runs_argument, runs_dir, write_table  # noqa: E402
 
+PROFILE_TOP = 40
 WAYS = {"trusted": {"trust": None, "clean": False}, "clean_cache": {"trust": None, "clean": True},
         "untrusted": {"trust": False, "clean": True}}
 SMOKE = ["model=tiny_mlp", "backends=[eager,inductor]", "route=one_backend", "route.backend=inductor",
          "profile=quick", "device=cpu", "tracking=off"]
 
 
-def load_once(checkpoint: Path, trust: Optional[bool]) -> Dict[str, Any]:
-    """In this (fresh) process: load ``checkpoint`` and check its outputs against eager; the figures as a dict."""
+def children() -> List[str]:
+    """The command lines of this process's live child processes (Linux): what a load left running, such as a pool
+    of compile workers."""
+    found = []
+    for task in Path(f"/proc/{os.getpid()}/task").glob("*/children"):
+        for pid in task.read_text().split():
+            try:
+                found.append(Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:200].strip())
+            except OSError:
+                continue  # it ended meanwhile
+    return found
+
+
+def heaviest(profiler: Any, top: int = PROFILE_TOP) -> List[Dict[str, Any]]:
+    """The ``top`` functions of a cProfile run by cumulative seconds (file paths cut to the package's own)."""
+    import pstats
+
+    stats = pstats.Stats(profiler).stats  # {(file, line, name): (calls, primitive calls, tottime, cumtime, callers)}
+    rows = sorted(stats.items(), key=lambda kv: kv[1][3], reverse=True)[:top]
+    short = lambda f: f.split("site-packages/")[-1].split(str(ROOT) + "/")[-1]  # noqa: E731
+    return [{"function": f"{short(f)}:{line}({name})", "cum_s": round(v[3], 3), "own_s": round(v[2], 3),
+             "calls": v[0]} for (f, line, name), v in rows]
+
+
+def load_once(checkpoint: Path, trust: Optional[bool], profile: bool = False) -> Dict[str, Any]:
+    """In this (fresh) process: load ``checkpoint`` and check its outputs against eager; the figures as a dict.
+    ``profile``: the load runs under cProfile and its heaviest functions are returned too (where its seconds go;
+    the load's own seconds then include the profiler's overhead)."""
+    import cProfile
     import time
 
     start = time.perf_counter()
@@ -60,7 +89,13 @@ def load_once(checkpoint: Path, trust: Optional[bool]) -> Dict[str, Any]:
     cfg = OmegaConf.load(checkpoint.parent / "config.yaml")
     torch.manual_seed(int(cfg.seed))
     model = instantiate(cfg.model.build).eval()
+    profiler = cProfile.Profile() if profile else None
+    if profiler:
+        profiler.enable()
     served = pipeline.load(checkpoint, model, trust_compiled=trust)
+    if profiler:
+        profiler.disable()
+    left_running = children()
     budget, spec = cfg.route.accuracy_budget, OmegaConf.to_container(cfg.model.inputs, resolve=True)
     sizes = sorted({int(b) for b in cfg.model.batch_sizes} | {int(max(cfg.model.batch_sizes)) - 1 or 1})
     scores = {}
@@ -70,12 +105,14 @@ def load_once(checkpoint: Path, trust: Optional[bool]) -> Dict[str, Any]:
         with torch.inference_mode():
             scores[bs] = accuracy.score(served(**inputs), model(**inputs), budget.metric)
     return {"torch_import_s": torch_s, "import_s": import_s, "load_s": served.load_seconds,
-            "report": served.load_report.to_dict(),
+            "report": served.load_report.to_dict(), "children": left_running,
+            **({"profile": heaviest(profiler)} if profiler else {}),
             "scores": scores, "outputs_ok": all(accuracy.within(v, budget.metric, budget.bound) for v in scores.values())}
 
 
-def in_fresh_process(checkpoint: Path, way: str, runs: Path) -> Dict[str, Any]:
-    """One way of loading, in a new Python process (a cleaned Inductor cache where the way says so)."""
+def in_fresh_process(checkpoint: Path, way: str, runs: Path, profile: bool = False) -> Dict[str, Any]:
+    """One way of loading, in a new Python process (a cleaned Inductor cache where the way says so), under cProfile
+    where ``profile`` says so."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     cfg = json.loads(json.dumps(WAYS[way]))
     if cfg["clean"]:
@@ -85,19 +122,24 @@ def in_fresh_process(checkpoint: Path, way: str, runs: Path) -> Dict[str, Any]:
 
         cache = OmegaConf.load(checkpoint.parent / "config.yaml").compile_cache
         env["TORCHINDUCTOR_CACHE_DIR"] = str((ROOT / cache.dir) if not Path(cache.dir).is_absolute() else cache.dir)
-    proc = subprocess.run([sys.executable, __file__, "--one", str(checkpoint), "--trust", json.dumps(cfg["trust"])],
-                          cwd=ROOT, env=env, capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, __file__, "--one", str(checkpoint), "--trust", json.dumps(cfg["trust"]),
+                           *(["--cprofile"] if profile else [])], cwd=ROOT, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         return {"error": proc.stderr[-3000:]}
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def bench_checkpoint(checkpoint: Path, runs: Path) -> Dict[str, Any]:
+def bench_checkpoint(checkpoint: Path, runs: Path, profile: bool = False) -> Dict[str, Any]:
+    """Each way's load of ``checkpoint``; with ``profile``, one more trusted load under cProfile (``profiled``: its
+    heaviest functions; its seconds are no figure)."""
     from omegaconf import OmegaConf
 
     model = OmegaConf.load(checkpoint.parent / "config.yaml").model.name
-    return {"model": model, "checkpoint": checkpoint.name, **{way: in_fresh_process(checkpoint, way, runs)
-                                                              for way in WAYS}}
+    row = {"model": model, "checkpoint": checkpoint.name, **{way: in_fresh_process(checkpoint, way, runs)
+                                                             for way in WAYS}}
+    if profile:
+        row["profiled"] = in_fresh_process(checkpoint, "trusted", runs, profile=True)
+    return row
 
 
 def traced(load: Dict[str, Any]) -> Optional[bool]:
@@ -138,11 +180,14 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument("--smoke", action="store_true", help="tune a tiny Inductor route here first, then load it")
     parser.add_argument("--one", type=Path, help=argparse.SUPPRESS)  # the child process: load this checkpoint
     parser.add_argument("--trust", default="null", help=argparse.SUPPRESS)
+    parser.add_argument("--cprofile", action="store_true", help=argparse.SUPPRESS)  # the child: under cProfile
+    parser.add_argument("--profile", action="store_true",
+                        help="also load each checkpoint once more under cProfile: where a trusted load's seconds go")
     runs_argument(parser)
     parser.add_argument("--combine", nargs="+", type=Path, help="join these calls' JSON instead of running")
     args = parser.parse_args(argv)
     if args.one:
-        print(json.dumps(load_once(args.one, json.loads(args.trust)), default=str))
+        print(json.dumps(load_once(args.one, json.loads(args.trust), args.cprofile), default=str))
         return
     args.out.mkdir(parents=True, exist_ok=True)
     if args.combine:
@@ -164,7 +209,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             "command": command_line(argv and [sys.argv[0], *argv])}
     rows = []
     for checkpoint in checkpoints:
-        rows.append(bench_checkpoint(checkpoint, runs))
+        rows.append(bench_checkpoint(checkpoint, runs, args.profile))
         print(write_table(args.out, f"load-{args.tag}", meta, rows, summary, markdown), flush=True)
 
 
