@@ -21,6 +21,8 @@ worker_misses}}``) and ``.md``, rewritten after every step, so a call cut short 
 
     python bench/tune_scale.py --out OUT --tag h200 --models gpt2_medium vit_l_16 resnet50 --warm resnet50 --full
     python bench/tune_scale.py --out OUT --tag cpu --device cpu --smoke     # the CPU check: a tiny model, seconds
+    python bench/tune_scale.py --out OUT --tag h200-sa --models resnet50 --warm resnet50 --full \
+        --overrides compile_cache.standalone=true    # the default tunes with an option on, against the full route
 """
 
 from __future__ import annotations
@@ -201,6 +203,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--warm", nargs="*", default=[], help="models tuned again on the cache their cold run left")
     parser.add_argument("--full", action="store_true", help="also tune with screens and regional programs off, and "
                                                             "time both routes against each other")
+    parser.add_argument("--overrides", nargs="*", default=[],
+                        help="more overrides for the cold and warm tunes (not the full one, the route they must match), "
+                             "e.g. compile_cache.standalone=true")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--budget-s", type=float, default=None, help="start no model's next step past this")
     parser.add_argument("--smoke", action="store_true", help="tiny_mlp on the quick profile: the bench's path only")
@@ -228,9 +233,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for model in args.models:
         row = result["rows"].setdefault(model, {})
         cache = args.runs / f"cache-{model}"
-        steps = [("cold", lambda: tune(model, "cold", args, cache))]
+        steps = [("cold", lambda: tune(model, "cold", args, cache, args.overrides))]
         if model in args.warm:
-            steps.append(("warm", lambda: tune(model, "warm", args, cache)))
+            steps.append(("warm", lambda: tune(model, "warm", args, cache, args.overrides)))
         if args.full:
             steps.append(("full", lambda: tune(model, "full", args, cache, FULL)))  # its seconds are not a figure
             steps.append(("versus", lambda: timed_against_full(model, row["cold"], row["full"], args)))

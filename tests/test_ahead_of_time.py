@@ -204,6 +204,18 @@ def test_a_loaded_program_checks_its_inputs_and_weights(tuned, tmp_path):
     assert program(x=torch.randn(3, 16)).shape == (3, 16)
 
 
+def served_untraced(ctx, name: str, device: str = "cpu") -> None:
+    """The run's checkpoint loaded in this process: ``name``'s program is the one built ahead of time, nothing is
+    traced, and it answers as the tuned model does at tuned and untuned sizes."""
+    served = pipeline.load(ctx.checkpoint_path, MLP(width=16, depth=2).eval())
+    backend = served.load_report.backends[name]
+    assert backend.program == "ahead of time" and not backend.traced, served.load_report.to_dict()
+    with torch.inference_mode():
+        for bs in (1, 3, 7):
+            x = torch.randn(bs, 16, device=device)
+            torch.testing.assert_close(served(x), ctx.model(x), rtol=1e-4, atol=1e-5)
+
+
 def test_the_standalone_form_loads_with_no_trace_and_checks_its_arguments(tmp_path):
     """The form CUDA programs are saved in (torch 2.11's AOTInductor runtime faults on the H200), exercised on the
     CPU: Dynamo's graph compiled by standalone_compile(aot=True), loaded and called with the weights bound by name
@@ -216,13 +228,7 @@ def test_the_standalone_form_loads_with_no_trace_and_checks_its_arguments(tmp_pa
         manifest = checkpoint.read(ctx.checkpoint_path)["compiled"]["aot"]["inductor"]
         assert manifest["format"] == aot.STANDALONE and manifest["args"].count("input:x") == 1
         assert "batch" in manifest["args"] and set(manifest["constants"]) <= set(manifest["args"])
-        served = pipeline.load(ctx.checkpoint_path, MLP(width=16, depth=2).eval())
-        backend = served.load_report.backends["inductor"]
-        assert backend.program == "ahead of time" and not backend.traced
-        with torch.inference_mode():
-            for bs in (1, 3, 7):
-                x = torch.randn(bs, 16)
-                assert torch.allclose(served(x), ctx.model(x), rtol=1e-4, atol=1e-5)
+        served_untraced(ctx, "inductor")
         bad = {**manifest, "args": [*manifest["args"], "input:y"]}
         assert "arguments must each be the batch, an input or one of its constants" in aot.manifest_problem(bad)
 
@@ -238,10 +244,43 @@ def test_a_cuda_route_of_device_graphs_loads_its_standalone_program_with_no_trac
         report = ctx.routed.aot["graph_inductor"]
         assert report["used"], report
         assert checkpoint.read(ctx.checkpoint_path)["compiled"]["aot"]["graph_inductor"]["format"] == aot.STANDALONE
-        served = pipeline.load(ctx.checkpoint_path, MLP(width=16, depth=2).eval())
-        backend = served.load_report.backends["graph_inductor"]
-        assert backend.program == "ahead of time" and not backend.traced, served.load_report.to_dict()
-        with torch.inference_mode():
-            for bs in (1, 3, 8):
-                x = torch.randn(bs, 16, device="cuda")
-                torch.testing.assert_close(served(x), ctx.model(x), rtol=1e-4, atol=1e-5)
+        served_untraced(ctx, "graph_inductor", "cuda")
+
+
+def test_a_workers_standalone_program_runs_untraced_in_capture_and_is_saved_as_it_is(tmp_path, caplog):
+    """compile_cache.standalone: the compile worker builds the Inductor candidate's program in the standalone form;
+    capture loads it with no Dynamo trace, the profile times it, the save keeps that very program (no second
+    compile), and a fresh load serves it untraced."""
+    import logging
+
+    caplog.set_level(logging.INFO)
+    with tweakpipe_home(tmp_path / "home"):
+        ctx = run(compose_config([*TINY, "backends=[eager,inductor]", "route=one_backend", "route.backend=inductor",
+                                  "compile_cache.workers=1", "compile_cache.standalone=true",
+                                  f"compile_cache.dir={tmp_path / 'cache'}"]), tmp_path / "run")
+        assert "capture: inductor runs the standalone program its worker built" in caplog.text
+        cost = json.loads((tmp_path / "run" / "cost.json").read_text())["candidates"]["inductor"]
+        assert cost["ahead_s"] > 0 and cost["trace_s"] == 0 and cost["aot_s"] == 0, cost
+        assert ctx.backends["inductor"].program is None  # no Dynamo program in the run's process
+        report = ctx.routed.aot["inductor"]
+        assert report["used"] and report["profiled"] and report["worker_build_s"] > 0, report
+        manifest = checkpoint.read(ctx.checkpoint_path)["compiled"]["aot"]["inductor"]
+        assert manifest["format"] == aot.STANDALONE and "batch" in manifest["args"]
+        served_untraced(ctx, "inductor")
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_the_workers_standalone_programs_serve_capture_the_graphs_and_the_checkpoint(tmp_path):
+    """On the GPU host: with compile_cache.standalone, the Inductor candidate and the graph candidate over its kernels
+    both run their worker's standalone program untraced (one job: they share a program), the reference peer's CUDA
+    graph trees are traced as before, and the routed graph candidate's checkpoint keeps the program it was timed on."""
+    with tweakpipe_home(tmp_path / "home"):
+        ctx = run(compose_config([*TINY, "device=cuda", "backends=[eager,inductor,graph_inductor]", "route=one_backend",
+                                  "route.backend=graph_inductor", "compile_cache.workers=1",
+                                  "compile_cache.standalone=true", f"compile_cache.dir={tmp_path / 'cache'}"]),
+                  tmp_path / "run")
+        cost = json.loads((tmp_path / "run" / "cost.json").read_text())["candidates"]
+        assert cost["inductor"]["trace_s"] == 0 and cost["graph_inductor"]["trace_s"] == 0, cost
+        assert cost["reference"]["trace_s"] > 0, cost["reference"]
+        assert ctx.routed.aot["graph_inductor"]["profiled"] and cost["graph_inductor"]["aot_s"] == 0
+        served_untraced(ctx, "graph_inductor", "cuda")

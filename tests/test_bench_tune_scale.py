@@ -1,6 +1,6 @@
 """bench/tune_scale.py on a CPU (issue 38), so that its GPU call cannot fail for a silly reason: a script with no main
-guard tunes cold (its top level runs once, its worker's programs are hits), then the full tune, and both routes are
-timed against each other; a second call with --continue keeps what the first measured."""
+guard tunes cold (its top level runs once, its worker's programs are hits; here with the worker's standalone programs,
+``--overrides``), then the full tune, and both routes are timed against each other; a second call with --continue keeps what the first measured."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from bench import tune_scale
 @pytest.mark.slow
 def test_the_smoke_run_tunes_from_a_script_once_compares_with_the_full_route_and_continues(tmp_path):
     argv = ["--out", str(tmp_path / "out"), "--tag", "cpu", "--device", "cpu", "--smoke", "--full",
-            "--runs", str(tmp_path / "runs")]
+            "--runs", str(tmp_path / "runs"), "--overrides", "compile_cache.standalone=true"]
     tune_scale.main(argv)
     text = (tmp_path / "out" / "tune-scale-cpu.json").read_text()
     assert str(tmp_path) not in text  # no machine paths: the command says RUNS, checkpoints are under it
@@ -24,6 +24,8 @@ def test_the_smoke_run_tunes_from_a_script_once_compares_with_the_full_route_and
     assert summary["cold_s"] > 0 and summary["auto_vs_full"] > 0
     row = result["rows"]["tiny_mlp"]
     assert row["cold"]["candidates"]["inductor"]["ahead_s"] > 0  # its one worker compiled it first
+    # --overrides reach the cold tune alone: its worker's standalone program ran untraced; the full tune traced
+    assert row["cold"]["candidates"]["inductor"]["trace_s"] == 0 < row["full"]["candidates"]["inductor"]["trace_s"]
     assert [c["batch_size"] for c in row["versus"]["cells"]] == [1, 8]
     tune_scale.main([*argv, "--continue"])  # nothing left to run: the first call's steps are kept as they were
     again = json.loads((tmp_path / "out" / "tune-scale-cpu.json").read_text())

@@ -49,6 +49,9 @@ class Backend:
         # Where a load hands over a program built ahead of time: module -> the callable to run instead of compiling
         # (backends that compile only; pipeline.compile.aot.loader_for).
         self.prebuilt: Optional[Callable[[nn.Module], Any]] = None
+        # The standalone program (pipeline.compile.aot.Package) a compile worker built and ``prebuilt`` loads in
+        # capture: the very program the profile times, which the save then keeps instead of compiling another.
+        self.ahead: Any = None
         self._fn: Any = None
 
     def inductor_options(self) -> Dict[str, Any]:

@@ -257,9 +257,10 @@ class Worker:
 class CompileAhead:
     """Jobs for the compiling candidates, run by worker processes while capture builds the others."""
 
-    def __init__(self, jobs: Dict[str, str], workers: Sequence[Worker] = (), assigned: Optional[Dict[str, int]] = None
-                 ) -> None:
+    def __init__(self, jobs: Dict[str, str], workers: Sequence[Worker] = (), assigned: Optional[Dict[str, int]] = None,
+                 directory: Optional[Path] = None) -> None:
         self.jobs, self.workers, self.assigned = jobs, list(workers), dict(assigned or {})
+        self.directory = directory  # private to the run (its setup file; standalone programs are loaded from here)
         self.seen: Dict[str, Dict[str, Any]] = {}
         self.started = time.monotonic()
 
@@ -391,7 +392,7 @@ def started(candidates: Mapping[str, Candidate], spec: BuildSpec, cells: Mapping
             pool[assigned[name]].submit(candidates[name])
         log.info("compile ahead: %d worker process(es) compile %d program(s) for %d candidate(s): %s", count,
                  len(runners), len(jobs), ", ".join(runners))
-        ahead = CompileAhead(jobs, pool, assigned)
+        ahead = CompileAhead(jobs, pool, assigned, Path(tmp))
         try:
             yield ahead
         finally:

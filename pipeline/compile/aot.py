@@ -26,12 +26,16 @@ ended the process with a segmentation fault (bench/results/raw/callP.sh), and so
 runner directly over the package's extracted library (bench/results/raw/aot-h200-runner.log). A CUDA program is
 saved instead in the ``standalone/1`` form: its Dynamo graph (weights lifted as inputs, the batch size symbolic)
 compiled by ``torch._inductor.standalone_compile(aot=True)``, which bundles Inductor's Python wrapper and its
-kernels; a load calls it with the recorded arguments and traces nothing, though it imports Inductor (not yet
-measured on the H200: bench/results/raw/standalone_probe.py is its probe).
+kernels; a load calls it with the recorded arguments and traces nothing, though it imports Inductor (on the H200:
+6.2 s for ResNet-50's route, 8.1 s for a 3-layer MLP's, in bench/results/load-h200.json).
+
+With ``compile_cache.standalone``, capture uses the same form: a compile worker builds each candidate's program so
+(:func:`compiled_here`), the run loads it with no trace (:func:`adopt`), the profile times it, and the save keeps it.
 """
 
 from __future__ import annotations
 
+import base64
 import io
 import logging
 import os
@@ -48,6 +52,7 @@ import torch
 from torch import nn
 
 from pipeline import devices
+from pipeline.config import limits
 from pipeline.compile import cache as compile_cache
 from pipeline.models import make_inputs
 
@@ -84,8 +89,9 @@ class ByName(nn.Module):
         return self.inner(**inputs)
 
 
-def why_not(backend: Any) -> str:
-    """Why ``backend``'s program cannot be saved ahead of time ("" where it can)."""
+def why_not(backend: Any, form: str = "") -> str:
+    """Why ``backend``'s program cannot be saved ahead of time ("" where it can), in ``form`` (its device's form
+    where not given: :func:`format_for`)."""
     candidate = backend.candidate
     if not candidate.compiles:
         return "it compiles nothing"
@@ -93,7 +99,7 @@ def why_not(backend: Any) -> str:
         return "it was not built"
     if candidate.quantizes:
         return f"{candidate.precision} weights are tensor subclasses a package cannot bind"
-    form = format_for(backend.device)
+    form = form or format_for(backend.device)
     if not form:
         return f"programs for {backend.device.type} have no ahead-of-time form here (CPU and CUDA have)"
     if form == STANDALONE and not hasattr(torch._inductor, "standalone_compile"):
@@ -228,6 +234,65 @@ def build_standalone(backend: Any, sample: Mapping[str, torch.Tensor], largest: 
         "isa": "",
     }
     return Package(path.read_bytes(), manifest, time.perf_counter() - start, compile_cache.foreign_now() or "")
+
+
+def standalone_unfit(backend: Any, seq: bool) -> str:
+    """Why a compile worker cannot build ``backend``'s program in the :data:`STANDALONE` form for capture ("" where
+    it can), known before it is built (``seq``: lengths are tuned): what :func:`why_not` refuses, and the programs
+    a single dynamic-batch graph would not be (regional, one per length, or compiled per size)."""
+    candidate, settings = backend.candidate, backend.candidate.settings
+    if not candidate.compiles:
+        return "it compiles nothing"
+    if candidate.quantizes:
+        return f"{candidate.precision} weights are tensor subclasses a standalone program cannot bind"
+    if not hasattr(torch._inductor, "standalone_compile"):
+        return f"torch {torch.__version__} has no torch._inductor.standalone_compile"
+    if seq or candidate.per_length:
+        return "lengths are tuned (its length dimension stays traced)"
+    if candidate.regional:
+        return "it is a regional program (its blocks are compiled once and traced)"
+    if getattr(settings, "dynamic", None) is False:
+        return "it compiles a program per size (dynamic: false)"
+    held = [key for key in NOT_AHEAD if backend.inductor_options().get(key)]
+    return f"its Inductor setting {held[0]} has no standalone form" if held else ""
+
+
+def compiled_here(backend: Any, sample: Mapping[str, torch.Tensor], directory: Path,
+                  keep: Callable[[Package], None]) -> Callable[[nn.Module], Loaded]:
+    """What a compile worker sets as ``backend.prebuilt``: when the backend builds, its program compiled in the
+    :data:`STANDALONE` form at ``sample`` (two rows of it: the batch is symbolic, and Dynamo specialises 1), handed
+    to ``keep``, and loaded back as capture will load it, so the worker's warm-up runs the very program. Raises
+    ValueError where the built backend has no such form (:func:`why_not`)."""
+    def program(module: nn.Module) -> Loaded:
+        reason = why_not(backend, STANDALONE)
+        if reason:
+            raise ValueError(f"no standalone program: {reason}")
+        rows = {}
+        for name, t in sample.items():
+            dim = backend.batch_dims.input(name)
+            while t.shape[dim] < 2:
+                t = torch.cat([t, t], dim)
+            rows[name] = t.narrow(dim, 0, 2).to(backend.device)
+        with torch.inference_mode(False):  # Dynamo captures, and Inductor compiles, outside the build's mode
+            package = build_standalone(backend, rows, limits.MAX_BATCH_SIZE, directory)
+        keep(package)
+        return standalone_loader(package.data, package.manifest, directory)(module)
+
+    return program
+
+
+def adopt(backend: Any, built: Mapping[str, Any], directory: Path) -> None:
+    """In capture: load the standalone program a worker built for ``backend`` (its answer's ``standalone``: the
+    bytes in base64, the manifest, the build's seconds and why it may not be signed) instead of tracing."""
+    data = base64.b64decode(built["data"])
+    backend.ahead = Package(data, dict(built["manifest"]), float(built["build_s"]), str(built.get("foreign", "")))
+    backend.prebuilt = standalone_loader(data, backend.ahead.manifest, directory)
+
+
+def answer_of(package: Package) -> Dict[str, Any]:
+    """A worker's report of the standalone program it built (what :func:`adopt` reads)."""
+    return {"data": base64.b64encode(package.data).decode("ascii"), "manifest": package.manifest,
+            "build_s": round(package.build_s, 3), "foreign": package.foreign}
 
 
 def build_package(backend: Any, sample: Mapping[str, torch.Tensor], largest: int, directory: Path) -> Package:
@@ -491,4 +556,4 @@ def scratch() -> tempfile.TemporaryDirectory:
     return tempfile.TemporaryDirectory(prefix="tweakpipe-aot-")
 
 
-__all__ = ["Package", "build", "why_not", "loader_for", "manifest_problem", "mismatch", "activity", "scratch"]
+__all__ = ["Package", "build", "why_not", "standalone_unfit", "compiled_here", "adopt", "answer_of", "loader_for", "manifest_problem", "mismatch", "activity", "scratch"]

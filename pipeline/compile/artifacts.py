@@ -439,8 +439,8 @@ def record_problem(record: Any) -> Optional[str]:
         return "compiled.sha256 must be 64 hex digits"
     if not (isinstance(record["weights"], str) and len(record["weights"]) == 64 and set(record["weights"]) <= HEX):
         return "compiled.weights must be 64 hex digits"
-    if not (isinstance(record["backends"], list) and record["backends"]
-            and all(isinstance(n, str) for n in record["backends"])):
+    if not (isinstance(record["backends"], list) and (record["backends"] or ahead)
+            and all(isinstance(n, str) for n in record["backends"])):  # empty where every program is ahead of time
         return "compiled.backends must list backend names"
     if not (isinstance(record["built_for"], dict) and all(isinstance(k, str) and isinstance(v, str)
                                                           for k, v in record["built_for"].items())):

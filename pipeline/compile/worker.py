@@ -25,6 +25,7 @@ import threading
 import time
 import traceback
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 PR_SET_PDEATHSIG = 1
@@ -67,20 +68,29 @@ def start(setup_path: str) -> Dict[str, Any]:
         torch.set_num_threads(setup["threads"])
     on = lambda inputs: {n: t.to(spec.device) for n, t in inputs.items()}  # noqa: E731
     return {"spec": replace(spec, model=spec.model.eval().to(spec.device), sample=on(spec.sample)),
-            "cells": [on(cell) for cell in setup["cells"].values()]}
+            "cells": [on(cell) for cell in setup["cells"].values()],
+            "standalone": bool(setup["cache"].get("standalone")), "directory": Path(setup_path).parent}
 
 
 def compile_one(state: Dict[str, Any], name: str, settings: Dict[str, Any]) -> Dict[str, Any]:
-    """Build the candidate as capture will and call it at every tuned cell: its programs enter the cache."""
+    """Build the candidate as capture will and call it at every tuned cell: its programs enter the cache. With
+    ``compile_cache.standalone``, its program is built in the standalone form where it has one, and sent back
+    (capture loads it instead of tracing)."""
     from pipeline import backends
     from pipeline.backends.candidate import Candidate
+    from pipeline.compile import aot
     from pipeline.compile.build import build_and_warm
     from pipeline.compile.cost import BuildCost, Stopwatch
 
-    watch, counted = Stopwatch(), BuildCost()
-    build_and_warm(backends.create(Candidate.of(name, settings)), state["spec"], counted,
-                   lambda backend: [backend(**cell) for cell in state["cells"]])
-    return {"seconds": watch.seconds, "cache_hits": counted.cache_hits, "cache_misses": counted.cache_misses}
+    watch, counted, spec = Stopwatch(), BuildCost(), state["spec"]
+    backend, built = backends.create(Candidate.of(name, settings)), []
+    unfit = aot.standalone_unfit(backend, bool(spec.dims.seq)) if state["standalone"] else "off"
+    if not unfit:
+        backend.prebuilt = aot.compiled_here(backend, spec.sample, state["directory"], built.append)
+    build_and_warm(backend, spec, counted, lambda backend: [backend(**cell) for cell in state["cells"]])
+    return {"seconds": watch.seconds, "cache_hits": counted.cache_hits, "cache_misses": counted.cache_misses,
+            **({"standalone": aot.answer_of(built[0])} if built else {}),
+            **({"standalone_unfit": unfit} if state["standalone"] and unfit else {})}
 
 
 def main(argv: Optional[List[str]] = None) -> int:

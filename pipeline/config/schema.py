@@ -189,6 +189,10 @@ class CompileCacheConfig:
     # Worker processes that compile candidates' programs ahead of capture (pipeline/compile/ahead.py);
     # null: one per 4 CPU cores, none below 8 cores; 0: compile in the run's own process only.
     workers: Optional[int] = None
+    # true: a worker compiles each candidate's Inductor program in the standalone form a checkpoint saves
+    # (pipeline/compile/aot.py), which the run loads with no Dynamo trace, times, and saves as it is (no second
+    # compile at save). Off by default until measured on a GPU host against the traced programs (issue 38).
+    standalone: bool = False
 
 
 @dataclass

@@ -172,6 +172,11 @@ def ahead_of_time(routed: RoutedModule, used: Sequence[str]) -> Dict[str, Any]:
         backend = routed.backends[name]
         if not backend.candidate.compiles:
             continue
+        if backend.ahead is not None:  # the standalone program capture loaded and the profile timed: kept as it is
+            packages[name] = backend.ahead
+            routed.aot[name] = {"used": True, "why": "", "build_s": 0.0, "profiled": True,
+                                "worker_build_s": round(backend.ahead.build_s, 3)}
+            continue
         package, report = aot.package_for(backend, rec.inputs, sizes_owned(routed.route, name, tuned) if not rec.seq else [],
                                     limits.MAX_BATCH_SIZE)
         routed.aot[name] = report
