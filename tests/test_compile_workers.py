@@ -171,3 +171,25 @@ def test_a_worker_whose_running_job_is_dropped_with_none_after_it_is_stopped(tmp
         assert ahead.wait("inductor") is not None  # the other worker's job is untouched
     said = [r.getMessage() for r in caplog.records if "stopped, its running job" in r.getMessage()]
     assert said == ["compile ahead: worker 0 stopped, its running job (inductor.bf16) dropped and none left for it"]
+
+
+def test_a_model_with_no_standalone_program_is_compiled_by_its_worker_as_ever_and_traced_with_the_reason(
+        tmp_path, caplog, monkeypatch):
+    """compile_cache.standalone on a model whose graph breaks (no single graph to compile standalone): the worker
+    falls back to the traced program, whose cache entries the run's own trace then hits, and the log says why."""
+    import logging
+
+    import pipeline
+    import torch
+    from models_for_tests import GraphBreakMLP
+
+    caplog.set_level(logging.INFO)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT / "tests"), str(ROOT)]))  # the worker imports the model
+    pipeline.tune(GraphBreakMLP().eval(), torch.randn(4, 16), run_dir=tmp_path / "run", overrides=[
+        "device=cpu", "backends=[eager,inductor]", "profile=quick", "tracking=off", "model.batch_sizes=[1,4]",
+        "compile_cache.workers=1", "compile_cache.standalone=true",
+        f"compile_cache.dir={tmp_path / 'cache'}"])
+    said = [r.getMessage() for r in caplog.records if "capture: inductor is traced here" in r.getMessage()]
+    assert len(said) == 1 and "its standalone build failed" in said[0], caplog.text[-3000:]
+    cost = json.loads((tmp_path / "run" / "capture.json").read_text())["inductor"]["cost"]
+    assert cost["ahead_s"] > 0 and cost["trace_s"] > 0 and cost["cache_misses"] == 0, cost

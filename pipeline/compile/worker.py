@@ -82,12 +82,20 @@ def compile_one(state: Dict[str, Any], name: str, settings: Dict[str, Any]) -> D
     from pipeline.compile.build import build_and_warm
     from pipeline.compile.cost import BuildCost, Stopwatch
 
-    watch, counted, spec = Stopwatch(), BuildCost(), state["spec"]
-    backend, built = backends.create(Candidate.of(name, settings)), []
+    watch, counted, spec, candidate = Stopwatch(), BuildCost(), state["spec"], Candidate.of(name, settings)
+    backend, built = backends.create(candidate), []
     unfit = aot.standalone_unfit(backend, bool(spec.dims.seq)) if state["standalone"] else "off"
     if not unfit:
         backend.prebuilt = aot.compiled_here(backend, spec.sample, state["directory"], built.append)
-    build_and_warm(backend, spec, counted, lambda backend: [backend(**cell) for cell in state["cells"]])
+    warm = lambda backend: [backend(**cell) for cell in state["cells"]]  # noqa: E731
+    try:
+        build_and_warm(backend, spec, counted, warm)
+    except Exception as exc:  # noqa: BLE001 -- no standalone program (a graph break, say): the traced one, as ever
+        if backend.prebuilt is None:
+            raise
+        unfit, built = f"its standalone build failed ({type(exc).__name__}: {str(exc).strip()[:300]})", []
+        counted = BuildCost()
+        build_and_warm(backends.create(candidate), spec, counted, warm)
     return {"seconds": watch.seconds, "cache_hits": counted.cache_hits, "cache_misses": counted.cache_misses,
             **({"standalone": aot.answer_of(built[0])} if built else {}),
             **({"standalone_unfit": unfit} if state["standalone"] and unfit else {})}
