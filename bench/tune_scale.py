@@ -204,8 +204,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--full", action="store_true", help="also tune with screens and regional programs off, and "
                                                             "time both routes against each other")
     parser.add_argument("--overrides", nargs="*", default=[],
-                        help="more overrides for the cold and warm tunes (not the full one, the route they must match), "
-                             "e.g. compile_cache.standalone=true")
+                        help="more overrides for the cold and warm tunes (not the full one, the route they must "
+                             "match), e.g. compile_cache.standalone=true")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--budget-s", type=float, default=None, help="start no model's next step past this")
     parser.add_argument("--smoke", action="store_true", help="tiny_mlp on the quick profile: the bench's path only")

@@ -92,13 +92,11 @@ class ByName(nn.Module):
 def why_not(backend: Any, form: str = "") -> str:
     """Why ``backend``'s program cannot be saved ahead of time ("" where it can), in ``form`` (its device's form
     where not given: :func:`format_for`)."""
-    candidate = backend.candidate
-    if not candidate.compiles:
-        return "it compiles nothing"
+    reason = candidate_reason(backend)
+    if reason:
+        return reason
     if getattr(backend, "module", None) is None:
         return "it was not built"
-    if candidate.quantizes:
-        return f"{candidate.precision} weights are tensor subclasses a package cannot bind"
     form = form or format_for(backend.device)
     if not form:
         return f"programs for {backend.device.type} have no ahead-of-time form here (CPU and CUDA have)"
@@ -106,11 +104,18 @@ def why_not(backend: Any, form: str = "") -> str:
         return f"torch {torch.__version__} has no torch._inductor.standalone_compile"
     if backend.batch_dims.seq:
         return "lengths are tuned (its length dimension stays traced)"
-    options = backend.inductor_options()
-    held = [key for key in NOT_AHEAD if options.get(key)]
-    if held:
-        return f"its Inductor setting {held[0]} has no ahead-of-time form"
     return ""
+
+
+def candidate_reason(backend: Any) -> str:
+    """What keeps ``backend``'s program from any ahead-of-time form, known before it is built ("" where nothing)."""
+    candidate = backend.candidate
+    if not candidate.compiles:
+        return "it compiles nothing"
+    if candidate.quantizes:
+        return f"{candidate.precision} weights are tensor subclasses a package cannot bind"
+    held = [key for key in NOT_AHEAD if backend.inductor_options().get(key)]
+    return f"its Inductor setting {held[0]} has no ahead-of-time form" if held else ""
 
 
 @dataclass
@@ -240,21 +245,19 @@ def standalone_unfit(backend: Any, seq: bool) -> str:
     """Why a compile worker cannot build ``backend``'s program in the :data:`STANDALONE` form for capture ("" where
     it can), known before it is built (``seq``: lengths are tuned): what :func:`why_not` refuses, and the programs
     a single dynamic-batch graph would not be (regional, one per length, or compiled per size)."""
-    candidate, settings = backend.candidate, backend.candidate.settings
-    if not candidate.compiles:
-        return "it compiles nothing"
-    if candidate.quantizes:
-        return f"{candidate.precision} weights are tensor subclasses a standalone program cannot bind"
+    candidate = backend.candidate
+    reason = candidate_reason(backend)
+    if reason:
+        return reason
     if not hasattr(torch._inductor, "standalone_compile"):
         return f"torch {torch.__version__} has no torch._inductor.standalone_compile"
     if seq or candidate.per_length:
         return "lengths are tuned (its length dimension stays traced)"
     if candidate.regional:
         return "it is a regional program (its blocks are compiled once and traced)"
-    if getattr(settings, "dynamic", None) is False:
+    if getattr(candidate.settings, "dynamic", None) is False:
         return "it compiles a program per size (dynamic: false)"
-    held = [key for key in NOT_AHEAD if backend.inductor_options().get(key)]
-    return f"its Inductor setting {held[0]} has no standalone form" if held else ""
+    return ""
 
 
 def compiled_here(backend: Any, sample: Mapping[str, torch.Tensor], directory: Path,
@@ -556,4 +559,5 @@ def scratch() -> tempfile.TemporaryDirectory:
     return tempfile.TemporaryDirectory(prefix="tweakpipe-aot-")
 
 
-__all__ = ["Package", "build", "why_not", "standalone_unfit", "compiled_here", "adopt", "answer_of", "loader_for", "manifest_problem", "mismatch", "activity", "scratch"]
+__all__ = ["Package", "build", "why_not", "candidate_reason", "standalone_unfit", "compiled_here", "adopt", "answer_of",
+           "loader_for", "manifest_problem", "mismatch", "activity", "scratch"]
