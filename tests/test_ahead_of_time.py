@@ -189,6 +189,14 @@ def test_a_manifest_that_is_not_one_this_format_allows_refuses_the_checkpoint(tu
         pipeline.load(copy, MLP(width=16, depth=2).eval())
 
 
+def test_programs_of_one_byte_length_are_written_to_files_of_their_own(tmp_path):
+    """Loaders are made for every routed program before any is called: two programs of one length must not share a
+    file (the second would overwrite the first), while one program written twice keeps one file."""
+    first, second = aot.written(b"a" * 64, tmp_path, ".bin"), aot.written(b"b" * 64, tmp_path, ".bin")
+    assert first != second and first.read_bytes() == b"a" * 64 and second.read_bytes() == b"b" * 64
+    assert aot.written(b"a" * 64, tmp_path, ".bin") == first
+
+
 def test_a_loaded_program_checks_its_inputs_and_weights(tuned, tmp_path):
     _, path, _ = tuned
     record = checkpoint.read(path)["compiled"]

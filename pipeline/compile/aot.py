@@ -36,6 +36,7 @@ With ``compile_cache.standalone``, capture uses the same form: a compile worker 
 from __future__ import annotations
 
 import base64
+import hashlib
 import io
 import logging
 import os
@@ -276,8 +277,10 @@ def compiled_here(backend: Any, sample: Mapping[str, torch.Tensor], directory: P
             while t.shape[dim] < 2:
                 t = torch.cat([t, t], dim)
             rows[name] = t.narrow(dim, 0, 2).to(backend.device)
-        with torch.inference_mode(False):  # Dynamo captures, and Inductor compiles, outside the build's mode
-            package = build_standalone(backend, rows, limits.MAX_BATCH_SIZE, directory)
+        # Dynamo captures, and Inductor compiles, outside the build's mode; in a folder of this build's own (the
+        # workers share ``directory``, and each writes its program under one name before reading it back)
+        with torch.inference_mode(False), tempfile.TemporaryDirectory(dir=directory) as own:
+            package = build_standalone(backend, rows, limits.MAX_BATCH_SIZE, Path(own))
         keep(package)
         return standalone_loader(package.data, package.manifest, directory)(module)
 
@@ -438,6 +441,15 @@ def bind(module: nn.Module, manifest: Mapping[str, Any]) -> Dict[str, torch.Tens
     return bound
 
 
+def written(data: bytes, where: Path, suffix: str) -> Path:
+    """``data`` as a file under ``where``, named by its content: loaders are made for every routed program before
+    any is called (and several workers share a directory), so two programs must never share a name, as two of
+    one byte length would."""
+    path = where / f"program-{hashlib.sha256(data).hexdigest()[:32]}-{os.getpid()}{suffix}"
+    path.write_bytes(data)
+    return path
+
+
 def loader_for(data: bytes, manifest: Mapping[str, Any], where: Path, device: torch.device,
                single_threaded: bool) -> Callable[[nn.Module], Loaded]:
     """What builds the backend's program from its module at load: the program written under ``where`` (the load's
@@ -447,8 +459,7 @@ def loader_for(data: bytes, manifest: Mapping[str, Any], where: Path, device: to
     if manifest["format"] == STANDALONE:
         return standalone_loader(data, manifest, where)
     check_layout(data)
-    path = where / f"program-{len(data)}-{os.getpid()}.pt2"
-    path.write_bytes(data)
+    path = written(data, where, ".pt2")
 
     def program(module: nn.Module) -> Loaded:
         import torch.utils._pytree as pytree
@@ -470,8 +481,7 @@ def loader_for(data: bytes, manifest: Mapping[str, Any], where: Path, device: to
 def standalone_loader(data: bytes, manifest: Mapping[str, Any], where: Path) -> Callable[[nn.Module], Loaded]:
     """:func:`loader_for` of a :data:`STANDALONE` program: Inductor's own loader (``CompiledArtifact.load``, which
     refuses a file from another torch), called with the recorded arguments: inputs, bound weights, the batch."""
-    path = where / f"program-{len(data)}-{os.getpid()}.bin"
-    path.write_bytes(data)
+    path = written(data, where, ".bin")
 
     def program(module: nn.Module) -> Loaded:
         import torch.utils._pytree as pytree
@@ -560,4 +570,4 @@ def scratch() -> tempfile.TemporaryDirectory:
 
 
 __all__ = ["Package", "build", "why_not", "candidate_reason", "standalone_unfit", "compiled_here", "adopt", "answer_of",
-           "loader_for", "manifest_problem", "mismatch", "activity", "scratch"]
+           "written", "loader_for", "manifest_problem", "mismatch", "activity", "scratch"]
