@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 from typing import List
 
@@ -12,7 +13,7 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
-from conftest import TINY
+from conftest import ROOT, TINY
 from redis_helpers import free_port, redis_server
 from pipeline.api import compose_config
 from pipeline.preflight.checks import candidates_of, check_config
@@ -57,14 +58,18 @@ def test_compile_workers_fill_the_cache_before_capture_builds_the_candidate(tmp_
     assert cost.cache_hits >= 1 and cost.cache_misses == 0  # so capture loaded every program it needed
 
 
-def test_the_runs_own_inductor_options_and_precision_reach_the_workers(tmp_path, caplog):
-    # An Inductor option and a matmul precision the user's script set before tuning: a fresh worker process is at
-    # torch's defaults unless the run sends them (compile.state); with them its programs are the run's.
+def test_the_runs_own_compiler_options_and_precision_reach_the_workers(tmp_path, caplog, monkeypatch):
+    # An Inductor option, a Dynamo option (``.item()`` captured in the graph instead of breaking it: other graphs)
+    # and a matmul precision the user's script set before tuning: a fresh worker process is at torch's defaults
+    # unless the run sends them (compile.state); with them its programs are the run's.
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT / "tests"), str(ROOT)]))  # the worker imports the model
     before = torch.get_float32_matmul_precision()
     try:
         torch.set_float32_matmul_precision("medium")
-        with torch._inductor.config.patch(max_fusion_size=32), caplog.at_level(logging.WARNING, logger="stages.capture"):
-            cost = inductor_cost(tmp_path, "options", f"compile_cache.dir={tmp_path / 'cache'}", "compile_cache.workers=1")
+        with torch._inductor.config.patch(max_fusion_size=32), torch._dynamo.config.patch(capture_scalar_outputs=True), \
+                caplog.at_level(logging.WARNING, logger="stages.capture"):
+            cost = inductor_cost(tmp_path, "options", f"compile_cache.dir={tmp_path / 'cache'}", "compile_cache.workers=1",
+                                 "model.build._target_=models_for_tests.GraphBreakMLP", "~model.build.depth")
     finally:
         torch.set_float32_matmul_precision(before)
     assert cost.ahead_s > 0 and cost.cache_hits >= 1 and cost.cache_misses == 0
@@ -72,10 +77,19 @@ def test_the_runs_own_inductor_options_and_precision_reach_the_workers(tmp_path,
 
 
 def test_a_worker_whose_program_differs_from_the_runs_is_named_in_a_warning(tmp_path, caplog):
-    # Process state a worker does not share (here a Dynamo option: every dimension dynamic in the run, static in
-    # the worker) changes the traced graph, so the worker's program misses and the run compiles again: the log must
-    # say so, not only the cost table.
-    with torch._dynamo.config.patch(assume_static_by_default=False), \
+    # Process state a worker cannot be sent (here a custom Inductor pass of the user's, an object that does not
+    # pickle, whose uuid enters the cache key) makes the worker's program miss, and the run compiles again: the log
+    # must say so, not only the cost table.
+    from torch._inductor.custom_graph_pass import CustomGraphPass
+
+    class UsersPass(CustomGraphPass):
+        def __call__(self, graph: torch.fx.Graph) -> None:
+            return None
+
+        def uuid(self) -> str:
+            return "the-users-own-pass"
+
+    with torch._inductor.config.patch(post_grad_custom_post_pass=UsersPass()), \
             caplog.at_level(logging.WARNING, logger="stages.capture"):
         cost = inductor_cost(tmp_path, "differs", f"compile_cache.dir={tmp_path / 'cache'}", "compile_cache.workers=1")
     assert cost.ahead_s > 0 and cost.cache_misses >= 1
