@@ -102,6 +102,22 @@ def test_backends_with_the_same_options_compile_separately():
     assert [p.evidence.graphs for p in programs] == [1, 1, 1]  # none reused another's compiled code
 
 
+def test_a_program_does_not_inherit_the_sizes_an_earlier_program_of_its_name_has_seen():
+    """Dynamo's automatic-dynamic history is kept per code file, line and name: a program named as an earlier one
+    (the same backend of another model or run, a reload) compiled its first call with a dynamic batch. Each program
+    compiles as in a fresh process: static at its first size, and again (dynamic) at a second."""
+    settings = {"backend": "inductor", "fullgraph": False, "dynamic": None}
+    earlier = Program(MLP().eval(), "inductor", settings, CPU)
+    with torch.inference_mode(), earlier.watched():
+        for rows in (2, 3, 5):  # the batch seen to change: dynamic from here on, for this program
+            earlier(x=torch.randn(rows, 16))
+    later = Program(MLP().eval(), "inductor", settings, CPU)
+    with torch.inference_mode(), later.watched():
+        later(x=torch.randn(4, 16))
+        later(x=torch.randn(6, 16))
+    assert later.evidence.graphs == 2, later.evidence  # one graph only: the first was already dynamic
+
+
 def test_programs_of_equal_settings_each_compile_what_a_graph_break_leaves(capfd):
     """After a graph break the model's own ``forward`` is compiled on a code object every program shares;
     a second program with equal settings (a backend and its reload) must compile its own graph there, not

@@ -23,6 +23,7 @@ instead of falling back to eager.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import sys
 import types
 from dataclasses import asdict, dataclass
@@ -79,10 +80,16 @@ def _entry_for(model: nn.Module, eager: _EagerCalls) -> Callable[..., Any]:
     return entry
 
 
+_PROGRAMS = itertools.count(1)
+
+
 def own_entry(model: nn.Module, eager: _EagerCalls, owner: str) -> Callable[..., Any]:
-    """``model(**inputs)`` as a function whose code object no other program shares."""
+    """``model(**inputs)`` as a function whose code object no other program shares, nor its name: Dynamo keeps the
+    sizes a frame has seen (its automatic-dynamic history) under the code's file, line and name, so a program named
+    as an earlier one of the process (the same backend of another model or run, a reload) compiled its very first
+    call with a dynamic batch, as neither the earlier program nor a fresh process does."""
     template = _entry_for(model, eager)
-    name = f"tweakpipe_{''.join(c if c.isalnum() else '_' for c in owner)}"
+    name = f"tweakpipe_{''.join(c if c.isalnum() else '_' for c in owner)}_{next(_PROGRAMS)}"
     code = template.__code__.replace(co_name=name, co_qualname=name)  # a new code object, always
     return types.FunctionType(code, template.__globals__, name, None, template.__closure__)
 
