@@ -290,6 +290,11 @@ def run(ctx: RunContext) -> None:
                 elif head_start and head_start.get("standalone_unfit"):
                     log.info("capture: %s is traced here: %s", name, head_start["standalone_unfit"])
                 outcome = capture_one(ctx, built[name], references)
+                if outcome.status == "failed" and built[name].ahead is not None and not ran_out_of_memory(outcome):
+                    log.warning("capture: %s's standalone program from its worker failed here (%s); it is traced "
+                                "instead", name, outcome.reason[:300])
+                    built[name] = backend_registry.create(candidates[name])
+                    outcome = capture_one(ctx, built[name], references)
                 outcome.cost.ahead_s = float(head_start["seconds"]) if head_start else 0.0
                 warn_if_ahead_missed(outcome, head_start)
                 if ran_out_of_memory(outcome) and ahead.working():

@@ -277,6 +277,29 @@ def test_a_workers_standalone_program_runs_untraced_in_capture_and_is_saved_as_i
         served_untraced(ctx, "inductor")
 
 
+def test_a_workers_standalone_program_that_fails_in_the_run_is_traced_there_instead(tmp_path, caplog, monkeypatch):
+    """A program a worker built may still fail in the run's process (a file cut short, a loader that refuses it):
+    the candidate is then traced as without the option, with a warning naming why, never failed for it."""
+    import logging
+
+    def refused(data: bytes, manifest: dict, directory: Path):
+        def load(module):
+            raise RuntimeError("the program's file was cut short")
+        return load
+
+    caplog.set_level(logging.INFO)
+    monkeypatch.setattr(aot, "standalone_loader", refused)  # in this process only: the worker builds as ever
+    with tweakpipe_home(tmp_path / "home"):
+        ctx = run(compose_config([*TINY, "backends=[eager,inductor]", "stages=[capture]", "compile_cache.workers=1",
+                                  "compile_cache.standalone=true", f"compile_cache.dir={tmp_path / 'cache'}"]),
+                  tmp_path / "run")
+    said = [r.getMessage() for r in caplog.records if "standalone program from its worker failed here" in r.getMessage()]
+    assert len(said) == 1 and "the program's file was cut short" in said[0] and "traced instead" in said[0], said
+    assert ctx.outcomes["inductor"].status == "ok", ctx.outcomes["inductor"].reason
+    cost = ctx.outcomes["inductor"].cost
+    assert cost.ahead_s > 0 and cost.trace_s > 0 and ctx.backends["inductor"].program is not None
+
+
 @pytest.mark.gpu
 def test_on_the_gpu_the_workers_standalone_programs_serve_capture_the_graphs_and_the_checkpoint(tmp_path):
     """On the GPU host: with compile_cache.standalone, the Inductor candidate and the graph candidate over its kernels

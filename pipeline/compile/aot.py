@@ -30,7 +30,8 @@ kernels; a load calls it with the recorded arguments and traces nothing, though 
 6.2 s for ResNet-50's route, 8.1 s for a 3-layer MLP's, in bench/results/load-h200.json).
 
 With ``compile_cache.standalone``, capture uses the same form: a compile worker builds each candidate's program so
-(:func:`compiled_here`), the run loads it with no trace (:func:`adopt`), the profile times it, and the save keeps it.
+(:func:`compiled_here`), the run loads it with no trace (:func:`adopt`; where that program fails there, capture
+traces the candidate instead), the profile times it, and the save keeps it.
 """
 
 from __future__ import annotations
