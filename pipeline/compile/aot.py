@@ -102,9 +102,14 @@ def why_not(backend: Any, form: str = "") -> str:
     form = form or format_for(backend.device)
     if not form:
         return f"programs for {backend.device.type} have no ahead-of-time form here (CPU and CUDA have)"
+    return form_reason(form, bool(backend.batch_dims.seq))
+
+
+def form_reason(form: str, seq: bool) -> str:
+    """Why no program can be saved in ``form`` here ("" where one can; ``seq``: lengths are tuned)."""
     if form == STANDALONE and not hasattr(torch._inductor, "standalone_compile"):
         return f"torch {torch.__version__} has no torch._inductor.standalone_compile"
-    if backend.batch_dims.seq:
+    if seq:
         return "lengths are tuned (its length dimension stays traced)"
     return ""
 
@@ -248,13 +253,9 @@ def standalone_unfit(backend: Any, seq: bool) -> str:
     it can), known before it is built (``seq``: lengths are tuned): what :func:`why_not` refuses, and the programs
     a single dynamic-batch graph would not be (regional, one per length, or compiled per size)."""
     candidate = backend.candidate
-    reason = candidate_reason(backend)
+    reason = candidate_reason(backend) or form_reason(STANDALONE, seq or bool(candidate.per_length))
     if reason:
         return reason
-    if not hasattr(torch._inductor, "standalone_compile"):
-        return f"torch {torch.__version__} has no torch._inductor.standalone_compile"
-    if seq or candidate.per_length:
-        return "lengths are tuned (its length dimension stays traced)"
     if candidate.regional:
         return "it is a regional program (its blocks are compiled once and traced)"
     if getattr(candidate.settings, "dynamic", None) is False:
