@@ -255,10 +255,12 @@ def test_a_cuda_route_of_device_graphs_loads_its_standalone_program_with_no_trac
         served_untraced(ctx, "graph_inductor", "cuda")
 
 
-def test_a_workers_standalone_program_runs_untraced_in_capture_and_is_saved_as_it_is(tmp_path, caplog):
+def test_a_workers_standalone_program_runs_untraced_in_capture_and_a_cpu_checkpoint_saves_the_package_form(
+        tmp_path, caplog):
     """compile_cache.standalone: the compile worker builds the Inductor candidate's program in the standalone form;
-    capture loads it with no Dynamo trace, the profile times it, the save keeps that very program (no second
-    compile), and a fresh load serves it untraced."""
+    capture loads it with no Dynamo trace and the profile times it. A CUDA checkpoint keeps that very program (the GPU
+    test below); a CPU one saves the AOTInductor package as without the option (CPU's form: it loads without
+    importing Inductor), held to the program capture timed, and a fresh load serves it untraced."""
     import logging
 
     caplog.set_level(logging.INFO)
@@ -268,12 +270,12 @@ def test_a_workers_standalone_program_runs_untraced_in_capture_and_is_saved_as_i
                                   f"compile_cache.dir={tmp_path / 'cache'}"]), tmp_path / "run")
         assert "capture: inductor runs the standalone program its worker built" in caplog.text
         cost = json.loads((tmp_path / "run" / "cost.json").read_text())["candidates"]["inductor"]
-        assert cost["ahead_s"] > 0 and cost["trace_s"] == 0 and cost["aot_s"] == 0, cost
+        assert cost["ahead_s"] > 0 and cost["trace_s"] == 0 and cost["aot_s"] > 0, cost
         assert ctx.backends["inductor"].program is None  # no Dynamo program in the run's process
         report = ctx.routed.aot["inductor"]
-        assert report["used"] and report["profiled"] and report["worker_build_s"] > 0, report
+        assert report["used"] and not report.get("profiled"), report
         manifest = checkpoint.read(ctx.checkpoint_path)["compiled"]["aot"]["inductor"]
-        assert manifest["format"] == aot.STANDALONE and "batch" in manifest["args"]
+        assert manifest["format"] == aot.format_for(torch.device("cpu")) != aot.STANDALONE
         served_untraced(ctx, "inductor")
 
 

@@ -31,7 +31,8 @@ kernels; a load calls it with the recorded arguments and traces nothing, though 
 
 With ``compile_cache.standalone``, capture uses the same form: a compile worker builds each candidate's program so
 (:func:`compiled_here`), the run loads it with no trace (:func:`adopt`; where that program fails there, capture
-traces the candidate instead), the profile times it, and the save keeps it.
+traces the candidate instead), the profile times it, and the save keeps it where it is the device's form (CUDA; a
+CPU checkpoint saves the package, which loads sooner).
 """
 
 from __future__ import annotations

@@ -172,7 +172,9 @@ def ahead_of_time(routed: RoutedModule, used: Sequence[str]) -> Dict[str, Any]:
         backend = routed.backends[name]
         if not backend.candidate.compiles:
             continue
-        if backend.ahead is not None:  # the standalone program capture loaded and the profile timed: kept as it is
+        # the standalone program capture loaded and the profile timed is kept as it is where it is the device's form;
+        # on a CPU the AOTInductor package is built as ever (it loads without importing Inductor: far sooner)
+        if backend.ahead is not None and backend.ahead.manifest.get("format") == aot.format_for(backend.device):
             packages[name] = backend.ahead
             routed.aot[name] = {"used": True, "why": "", "build_s": 0.0, "profiled": True,
                                 "worker_build_s": round(backend.ahead.build_s, 3)}
