@@ -295,7 +295,8 @@ def test_a_workers_standalone_program_that_fails_in_the_run_is_traced_there_inst
         ctx = run(compose_config([*TINY, "backends=[eager,inductor]", "stages=[capture]", "compile_cache.workers=1",
                                   "compile_cache.standalone=true", f"compile_cache.dir={tmp_path / 'cache'}"]),
                   tmp_path / "run")
-    said = [r.getMessage() for r in caplog.records if "standalone program from its worker failed here" in r.getMessage()]
+    said = [r.getMessage() for r in caplog.records
+            if "standalone program from its worker failed here" in r.getMessage()]
     assert len(said) == 1 and "the program's file was cut short" in said[0] and "traced instead" in said[0], said
     assert ctx.outcomes["inductor"].status == "ok", ctx.outcomes["inductor"].reason
     cost = ctx.outcomes["inductor"].cost

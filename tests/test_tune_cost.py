@@ -66,10 +66,12 @@ def test_the_runs_own_compiler_options_and_precision_reach_the_workers(tmp_path,
     before = torch.get_float32_matmul_precision()
     try:
         torch.set_float32_matmul_precision("medium")
-        with torch._inductor.config.patch(max_fusion_size=32), torch._dynamo.config.patch(capture_scalar_outputs=True), \
+        with torch._inductor.config.patch(max_fusion_size=32), \
+                torch._dynamo.config.patch(capture_scalar_outputs=True), \
                 caplog.at_level(logging.WARNING, logger="stages.capture"):
-            cost = inductor_cost(tmp_path, "options", f"compile_cache.dir={tmp_path / 'cache'}", "compile_cache.workers=1",
-                                 "model.build._target_=models_for_tests.GraphBreakMLP", "~model.build.depth")
+            cost = inductor_cost(tmp_path, "options", f"compile_cache.dir={tmp_path / 'cache'}",
+                                 "compile_cache.workers=1", "model.build._target_=models_for_tests.GraphBreakMLP",
+                                 "~model.build.depth")
     finally:
         torch.set_float32_matmul_precision(before)
     assert cost.ahead_s > 0 and cost.cache_hits >= 1 and cost.cache_misses == 0

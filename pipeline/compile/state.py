@@ -4,8 +4,8 @@ A worker is a fresh interpreter: an Inductor option the user's script set (``coo
 ``max_autotune``...), a Dynamo or AOTAutograd option that shapes the graph Inductor is given
 (``capture_scalar_outputs``, ``assume_static_by_default``...), a float32 matmul precision, TF32 or determinism
 switched on before ``pipeline.tune`` would all be at torch's defaults there. Its programs would then differ from
-the run's, miss the cache at capture and be compiled twice (capture warns when that still happens). :func:`taken` reads that state in the
-run; :func:`put` sets in the worker what differs from its own.
+the run's, miss the cache at capture and be compiled twice (capture warns when that still happens). :func:`taken`
+reads that state in the run; :func:`put` sets in the worker what differs from its own.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ log = logging.getLogger(__name__)
 
 # The compiler configs whose options the worker takes from the run: Inductor's enter its cache key; Dynamo's and
 # AOTAutograd's decide the graph whose code enters it.
-CONFIGS = {"inductor": "torch._inductor.config", "dynamo": "torch._dynamo.config", "functorch": "torch._functorch.config"}
+CONFIGS = {"inductor": "torch._inductor.config", "dynamo": "torch._dynamo.config",
+           "functorch": "torch._functorch.config"}
 
 
 def _options(config: str) -> Dict[str, Any]:
