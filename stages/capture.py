@@ -331,8 +331,10 @@ def ran_out_of_memory(outcome: BackendOutcome) -> bool:
 
 def warn_if_ahead_missed(outcome: BackendOutcome, head_start: Optional[Dict[str, Any]]) -> None:
     """Say so when a worker compiled a candidate's programs and the run's own build still missed the cache: the
-    run paid for both compiles, and the cost table alone would not tell why (the worker's programs differed)."""
-    if head_start and outcome.status == "ok" and outcome.cost.cache_misses:
+    run paid for both compiles, and the cost table alone would not tell why (the worker's programs differed). A
+    worker that built the standalone program filled no cache for a trace: a candidate traced after all (that program
+    failed here) has its own warning."""
+    if head_start and not head_start.get("standalone") and outcome.status == "ok" and outcome.cost.cache_misses:
         log.warning("compile ahead: %s missed the cache %d time(s) after its worker compiled for %.1f s (the worker: "
                     "%d miss(es)), so this run compiled it twice: the worker's program differed from this process's "
                     "(Inductor's cache key holds its config, the matmul precision flags and the graph); "

@@ -298,6 +298,7 @@ def test_a_workers_standalone_program_that_fails_in_the_run_is_traced_there_inst
     said = [r.getMessage() for r in caplog.records
             if "standalone program from its worker failed here" in r.getMessage()]
     assert len(said) == 1 and "the program's file was cut short" in said[0] and "traced instead" in said[0], said
+    assert "missed the cache" not in caplog.text  # the worker built no traced program: nothing of its to miss
     assert ctx.outcomes["inductor"].status == "ok", ctx.outcomes["inductor"].reason
     cost = ctx.outcomes["inductor"].cost
     assert cost.ahead_s > 0 and cost.trace_s > 0 and ctx.backends["inductor"].program is not None
