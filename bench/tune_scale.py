@@ -21,8 +21,8 @@ worker_misses}}``) and ``.md``, rewritten after every step, so a call cut short 
 
     python bench/tune_scale.py --out OUT --tag h200 --models gpt2_medium vit_l_16 resnet50 --warm resnet50 --full
     python bench/tune_scale.py --out OUT --tag cpu --device cpu --smoke     # the CPU check: a tiny model, seconds
-    python bench/tune_scale.py --out OUT --tag h200-sa --models resnet50 --warm resnet50 --full \
-        --overrides compile_cache.standalone=true    # the default tunes with an option on, against the full route
+    python bench/tune_scale.py --out OUT --tag h200-traced --models resnet50 --warm resnet50 --full \
+        --overrides compile_cache.standalone=false   # the default tunes with an option set, against the full route
 """
 
 from __future__ import annotations
@@ -205,7 +205,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                                             "time both routes against each other")
     parser.add_argument("--overrides", nargs="*", default=[],
                         help="more overrides for the cold and warm tunes (not the full one, the route they must "
-                             "match), e.g. compile_cache.standalone=true")
+                             "match), e.g. compile_cache.standalone=false")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--budget-s", type=float, default=None, help="start no model's next step past this")
     parser.add_argument("--smoke", action="store_true", help="tiny_mlp on the quick profile: the bench's path only")

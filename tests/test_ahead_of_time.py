@@ -306,13 +306,14 @@ def test_a_workers_standalone_program_that_fails_in_the_run_is_traced_there_inst
 
 @pytest.mark.gpu
 def test_on_the_gpu_the_workers_standalone_programs_serve_capture_the_graphs_and_the_checkpoint(tmp_path):
-    """On the GPU host: with compile_cache.standalone, the Inductor candidate and the graph candidate over its kernels
-    both run their worker's standalone program untraced (one job: they share a program), the reference peer's CUDA
-    graph trees are traced as before, and the routed graph candidate's checkpoint keeps the program it was timed on."""
+    """On the GPU host, by default (compile_cache.standalone left null is on for CUDA): the Inductor candidate and the
+    graph candidate over its kernels both run their worker's standalone program untraced (one job: they share a
+    program), the reference peer's CUDA graph trees are traced as before, and the routed graph candidate's checkpoint
+    keeps the program it was timed on."""
     with tweakpipe_home(tmp_path / "home"):
         ctx = run(compose_config([*TINY, "device=cuda", "backends=[eager,inductor,graph_inductor]", "route=one_backend",
                                   "route.backend=graph_inductor", "compile_cache.workers=1",
-                                  "compile_cache.standalone=true", f"compile_cache.dir={tmp_path / 'cache'}"]),
+                                  f"compile_cache.dir={tmp_path / 'cache'}"]),
                   tmp_path / "run")
         cost = json.loads((tmp_path / "run" / "cost.json").read_text())["candidates"]
         assert cost["inductor"]["trace_s"] == 0 and cost["graph_inductor"]["trace_s"] == 0, cost

@@ -56,6 +56,9 @@ def test_compile_workers_fill_the_cache_before_capture_builds_the_candidate(tmp_
     cost = inductor_cost(tmp_path, "ahead", f"compile_cache.dir={tmp_path / 'cache'}", "compile_cache.workers=1")
     assert cost.ahead_s > 0  # a worker process compiled it first
     assert cost.cache_hits >= 1 and cost.cache_misses == 0  # so capture loaded every program it needed
+    # compile_cache.standalone left null is off on the CPU: the run traced its program (a hit), as its checkpoint's
+    # AOTInductor package is held to the traced program; on CUDA the worker's standalone program serves untraced
+    assert cost.trace_s > 0
 
 
 def test_the_runs_own_compiler_options_and_precision_reach_the_workers(tmp_path, caplog, monkeypatch):

@@ -249,6 +249,13 @@ def build_standalone(backend: Any, sample: Mapping[str, torch.Tensor], largest: 
     return Package(path.read_bytes(), manifest, time.perf_counter() - start, compile_cache.foreign_now() or "")
 
 
+def standalone_wanted(setting: Optional[bool], device: torch.device) -> bool:
+    """Whether compile workers build standalone programs (``compile_cache.standalone``): as set, and where it is
+    null, on CUDA only. There the run times, and the checkpoint saves, the very program a worker built; on the CPU
+    a checkpoint saves an AOTInductor package instead, so the standalone program would be timed but not served."""
+    return bool(setting) if setting is not None else torch.device(device).type == "cuda"
+
+
 def standalone_unfit(backend: Any, seq: bool) -> str:
     """Why a compile worker cannot build ``backend``'s program in the :data:`STANDALONE` form for capture ("" where
     it can), known before it is built (``seq``: lengths are tuned): what :func:`why_not` refuses, and the programs
@@ -572,5 +579,5 @@ def scratch() -> tempfile.TemporaryDirectory:
     return tempfile.TemporaryDirectory(prefix="tweakpipe-aot-")
 
 
-__all__ = ["Package", "build", "why_not", "candidate_reason", "standalone_unfit", "compiled_here", "adopt", "answer_of",
-           "written", "loader_for", "manifest_problem", "mismatch", "activity", "scratch"]
+__all__ = ["Package", "build", "why_not", "candidate_reason", "standalone_wanted", "standalone_unfit", "compiled_here",
+           "adopt", "answer_of", "written", "loader_for", "manifest_problem", "mismatch", "activity", "scratch"]

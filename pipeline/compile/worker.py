@@ -58,6 +58,7 @@ def start(setup_path: str) -> Dict[str, Any]:
     import torch
 
     setup = torch.load(setup_path, map_location="cpu", weights_only=False)  # written by this run a moment ago
+    from pipeline.compile import aot
     from pipeline.compile import cache as compile_cache
     from pipeline.compile import state as process_state
 
@@ -69,7 +70,8 @@ def start(setup_path: str) -> Dict[str, Any]:
     on = lambda inputs: {n: t.to(spec.device) for n, t in inputs.items()}  # noqa: E731
     return {"spec": replace(spec, model=spec.model.eval().to(spec.device), sample=on(spec.sample)),
             "cells": [on(cell) for cell in setup["cells"].values()],
-            "standalone": bool(setup["cache"].get("standalone")), "directory": Path(setup_path).parent}
+            "standalone": aot.standalone_wanted(setup["cache"].get("standalone"), spec.device),
+            "directory": Path(setup_path).parent}
 
 
 def compile_one(state: Dict[str, Any], name: str, settings: Dict[str, Any]) -> Dict[str, Any]:

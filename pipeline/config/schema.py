@@ -191,8 +191,10 @@ class CompileCacheConfig:
     workers: Optional[int] = None
     # true: a worker compiles each candidate's Inductor program in the standalone form a checkpoint saves
     # (pipeline/compile/aot.py), which the run loads with no Dynamo trace, times, and saves as it is (no second
-    # compile at save). Off by default until measured on a GPU host against the traced programs (issue 38).
-    standalone: bool = False
+    # compile at save). null: on for CUDA runs (on the H200 it cut ResNet-50's cold tune from 159 s to 107 s and
+    # GPT-2 medium's from 215 s to 135 s, same routes: bench/results/README.md), off on the CPU, whose checkpoint
+    # saves another form (an AOTInductor package) and where it was not measured against the traced programs.
+    standalone: Optional[bool] = None
 
 
 @dataclass
