@@ -52,9 +52,16 @@ def sqlite_path(uri: str) -> Optional[Path]:
     return Path(uri[len("sqlite:///"):]).expanduser() if uri.startswith("sqlite:///") else None
 
 
+# How long a read-only check waits on a store a writer holds before it leaves that store to the guard, whose wait
+# is the run's (``tracking.max_wait_s``): a longer one here made a run wait for seconds no setting named (each of
+# three checks waited 10 s, so a 1 s ``max_wait_s`` gave up after 30 s).
+READ_WAIT_S = 0.5
+
+
 def read_only(db: Path) -> sqlite3.Connection:
-    """A connection to ``db`` that cannot write a byte (SQLite's read-only mode)."""
-    return sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True, timeout=10)
+    """A connection to ``db`` that cannot write a byte (SQLite's read-only mode), waiting at most
+    :data:`READ_WAIT_S` on a writer's lock."""
+    return sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True, timeout=READ_WAIT_S)
 
 
 def sqlite_tables(db: Path) -> Optional[Set[str]]:
@@ -117,6 +124,10 @@ def schema_problem(db: Path, tables: Set[str]) -> Optional[str]:
     con = read_only(db)
     try:
         found = [row[0] for row in con.execute("SELECT version_num FROM alembic_version")]
+    except sqlite3.OperationalError as exc:
+        if "locked" in str(exc):
+            return None  # a writer holds it: the store guard waits for it, and MLflow checks the schema then
+        found = []
     except sqlite3.DatabaseError:
         found = []
     finally:
