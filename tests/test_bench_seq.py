@@ -15,7 +15,9 @@ from pipeline import inputs as model_inputs
 from pipeline.api import compose_config
 from pipeline.preflight.checks import candidates_of, check_config
 
-SMOKE_MODELS = ["BertForQuestionAnswering", "GPT2Model"]  # a QA head with token types; hidden states, causal
+# A QA head with token types (the most inputs of seq.MODELS): the bench's path end to end, its peers compiled on the
+# CPU (about 30 s a model); every model's GPU config is composed and checked above.
+SMOKE_MODELS = ["BertForQuestionAnswering"]
 
 
 def gpu_args(tmp_path, **kw) -> argparse.Namespace:
@@ -89,4 +91,4 @@ def test_a_call_cut_by_its_budget_names_what_it_left_and_joins_with_the_call_tha
           "--tag", "cpu-joined")
     joined = json.loads((out / "seq-cpu-joined.json").read_text())
     assert joined["summary"]["not_run"] == ["T5EncoderModel"] and joined["summary"]["cells"] == ran["summary"]["cells"]
-    assert [r["model"] for r in joined["rows"]] == ["BertForQuestionAnswering", "GPT2Model", "T5EncoderModel"]
+    assert [r["model"] for r in joined["rows"]] == ["BertForQuestionAnswering", "T5EncoderModel"]
