@@ -30,6 +30,10 @@ def test_the_profile_names_the_heaviest_functions_first_without_machine_paths():
 def test_a_process_left_running_is_listed_and_one_that_ended_is_not():
     child = subprocess.Popen(["sleep", "30"])
     try:
+        # until the child has exec'd, its command line is still this process's (seen once on a busy machine)
+        deadline = time.monotonic() + 10
+        while not any(c.startswith("sleep 30") for c in load.children()) and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert any(c.startswith("sleep 30") for c in load.children())
     finally:
         child.kill()
