@@ -124,11 +124,9 @@ def schema_problem(db: Path, tables: Set[str]) -> Optional[str]:
     con = read_only(db)
     try:
         found = [row[0] for row in con.execute("SELECT version_num FROM alembic_version")]
-    except sqlite3.OperationalError as exc:
-        if "locked" in str(exc):
+    except sqlite3.DatabaseError as exc:
+        if is_locked_error(exc):
             return None  # a writer holds it: the store guard waits for it, and MLflow checks the schema then
-        found = []
-    except sqlite3.DatabaseError:
         found = []
     finally:
         con.close()
