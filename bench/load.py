@@ -6,6 +6,10 @@ restarts, in three ways:
 - ``clean_cache``: the same artifacts into an empty Inductor cache directory (a copy to a clean machine);
 - ``untrusted``: artifacts refused (``trust_compiled=False``) and an empty cache: every backend compiled again.
 
+Before them, one trusted load whose seconds are reported apart (``first_s``): the first process after the tune to
+import what only a load imports writes Python's bytecode cache of it (as installing a package does) and reads the
+program's files from disk. ``left_running``: the child processes a trusted load left behind (a compile-worker pool).
+
 Each process reports ``load_seconds`` (``pipeline.load`` alone: importing torch is outside it), its load report
 (per backend: build, Dynamo trace, Inductor compile, graph recording, warm-up, cache hits and misses, whether
 artifacts were used) and whether the served outputs match eager within the accuracy budget at every tuned size and
@@ -130,13 +134,16 @@ def in_fresh_process(checkpoint: Path, way: str, runs: Path, profile: bool = Fal
 
 
 def bench_checkpoint(checkpoint: Path, runs: Path, profile: bool = False) -> Dict[str, Any]:
-    """Each way's load of ``checkpoint``; with ``profile``, one more trusted load under cProfile (``profiled``: its
-    heaviest functions; its seconds are no figure)."""
+    """Each way's load of ``checkpoint``, after a first trusted load (``first``: the first process to import what a
+    load imports beyond the tune writes Python's bytecode cache of it, as installing a package does on a user's
+    machine, and reads the program's files from disk; its seconds are reported apart, not as the restart's); with
+    ``profile``, one more trusted load under cProfile (``profiled``: its heaviest functions; its seconds are no
+    figure)."""
     from omegaconf import OmegaConf
 
     model = OmegaConf.load(checkpoint.parent / "config.yaml").model.name
-    row = {"model": model, "checkpoint": checkpoint.name, **{way: in_fresh_process(checkpoint, way, runs)
-                                                             for way in WAYS}}
+    row = {"model": model, "checkpoint": checkpoint.name, "first": in_fresh_process(checkpoint, "trusted", runs),
+           **{way: in_fresh_process(checkpoint, way, runs) for way in WAYS}}
     if profile:
         row["profiled"] = in_fresh_process(checkpoint, "trusted", runs, profile=True)
     return row
@@ -152,23 +159,25 @@ def summary(rows: List[Dict[str, Any]]) -> Dict[str, Any]:
     """Per model: ``import pipeline``'s seconds beyond torch's, each way's load seconds, whether the trusted load
     traced anything, and whether every way's outputs matched eager."""
     return {r["model"]: {"import_s": r["trusted"].get("import_s")} | {f"{way}_s": r[way].get("load_s") for way in WAYS}
-            | {"traced": traced(r["trusted"]), "outputs_ok": all(r[way].get("outputs_ok") for way in WAYS)}
+            | {"first_s": r.get("first", {}).get("load_s"), "left_running": len(r["trusted"].get("children", [])),
+               "traced": traced(r["trusted"]), "outputs_ok": all(r[way].get("outputs_ok") for way in WAYS)}
             for r in rows}
 
 
 def markdown(rows: List[Dict[str, Any]], meta: Dict[str, Any]) -> str:
     lines = [f"# Checkpoint load on {meta['device']} (torch {meta['torch']})", "",
              "`pipeline.load` seconds in a fresh process (imports outside), and what the load report says.", "",
-             "| model | import s | trusted s | clean cache s | untrusted s | programs (trusted) | traced | outputs ok |",
-             "|---|---:|---:|---:|---:|---|---|---|"]
+             "| model | import s | first s | trusted s | clean cache s | untrusted s | programs (trusted) | traced | left "
+             "running | outputs ok |",
+             "|---|---:|---:|---:|---:|---:|---|---|---:|---|"]
     nan = float("nan")
     for r in rows:
         s = summary([r])[r["model"]]
         programs = ", ".join(f"{n}: {b.get('program')}" for n, b in r["trusted"].get("report", {}).get("backends",
                                                                                                          {}).items())
-        lines.append(f"| {r['model']} | {s['import_s'] or nan:.2f} | {s['trusted_s'] or nan:.2f} | "
-                     f"{s['clean_cache_s'] or nan:.2f} | {s['untrusted_s'] or nan:.2f} | {programs} | {s['traced']} | "
-                     f"{s['outputs_ok']} |")
+        lines.append(f"| {r['model']} | {s['import_s'] or nan:.2f} | {s['first_s'] or nan:.2f} | "
+                     f"{s['trusted_s'] or nan:.2f} | {s['clean_cache_s'] or nan:.2f} | {s['untrusted_s'] or nan:.2f} | "
+                     f"{programs} | {s['traced']} | {s['left_running']} | {s['outputs_ok']} |")
     return "\n".join(lines) + "\n"
 
 
@@ -206,6 +215,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
 
     meta = {"device": devices.name(torch.device("cuda" if torch.cuda.is_available() else "cpu")),
             "torch": torch.__version__, "python": platform.python_version(),
+            "bytecode_cache": not sys.dont_write_bytecode,  # off: every fresh process compiles torch from source
             "command": command_line(argv and [sys.argv[0], *argv])}
     rows = []
     for checkpoint in checkpoints:

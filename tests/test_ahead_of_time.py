@@ -70,7 +70,7 @@ def compiler_watch(folder: Path) -> dict:
 
 
 LOAD_IN_FRESH_PROCESS = """
-import json, subprocess, sys, time
+import json, os, subprocess, sys, time
 import torch
 start = time.perf_counter()
 import pipeline
@@ -79,19 +79,25 @@ served = pipeline.load(sys.argv[1], MLP(width=16, depth=2).eval())
 seconds = time.perf_counter() - start
 x = torch.load(sys.argv[2])
 torch.save(served(x), sys.argv[3])
-print(json.dumps({"seconds": seconds, "report": served.load_report.to_dict(),
+children = [open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\\0", b" ").decode()
+            for task in os.listdir(f"/proc/{os.getpid()}/task")
+            for pid in open(f"/proc/{os.getpid()}/task/{task}/children").read().split()]
+print(json.dumps({"seconds": seconds, "report": served.load_report.to_dict(), "children": children,
                   "dynamo": "torch._dynamo" in sys.modules, "inductor": "torch._inductor" in sys.modules}))
 if len(sys.argv) > 4:  # the positive control: a compiler run through the same PATH is seen
     subprocess.run(["g++", "--version"], capture_output=True)
 """
 
 
-def fresh_load(tmp_path: Path, path: Path, home: Path, control: bool = False) -> dict:
+def fresh_load(tmp_path: Path, path: Path, home: Path, control: bool = False, device: str = "cpu") -> dict:
+    """``path`` loaded and called in a fresh process with an empty Inductor cache, every C/C++ compiler watched on the
+    CPU (a CUDA load keeps the real PATH: Triton may build its launcher with it): its load report, the modules it
+    imported, the child processes it left running, the compilers it ran, its output and input."""
     watch = compiler_watch(tmp_path)
-    x = torch.randn(5, 16)
+    x = torch.randn(5, 16, device=device)
     torch.save(x, tmp_path / "x.pt")
     env = {**clean_env(), "TWEAKPIPE_HOME": str(home), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "empty"),
-           "PATH": watch["PATH"]}
+           **({"PATH": watch["PATH"]} if device == "cpu" else {})}
     proc = subprocess.run([sys.executable, "-c", LOAD_IN_FRESH_PROCESS, str(path), str(tmp_path / "x.pt"),
                            str(tmp_path / "y.pt"), *(["control"] if control else [])], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=300)
@@ -110,6 +116,7 @@ def test_a_fresh_process_loads_it_with_no_trace_no_compile_and_no_compiler(tuned
     assert backend["cache_hits"] == backend["cache_misses"] == 0 and backend["trace_s"] == 0
     assert not result["dynamo"] and not result["inductor"]  # neither was even imported
     assert result["compilers"] == ["g++"], result["compilers"]  # only the control's: the load ran none
+    assert result["children"] == [], result["children"]
     assert not (tmp_path / "empty").exists() or not any((tmp_path / "empty").rglob("*"))
     with torch.inference_mode():
         expected = ctx.routed(result["x"])
@@ -253,6 +260,12 @@ def test_a_cuda_route_of_device_graphs_loads_its_standalone_program_with_no_trac
         assert report["used"], report
         assert checkpoint.read(ctx.checkpoint_path)["compiled"]["aot"]["graph_inductor"]["format"] == aot.STANDALONE
         served_untraced(ctx, "graph_inductor", "cuda")
+        result = fresh_load(tmp_path, ctx.checkpoint_path, tmp_path / "home", device="cuda")
+    backend = result["report"]["backends"]["graph_inductor"]
+    assert backend["program"] == "ahead of time" and not backend["traced"] and backend["cache_misses"] == 0, backend
+    assert result["children"] == [], result["children"]  # no compile-worker pool outlives the load
+    with torch.inference_mode():
+        torch.testing.assert_close(result["y"], ctx.model(result["x"]), rtol=1e-4, atol=1e-5)
 
 
 def test_a_workers_standalone_program_runs_untraced_in_capture_and_a_cpu_checkpoint_saves_the_package_form(

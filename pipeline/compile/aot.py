@@ -490,14 +490,20 @@ def loader_for(data: bytes, manifest: Mapping[str, Any], where: Path, device: to
 
 def standalone_loader(data: bytes, manifest: Mapping[str, Any], where: Path) -> Callable[[nn.Module], Loaded]:
     """:func:`loader_for` of a :data:`STANDALONE` program: Inductor's own loader (``CompiledArtifact.load``, which
-    refuses a file from another torch), called with the recorded arguments: inputs, bound weights, the batch."""
+    refuses a file from another torch), called with the recorded arguments: inputs, bound weights, the batch.
+
+    Loaded with Inductor's ``compile_threads`` at 1: its kernels come compiled from the file, yet with more threads
+    the loader starts Inductor's compile-worker pool (a process that imports torch, then forks one worker per core)
+    and loads them here anyway while the pool warms; the pool then outlived the load in every served process."""
     path = written(data, where, ".bin")
 
     def program(module: nn.Module) -> Loaded:
+        import torch._inductor.config as inductor_config
         import torch.utils._pytree as pytree
 
         bound = bind(module, manifest)
-        artifact = torch._inductor.CompiledArtifact.load(path=str(path), format="binary")
+        with inductor_config.patch(compile_threads=1):
+            artifact = torch._inductor.CompiledArtifact.load(path=str(path), format="binary")
         names = [i["name"] for i in manifest["inputs"]]
         args = manifest["args"]
 
