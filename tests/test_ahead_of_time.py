@@ -15,6 +15,7 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
+from typing import Optional
 
 import pytest
 import torch
@@ -72,37 +73,48 @@ def compiler_watch(folder: Path) -> dict:
 LOAD_IN_FRESH_PROCESS = """
 import json, subprocess, sys, time
 import torch
+options = json.loads(sys.argv[4])
+if options["own_pool"]:  # the user's own compile-worker pool, running before the load
+    import torch._inductor.async_compile as async_compile
+    theirs = async_compile.AsyncCompile.process_pool()
 start = time.perf_counter()
 import pipeline
 from pipeline.models import MLP
-served = pipeline.load(sys.argv[1], MLP(width=16, depth=2).eval())
+served = pipeline.load(sys.argv[1], MLP(width=16, depth=2).eval(), trust_compiled=options["trust"])
 seconds = time.perf_counter() - start
 x = torch.load(sys.argv[2])
 torch.save(served(x), sys.argv[3])
 imported = {"dynamo": "torch._dynamo" in sys.modules, "inductor": "torch._inductor" in sys.modules}
-from bench.load import children  # the bench's own listing of what a load left running
-print(json.dumps({"seconds": seconds, "report": served.load_report.to_dict(), "children": children(), **imported}))
-if len(sys.argv) > 4:  # the positive control: a compiler run through the same PATH is seen
+from bench.load import left_behind  # the bench's own listing of what a load left running
+kept = {"theirs_kept": async_compile.AsyncCompile.process_pool() is theirs} if options["own_pool"] else {}
+print(json.dumps({"seconds": seconds, "report": served.load_report.to_dict(), "children": left_behind(), **imported,
+                  **kept}))
+if options["control"]:  # the positive control: a compiler run through the same PATH is seen
     subprocess.run(["g++", "--version"], capture_output=True)
 """
 
 
-def fresh_load(tmp_path: Path, path: Path, home: Path, control: bool = False, device: str = "cpu") -> dict:
-    """``path`` loaded and called in a fresh process with an empty Inductor cache, every C/C++ compiler watched on the
-    CPU (a CUDA load keeps the real PATH: Triton may build its launcher with it): its load report, the modules it
-    imported, the child processes it left running, the compilers it ran, its output and input."""
-    watch = compiler_watch(tmp_path)
+def fresh_load(tmp_path: Path, path: Path, home: Path, control: bool = False, device: str = "cpu",
+               trust: Optional[bool] = None, own_pool: bool = False) -> dict:
+    """``path`` loaded (with ``trust_compiled=trust``) and called in a fresh process with an empty Inductor cache,
+    every C/C++ compiler watched on the CPU (a CUDA load keeps the real PATH: Triton may build its launcher with it),
+    with Inductor's compile-worker pool started before the load where ``own_pool`` says so: its load report, the
+    modules it imported, the child processes it left running, the compilers it ran, its output and input."""
+    folder = tmp_path / f"load-{trust}-{own_pool}"
+    folder.mkdir()
+    watch = compiler_watch(folder)
     x = torch.randn(5, 16, device=device)
-    torch.save(x, tmp_path / "x.pt")
-    env = {**clean_env(), "TWEAKPIPE_HOME": str(home), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "empty"),
+    torch.save(x, folder / "x.pt")
+    env = {**clean_env(), "TWEAKPIPE_HOME": str(home), "TORCHINDUCTOR_CACHE_DIR": str(folder / "empty"),
            **({"PATH": watch["PATH"]} if device == "cpu" else {})}
-    proc = subprocess.run([sys.executable, "-c", LOAD_IN_FRESH_PROCESS, str(path), str(tmp_path / "x.pt"),
-                           str(tmp_path / "y.pt"), *(["control"] if control else [])], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
+    options = json.dumps({"trust": trust, "own_pool": own_pool, "control": control})
+    proc = subprocess.run([sys.executable, "-c", LOAD_IN_FRESH_PROCESS, str(path), str(folder / "x.pt"),
+                           str(folder / "y.pt"), options], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     result["compilers"] = Path(watch["calls"]).read_text().split() if Path(watch["calls"]).exists() else []
-    result["y"], result["x"] = torch.load(tmp_path / "y.pt"), x
+    result["y"], result["x"], result["cache"] = torch.load(folder / "y.pt"), x, folder / "empty"
     return result
 
 
@@ -115,7 +127,7 @@ def test_a_fresh_process_loads_it_with_no_trace_no_compile_and_no_compiler(tuned
     assert not result["dynamo"] and not result["inductor"]  # neither was even imported
     assert result["compilers"] == ["g++"], result["compilers"]  # only the control's: the load ran none
     assert result["children"] == [], result["children"]
-    assert not (tmp_path / "empty").exists() or not any((tmp_path / "empty").rglob("*"))
+    assert not result["cache"].exists() or not any(result["cache"].rglob("*"))
     with torch.inference_mode():
         expected = ctx.routed(result["x"])
     assert torch.allclose(result["y"], expected, rtol=1e-5, atol=1e-6)
@@ -246,24 +258,49 @@ def test_the_standalone_form_loads_with_no_trace_and_checks_its_arguments(tmp_pa
         assert "arguments must each be the batch, an input or one of its constants" in aot.manifest_problem(bad)
 
 
-@pytest.mark.gpu
-def test_a_cuda_route_of_device_graphs_loads_its_standalone_program_with_no_trace(tmp_path):
-    """On the GPU host: a graph_inductor route saved in the standalone form, loaded with no Dynamo trace, its graphs
-    recorded over the loaded program, and answering as the tuned model does."""
-    with tweakpipe_home(tmp_path / "home"):
+@pytest.fixture(scope="module")
+def cuda_route(tmp_path_factory):
+    """On the GPU host: a graph_inductor route saved in the standalone form, signed with its own TWEAKPIPE_HOME's key."""
+    folder = tmp_path_factory.mktemp("cuda-aot")
+    with tweakpipe_home(folder / "home"):
         ctx = run(compose_config([*TINY, "device=cuda", "backends=[eager,graph_inductor]", "route=one_backend",
                                   "route.backend=graph_inductor", "compile_cache.workers=0",
-                                  f"compile_cache.dir={tmp_path / 'cache'}"]), tmp_path / "run")
-        report = ctx.routed.aot["graph_inductor"]
-        assert report["used"], report
-        assert checkpoint.read(ctx.checkpoint_path)["compiled"]["aot"]["graph_inductor"]["format"] == aot.STANDALONE
+                                  f"compile_cache.dir={folder / 'cache'}"]), folder / "run")
+    return ctx, folder / "home"
+
+
+@pytest.mark.gpu
+def test_a_cuda_route_of_device_graphs_loads_its_standalone_program_with_no_trace(cuda_route, tmp_path):
+    """On the GPU host: a graph_inductor route saved in the standalone form, loaded with no Dynamo trace, its graphs
+    recorded over the loaded program, and answering as the tuned model does."""
+    ctx, home = cuda_route
+    report = ctx.routed.aot["graph_inductor"]
+    assert report["used"], report
+    assert checkpoint.read(ctx.checkpoint_path)["compiled"]["aot"]["graph_inductor"]["format"] == aot.STANDALONE
+    with tweakpipe_home(home):
         served_untraced(ctx, "graph_inductor", "cuda")
-        result = fresh_load(tmp_path, ctx.checkpoint_path, tmp_path / "home", device="cuda")
+    result = fresh_load(tmp_path, ctx.checkpoint_path, home, device="cuda")
     backend = result["report"]["backends"]["graph_inductor"]
     assert backend["program"] == "ahead of time" and not backend["traced"] and backend["cache_misses"] == 0, backend
     assert result["children"] == [], result["children"]  # no compile-worker pool outlives the load
     with torch.inference_mode():
         torch.testing.assert_close(result["y"], ctx.model(result["x"]), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.gpu
+def test_a_traced_cuda_load_ends_the_compile_worker_pool_it_started_and_keeps_one_running_before(cuda_route, tmp_path):
+    """On the GPU host (where Dynamo's Inductor backend starts Inductor's compile-worker pool): a load that traces
+    (its artifacts refused) leaves no pool running, while a pool the process ran before the load is still its own."""
+    ctx, home = cuda_route
+    traced = fresh_load(tmp_path, ctx.checkpoint_path, home, device="cuda", trust=False)
+    backend = traced["report"]["backends"]["graph_inductor"]
+    assert backend["program"] == "traced" and backend["traced"], backend
+    assert traced["children"] == [], traced["children"]
+    theirs = fresh_load(tmp_path, ctx.checkpoint_path, home, device="cuda", trust=False, own_pool=True)
+    assert theirs["theirs_kept"] and len(theirs["children"]) == 1, theirs["children"]
+    with torch.inference_mode():
+        for result in (traced, theirs):
+            torch.testing.assert_close(result["y"], ctx.model(result["x"]), rtol=1e-4, atol=1e-5)
 
 
 def test_a_workers_standalone_program_runs_untraced_in_capture_and_a_cpu_checkpoint_saves_the_package_form(

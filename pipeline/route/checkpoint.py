@@ -44,6 +44,7 @@ from pipeline.backends import Backend
 from pipeline.batching import BatchDims
 from pipeline.compile import aot
 from pipeline.compile import artifacts as compiled
+from pipeline.compile import pool as compile_pool
 from pipeline.compile.build import BuildSpec, build_and_warm
 from pipeline.config import limits
 from pipeline.copies import holding
@@ -305,7 +306,9 @@ def load(path: PathLike, model: nn.Module, device: Optional[Union[str, torch.dev
     Each backend is built for the batch sizes it owns up to the largest tuned size (a graph
     backend records only the sizes in its ranges, and its tuned sizes exactly, as capture did),
     then called once at each tuned size it owns so that compiles happen here and not in the first
-    served call. ``load_seconds`` on the result says how long this took, ``load_report`` where the time went.
+    served call. ``load_seconds`` on the result says how long this took, ``load_report`` where the time went. A
+    compile-worker pool the load started (Dynamo's Inductor backend starts one where it traces on a GPU machine) is
+    ended as it returns (``pipeline.compile.pool``): a served process keeps nothing running for it.
 
     Compiled artifacts beside the file (``path.compiled``, ``pipeline.compile.artifacts``) run code when loaded, so
     they are used only when trusted: ``trust_compiled=None`` (the default) uses them where they are signed with
@@ -329,7 +332,8 @@ def load(path: PathLike, model: nn.Module, device: Optional[Union[str, torch.dev
     report = compiled.LoadReport(read_s=time.perf_counter() - start)
     installing = time.perf_counter()
     artifacts = usable_artifacts(payload, path, dev, trust_compiled, report)
-    with compiled.load_cache(artifacts) as where:  # what the load compiles or installs stays out of every other cache
+    # what the load compiles or installs stays out of every other cache; a compile-worker pool it starts ends with it
+    with compiled.load_cache(artifacts) as where, compile_pool.none_left_behind():
         programs = ahead_programs(payload, artifacts, where, dev, path, report)
         if artifacts is not None:
             compiled.install(artifacts.contents, skip=programs)
