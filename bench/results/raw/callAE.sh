@@ -5,7 +5,7 @@
 set -o pipefail; source bench/device_env.sh || exit 1; ROOT=$PWD; mkdir -p outputs/ae/keep
 timeout -s INT 240 python3 -m pytest -q -n 0 -m gpu tests/test_ahead_of_time.py -p no:cacheprovider > outputs/ae/keep/gpu-tests-aot.log 2>&1; echo "pytest rc=$? at ${SECONDS}s"; tail -3 outputs/ae/keep/gpu-tests-aot.log
 tune() {  # tune TREE TAG: resnet50 from the CLI with the code of TREE, its own Inductor cache
-  (cd $1 && PYTHONPATH=/tmp/site:$PWD timeout -s KILL 200 python3 -m pipeline model=resnet50 device=cuda backends=gpu 'precision=[fp32,tf32,bf16]' compile_cache.dir=$ROOT/outputs/ae/cache-$2 hydra.run.dir=$ROOT/outputs/ae/r50-$2 tracking=off > $ROOT/outputs/ae/keep/r50-$2-tune.log 2>&1); echo "$2 tune rc=$? at ${SECONDS}s"; grep "tune_s\|^route" outputs/ae/keep/r50-$2-tune.log | cut -c1-250
+  (cd $1 && PYTHONPATH=$PWD:$PYTHONPATH timeout -s KILL 200 python3 -m pipeline model=resnet50 device=cuda backends=gpu 'precision=[fp32,tf32,bf16]' compile_cache.dir=$ROOT/outputs/ae/cache-$2 hydra.run.dir=$ROOT/outputs/ae/r50-$2 tracking=off > $ROOT/outputs/ae/keep/r50-$2-tune.log 2>&1); echo "$2 tune rc=$? at ${SECONDS}s"; grep "tune_s\|^route" outputs/ae/keep/r50-$2-tune.log | cut -c1-250
   cp outputs/ae/r50-$2/route.json outputs/ae/keep/r50-$2-route.json; cp outputs/ae/r50-$2/cost.json outputs/ae/keep/r50-$2-cost.json
 }
 tune .probe/before before

@@ -3,7 +3,7 @@
 # checkpoints loaded with this session's code (first, trusted, clean cache, untrusted): whatever each tune routed.
 set -o pipefail; source bench/device_env.sh || exit 1; ROOT=$PWD; mkdir -p outputs/af/keep
 tune() {  # tune TREE TAG: resnet50 from the CLI with the code of TREE, its own Inductor cache
-  (cd $1 && PYTHONPATH=/tmp/site:$PWD timeout -s KILL 200 python3 -m pipeline model=resnet50 device=cuda backends=gpu 'precision=[fp32,tf32,bf16]' compile_cache.dir=$ROOT/outputs/af/cache-$2 hydra.run.dir=$ROOT/outputs/af/r50-$2 tracking=off > $ROOT/outputs/af/keep/r50-$2-tune.log 2>&1); echo "$2 tune rc=$? at ${SECONDS}s"; grep "tune_s\|^route" outputs/af/keep/r50-$2-tune.log | cut -c1-250
+  (cd $1 && PYTHONPATH=$PWD:$PYTHONPATH timeout -s KILL 200 python3 -m pipeline model=resnet50 device=cuda backends=gpu 'precision=[fp32,tf32,bf16]' compile_cache.dir=$ROOT/outputs/af/cache-$2 hydra.run.dir=$ROOT/outputs/af/r50-$2 tracking=off > $ROOT/outputs/af/keep/r50-$2-tune.log 2>&1); echo "$2 tune rc=$? at ${SECONDS}s"; grep "tune_s\|^route" outputs/af/keep/r50-$2-tune.log | cut -c1-250
   cp outputs/af/r50-$2/route.json outputs/af/keep/r50-$2-route.json; cp outputs/af/r50-$2/cost.json outputs/af/keep/r50-$2-cost.json
 }
 tune $ROOT after
