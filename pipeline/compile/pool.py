@@ -44,11 +44,16 @@ def end() -> None:
 @contextlib.contextmanager
 def none_left_behind() -> Iterator[None]:
     """Inside: compiles may start the pool and use it. On leaving (returning or raising), a pool that was not running
-    on entry is ended."""
+    on entry is ended; where Inductor's pool internals differ from those :func:`end` knows (another torch), the pool
+    stays and a warning says so: the load itself stands."""
     before = running()
     try:
         yield
     finally:
         if not before and running():
             log.debug("ending the compile-worker pool the load started")
-            end()
+            try:
+                end()
+            except Exception as exc:  # noqa: BLE001 -- a cleanup: whatever it hit, what was built is kept
+                log.warning("the compile-worker pool this load started could not be ended (%s: %s); it stays "
+                            "running in this process", type(exc).__name__, exc)
