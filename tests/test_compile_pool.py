@@ -14,20 +14,14 @@ import torch._inductor.async_compile as async_compile
 import torch._inductor.config as inductor_config
 
 from pipeline.compile import pool
-
-
-def alive(pid: int) -> bool:
-    """Whether process ``pid`` still runs (a zombie, exited but not yet reaped, counts as ended)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+from pipeline.record.store import process_alive
 
 
 def ended_within(pid: int, seconds: float) -> bool:
+    """Whether process ``pid`` is gone (ended and reaped: the thread that ends the pool waits for it) within
+    ``seconds``."""
     deadline = time.monotonic() + seconds
-    while alive(pid):
+    while process_alive(pid, ""):
         if time.monotonic() > deadline:
             return False
         time.sleep(0.05)
@@ -65,7 +59,7 @@ def test_a_pool_running_before_is_left_running(two_threads):
     with pool.none_left_behind():
         pass
     assert pool.running() == 1 and async_compile.AsyncCompile.process_pool() is theirs
-    assert alive(theirs.process.pid)
+    assert process_alive(theirs.process.pid, "")
 
 
 def test_a_pool_started_inside_is_ended_when_the_block_raises(two_threads):
@@ -83,5 +77,5 @@ def test_a_pool_that_cannot_be_ended_stays_with_a_warning_and_the_block_stands(t
     with pool.none_left_behind():
         first = started()
     assert "could not be ended (AttributeError" in caplog.text and "it stays running" in caplog.text
-    assert pool.running() == 1 and alive(first.process.pid)
+    assert pool.running() == 1 and process_alive(first.process.pid, "")
     monkeypatch.undo()  # pool.end can end it again (the fixture does)
