@@ -73,7 +73,7 @@ def sqlite_tables(db: Path) -> Optional[Set[str]]:
     try:
         return {row[0] for row in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     except sqlite3.OperationalError as exc:
-        if "locked" in str(exc):
+        if is_locked_error(exc):
             raise  # a writer holds it: that says nothing about what the file is
         return None
     except sqlite3.DatabaseError:
@@ -102,7 +102,7 @@ def sqlite_damage(db: Path) -> Optional[str]:
     try:
         rows = [row[0] for row in con.execute("PRAGMA quick_check")]
     except sqlite3.OperationalError as exc:
-        if "locked" in str(exc):
+        if is_locked_error(exc):
             return None  # a writer holds it; the writer's store is the one that is checked
         return str(exc)
     except sqlite3.DatabaseError as exc:
