@@ -176,3 +176,47 @@ def test_precision_list_reaches_openvino_and_skips_what_a_runtime_cannot_run(tmp
     assert ctx.outcomes["onnxruntime"].status == "ok"
     tf32 = create(Candidate.of("openvino", {"kind": "openvino", "precision": "tf32"}))
     assert "tf32" in tf32.unsupported_reason(torch.device("cpu"))
+
+
+TELEMETRY = """
+import json, os, sys, tempfile
+from pathlib import Path
+forks = []
+os.register_at_fork(before=lambda: forks.append(1))  # OpenVINO's telemetry sends each event from a fork
+from pipeline.api import compose_config
+from pipeline.runner import run
+
+def capture():
+    run(compose_config(["model=tiny_mlp", "profile=quick", "tracking=off", "backends=[eager,openvino]",
+                        "model.batch_sizes=[1,4]", "stages=[capture]"]), Path(tempfile.mkdtemp()))
+
+capture()  # OpenVINO imported and converting for the first time in this process, no consent file: it would send
+first = {"forks": len(forks), "client_id": (Path.home() / "intel").exists(), "ci": os.environ.get("CI")}
+# The user opted in (OpenVINO's consent file says 1) and converted a model of their own before the tune: the telemetry
+# object is configured as the converter configures it, consenting.
+(Path.home() / "intel").mkdir(exist_ok=True)
+(Path.home() / "intel" / "openvino_telemetry").write_text("1")
+from openvino.tools.ovc.telemetry_utils import get_tid
+from openvino_telemetry import Telemetry
+Telemetry().init(app_name="OVC", app_version="user", tid=get_tid(), backend="ga4", enable_opt_in_dialog=False,
+                 disable_in_ci=True)
+before = Telemetry().consent
+capture()
+print(json.dumps({"first": first, "consent_before": before, "forks": len(forks), "consent_after": Telemetry().consent}))
+"""
+
+
+@pytest.mark.slow
+def test_openvino_sends_no_telemetry_from_a_run_and_leaves_the_users_consent_as_it_was(tmp_path):
+    """OpenVINO's telemetry is on unless declined: ``import openvino`` writes a client id under ~/intel and each
+    event is sent from a fork of the process. A run forks nothing for it, writes no client id, and leaves the
+    environment and a user's own consent (opted in, a conversion of theirs before the run) as they were."""
+    pytest.importorskip("openvino")
+    env = {k: v for k, v in clean_env().items() if k not in ("CI", "TF_BUILD", "JENKINS_URL")}
+    proc = subprocess.run([sys.executable, "-c", TELEMETRY], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**env, "HOME": str(tmp_path), "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    said = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert said["first"] == {"forks": 0, "client_id": False, "ci": None}
+    assert said["consent_before"] is True and said["consent_after"] is True
+    assert said["forks"] == 0

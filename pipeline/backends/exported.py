@@ -98,10 +98,14 @@ class ExportedBackend(Backend):
             return f"{self.kind} runs {', '.join(self.precisions)} here, not {self.candidate.precision}"
         for package in self.packages:
             try:
-                importlib.import_module(package)
+                self.import_package(package)
             except ImportError as exc:
                 return f"{package} cannot be imported ({exc}); install it with pip install -e '.[{self.extra}]'"
         return None
+
+    def import_package(self, package: str) -> None:
+        """Import one of the runtime's packages (an ImportError where it cannot be)."""
+        importlib.import_module(package)
 
     def _build(self, model: nn.Module, sample: Dict[str, torch.Tensor], batch_sizes: list) -> None:
         self.names = list(sample)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import os
 import sys
 from typing import Any, Dict, Iterator, List
 
@@ -45,22 +46,67 @@ def signal_stack_kept() -> Iterator[None]:
         libc.sigaltstack(ctypes.byref(kept), None)
 
 
+@contextlib.contextmanager
+def telemetry_declined() -> Iterator[None]:
+    """OpenVINO's telemetry declined around the block: ``import openvino`` and ``openvino.convert_model``.
+
+    OpenVINO sends usage events to Google Analytics unless its user ran ``opt_in_out --opt_out``: ``import
+    openvino`` writes a client id under ``~/intel`` and sends one, every conversion sends more, and each is sent by
+    a fork of the calling process (cut off after 3 s) from a pool thread that Python joins at exit: 12 forks of the
+    user's process in one capture of a small MLP (one OpenVINO candidate). That is a network call the user never
+    configured and a fork of a process full of runtime threads mid-run (a full test run's Ctrl-C test printed that
+    it stopped, then sat at its 600 s timeout, with those threads and forks in the process). So the block runs with
+    the switch the converter's telemetry honours to decline (``CI=true``: it passes ``disable_in_ci=True``), and a
+    telemetry object configured before the block (the user's own conversions in this process) sends nothing from
+    it either. The user's consent file is never touched, the environment and that object's consent are as they
+    were after the block, and OpenVINO's own sends outside it are the user's."""
+    kept = os.environ.get("CI")
+    configured = configured_telemetry()
+    consent = getattr(configured, "consent", None)
+    os.environ["CI"] = "true"
+    if configured is not None:
+        configured.consent = False
+    try:
+        yield
+    finally:
+        if kept is None:
+            os.environ.pop("CI", None)
+        else:
+            os.environ["CI"] = kept
+        if configured is not None:
+            configured.consent = consent
+
+
+def configured_telemetry() -> Any:
+    """OpenVINO's telemetry object where one was configured in this process (it is a singleton), else None."""
+    try:
+        from openvino_telemetry import Telemetry
+        return Telemetry()  # raises RuntimeError where none was configured yet
+    except (ImportError, RuntimeError):
+        return None
+
+
 class OpenVinoBackend(ExportedBackend):
     kind = "openvino"
     packages = ("openvino",)
     extra = "openvino"
     precisions = tuple(HINTS)
 
-    def _compile(self, program: torch.export.ExportedProgram, sample: Dict[str, torch.Tensor]) -> None:
-        import openvino
+    def import_package(self, package: str) -> None:
+        with telemetry_declined():
+            super().import_package(package)
 
-        shapes = []
-        for name, t in sample.items():  # every dimension as traced but the batch (and the length)
-            dims = list(t.shape)
-            for d in dynamic_dims(name, self.batch_dims):
-                dims[d] = -1
-            shapes.append(openvino.PartialShape(dims))
-        converted = openvino.convert_model(program, input=shapes)
+    def _compile(self, program: torch.export.ExportedProgram, sample: Dict[str, torch.Tensor]) -> None:
+        with telemetry_declined():
+            import openvino
+
+            shapes = []
+            for name, t in sample.items():  # every dimension as traced but the batch (and the length)
+                dims = list(t.shape)
+                for d in dynamic_dims(name, self.batch_dims):
+                    dims[d] = -1
+                shapes.append(openvino.PartialShape(dims))
+            converted = openvino.convert_model(program, input=shapes)
         with signal_stack_kept():
             self.compiled = openvino.Core().compile_model(converted, "CPU", {
                 "INFERENCE_NUM_THREADS": self.threads, "PERFORMANCE_HINT": self.settings.performance_hint,
