@@ -27,7 +27,6 @@ import json
 import logging
 import os
 import signal
-import sys
 import tempfile
 import threading
 import time

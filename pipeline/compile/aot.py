@@ -57,7 +57,8 @@ from torch import nn
 from pipeline import devices
 from pipeline.config import limits
 from pipeline.compile import cache as compile_cache
-from pipeline.models import make_inputs
+from pipeline.compile import loads
+from pipeline.models import dtype_of, make_inputs
 
 log = logging.getLogger(__name__)
 
@@ -388,11 +389,38 @@ def mismatch(manifest: Mapping[str, Any], device: torch.device) -> str:
     return "it was compiled for " + ", ".join(differ) if differ else ""
 
 
+def claims_problem(signed: Mapping[str, Any], claimed: Mapping[str, Any], inputs: Mapping[str, Mapping[str, Any]],
+                   largest: int) -> str:
+    """Why a checkpoint's claims about a program differ from what its signed manifest records ("" where they do not):
+    the program's manifest as the checkpoint keeps it (``claimed``), and the inputs (names, per-sample shapes,
+    dtypes, batch dimensions) and the largest batch size the checkpoint serves. The checkpoint is anyone's to edit;
+    the native program reads past its buffers when called with inputs it was not built for."""
+    if dict(claimed) != dict(signed):
+        differ = sorted(k for k in {*signed, *claimed} if signed.get(k) != claimed.get(k))
+        return f"the checkpoint's record of it differs from the signed one in {', '.join(differ)}"
+    built = {i["name"]: i for i in signed["inputs"]}
+    if sorted(built) != sorted(inputs):
+        return f"the checkpoint names inputs {sorted(inputs)}, the program was built for {sorted(built)}"
+    for name, spec in inputs.items():
+        entry, dim = built[name], built[name]["batch_dim"]
+        per_sample = [n for i, n in enumerate(entry["shape"]) if i != dim]
+        said = (list(spec["shape"]), int(spec.get("batch_dim", 0)), str(dtype_of(spec["dtype"])).removeprefix("torch."))
+        if said != (per_sample, dim, entry["dtype"]):
+            return (f"input {name!r}: the checkpoint claims per-sample shape {said[0]}, batch dimension {said[1]}, "
+                    f"{said[2]}; the program was built for {per_sample}, {dim}, {entry['dtype']}")
+    if largest > signed["largest"]:
+        return f"the checkpoint serves batch sizes up to {largest}; the program was built for 1 to {signed['largest']}"
+    return ""
+
+
 def check_layout(data: bytes) -> None:
     """The package's layout, before the loader sees it: exactly one library and no compiler flags (without its
     library the loader runs the compiler command a package names), no path that climbs out; ValueError else."""
-    with zipfile.ZipFile(io.BytesIO(data)) as archive:
-        names = archive.namelist()
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            names = archive.namelist()
+    except (zipfile.BadZipFile, EOFError) as exc:
+        raise ValueError(f"its package is damaged: not a whole zip archive ({exc})") from None
     climbing = [n for n in names if n.startswith("/") or ".." in n.split("/") or "\\" in n]
     libraries = [n for n in names if n.endswith(".so")]
     flags = [n for n in names if n.endswith(("_compile_flags.json", "_linker_flags.json"))]
@@ -451,13 +479,18 @@ def bind(module: nn.Module, manifest: Mapping[str, Any]) -> Dict[str, torch.Tens
     return bound
 
 
-def written(data: bytes, where: Path, suffix: str) -> Path:
-    """``data`` as a file under ``where``, named by its content: loaders are made for every routed program before
-    any is called (and several workers share a directory), so two programs must never share a name, as two of
-    one byte length would."""
-    path = where / f"program-{hashlib.sha256(data).hexdigest()[:32]}-{os.getpid()}{suffix}"
-    path.write_bytes(data)
-    return path
+def written(data: bytes, where: Path, suffix: str) -> Tuple[Path, str]:
+    """``data`` as a new file under ``where`` that follows no link (``pipeline.compile.loads.create``), named by its
+    content, and its SHA-256: loaders are made for every routed program before any is called (and several workers
+    share a directory), so two programs must never share a name, as two of one byte length would. Where this process
+    wrote the same program there already (two backends of one program), that file is kept once it is checked."""
+    digest = hashlib.sha256(data).hexdigest()
+    path = where / f"program-{digest[:32]}-{os.getpid()}{suffix}"
+    try:
+        loads.create(path, data)
+    except FileExistsError:
+        loads.verified(path, digest)
+    return path, digest
 
 
 def loader_for(data: bytes, manifest: Mapping[str, Any], where: Path, device: torch.device,
@@ -469,7 +502,7 @@ def loader_for(data: bytes, manifest: Mapping[str, Any], where: Path, device: to
     if manifest["format"] == STANDALONE:
         return standalone_loader(data, manifest, where)
     check_layout(data)
-    path = written(data, where, ".pt2")
+    path, digest = written(data, where, ".pt2")
 
     def program(module: nn.Module) -> Loaded:
         import torch.utils._pytree as pytree
@@ -477,7 +510,8 @@ def loader_for(data: bytes, manifest: Mapping[str, Any], where: Path, device: to
         bound = bind(module, manifest)
         index = device.index if device.index is not None else (torch.cuda.current_device()
                                                                if device.type == "cuda" else -1)
-        loader = torch._C._aoti.AOTIModelPackageLoader(str(path), MODEL_NAME, single_threaded, 1, index)
+        loader = torch._C._aoti.AOTIModelPackageLoader(str(loads.verified(path, digest)), MODEL_NAME, single_threaded,
+                                                       1, index)
         fqns = set(loader.get_constant_fqns())
         if fqns != set(manifest["constants"]):
             raise ValueError(f"the program's weights {sorted(fqns)[:3]} are not the ones it records")
@@ -495,7 +529,7 @@ def standalone_loader(data: bytes, manifest: Mapping[str, Any], where: Path) -> 
     Loaded with Inductor's ``compile_threads`` at 1: its kernels come compiled from the file, yet with more threads
     the loader starts Inductor's compile-worker pool (a process that imports torch, then forks one worker per core)
     and loads them here anyway while the pool warms; the pool then outlived the load in every served process."""
-    path = written(data, where, ".bin")
+    path, digest = written(data, where, ".bin")
 
     def program(module: nn.Module) -> Loaded:
         import torch._inductor.config as inductor_config
@@ -503,7 +537,7 @@ def standalone_loader(data: bytes, manifest: Mapping[str, Any], where: Path) -> 
 
         bound = bind(module, manifest)
         with inductor_config.patch(compile_threads=1):
-            artifact = torch._inductor.CompiledArtifact.load(path=str(path), format="binary")
+            artifact = torch._inductor.CompiledArtifact.load(path=str(loads.verified(path, digest)), format="binary")
         names = [i["name"] for i in manifest["inputs"]]
         args = manifest["args"]
 
@@ -586,4 +620,5 @@ def scratch() -> tempfile.TemporaryDirectory:
 
 
 __all__ = ["Package", "build", "why_not", "candidate_reason", "standalone_wanted", "standalone_unfit", "compiled_here",
-           "adopt", "answer_of", "written", "loader_for", "manifest_problem", "mismatch", "activity", "scratch"]
+           "adopt", "answer_of", "written", "loader_for", "manifest_problem", "mismatch", "claims_problem", "activity",
+           "scratch"]
