@@ -205,11 +205,14 @@ def run(cfg: DictConfig, run_dir: Path, model: Optional[torch.nn.Module] = None,
     host = first_look(cfg)
     cfg.threads = host.threads
     run_dir.mkdir(parents=True, exist_ok=True)
+    stage = "setup"
+    # progress.watchdog: never silent for long, whether in a stage, between stages or while files are written
     with claimed(run_dir), run_log(run_dir), stops.stoppable() as stop, devices.cpu_threads(cfg.threads) as threads, \
-            compile_cache.active(OmegaConf.to_container(cfg.compile_cache, resolve=True)):
+            compile_cache.active(OmegaConf.to_container(cfg.compile_cache, resolve=True)), \
+            progress.watchdog(lambda: stage):
         cfg.threads = threads  # the count in force, so that config.yaml and MLflow's params record it
         tuning = Stopwatch()
-        status, stage, recorder = "FAILED", "setup", None
+        status, recorder = "FAILED", None
         try:
             if host.busy:
                 log.warning(host.busy)

@@ -35,7 +35,8 @@ from pipeline.context import BackendOutcome, Earlier, RunContext
 from pipeline.measure.accuracy import describe
 from pipeline.measure.measurement import Measurement
 from pipeline.measure.statistics import samples_per_second
-from pipeline.record.tracker import NullTracker
+from pipeline.record.routed import figure_name
+from pipeline.record.tracker import CONTENDED_TAG, NullTracker
 from pipeline.seqlen import Key, metric_suffix
 
 log = logging.getLogger(__name__)
@@ -226,7 +227,9 @@ class Recorder:
             metrics.update(self.cell_metrics(name, bs, m))
         self.tracker.log_metrics(metrics)
         self.capture(ctx)  # each candidate's screen and profile seconds; a backend caught serving eager is failed now
-        self.tracker.set_tags({f"screened_out.{n}": why for n, why in ctx.screened_out.items()})
+        busy = ctx.contended()
+        self.tracker.set_tags({**{f"screened_out.{n}": why for n, why in ctx.screened_out.items()},
+                               CONTENDED_TAG: str(bool(busy)).lower(), f"{CONTENDED_TAG}_cells": str(len(busy))})
         self.tracker.log_artifact(path)
         self.plot(ctx)
 
@@ -268,12 +271,16 @@ class Recorder:
     @staticmethod
     def reference_metrics(versus: Optional[Mapping[str, Any]]) -> Dict[str, float]:
         """Auto's speed-up over the user's own compile (route.json's ``reference``): ``speedup_vs_compile/bs<N>``
-        (``/len<L>``) per tuned cell, and its worst and geometric mean, which the compare view sorts by."""
+        (``/len<L>``) per tuned cell, and its worst and geometric mean, which the compare view sorts by. A cell
+        measured on a busy host is logged as ``contended_speedup_vs_compile/...`` (:func:`figure_name`) and is in
+        neither summary, which are left out where every cell is."""
         if not versus:
             return {}
-        cells = {f"speedup_vs_compile/{metric_suffix(key_of(c))}": float(c["speedup"]) for c in versus["cells"]}
-        return {**cells, "speedup_vs_compile/worst": float(versus["worst_speedup"]),
-                "speedup_vs_compile/geomean": float(versus["geomean_speedup"])}
+        cells = {f"{figure_name('speedup_vs_compile', c['contended'])}/{metric_suffix(key_of(c))}": float(c["speedup"])
+                 for c in versus["cells"]}
+        summary = {f"speedup_vs_compile/{k}": float(versus[f"{k}_speedup"]) for k in ("worst", "geomean")
+                   if versus[f"{k}_speedup"] is not None}
+        return {**cells, **summary}
 
     def validate(self, ctx: RunContext) -> None:
         if not ctx.validation:
@@ -290,7 +297,11 @@ class Recorder:
         medians = ctx.medians()
         if not any(medians.values()):
             return
-        title = f"{self.cfg.model.name} ({ctx.device})"
+        from pipeline.record.plots import contended_title
+
+        contended = {b: {bs for bs, flag in per.items() if flag}
+                     for b, per in ctx.cell_figures(lambda m: m.contended).items()}
+        title = contended_title(f"{self.cfg.model.name} ({ctx.device})", contended)
         if ctx.lengths:
             from pipeline.record.heatmap import heatmap_plot
             from pipeline.route.decision import baseline
@@ -303,7 +314,7 @@ class Recorder:
         bands = ctx.cell_figures(lambda m: (m.quantile(0.10), m.quantile(0.90)))
         noisy = {b: {bs for bs, flag in per.items() if flag} for b, per in ctx.cell_figures(lambda m: m.noisy).items()}
         self.tracker.log_artifact(latency_plot(medians, ctx.route or None, self.run_dir / "latency.png", title,
-                                               bands, noisy, ctx.screened_medians(), ctx.references()))
+                                               bands, noisy, ctx.screened_medians(), ctx.references(), contended))
 
     def tuned(self, ctx: RunContext, tune_s: float) -> None:
         """The run's own cost: ``tune_s`` (from the first build to the end of its last stage), each stage's and

@@ -37,14 +37,19 @@ from pipeline.errors import ConfigError
 from pipeline.config.schema import TrackingConfig
 from pipeline.route.policy import Range, backend_for
 from pipeline.record.store import check_store
-from pipeline.record.tracker import PARENT_TAG, SWEEP_TAG
+from pipeline.record.tracker import CONTENDED_TAG, PARENT_TAG, SWEEP_TAG
 
-METRIC = re.compile(r"^(?P<figure>latency_ms|noisy|screen_ms)/(?P<backend>[^/]+)/bs(?P<bs>\d+)(?:/len(?P<len>\d+))?$")
-VERSUS = re.compile(r"^speedup_vs_compile/bs(?P<bs>\d+)$")  # auto over the reference peer (recorder.reference_metrics)
+METRIC = re.compile(r"^(?P<figure>latency_ms|noisy|contended|screen_ms)/(?P<backend>[^/]+)/bs(?P<bs>\d+)"
+                    r"(?:/len(?P<len>\d+))?$")
+# auto over the reference peer (recorder.reference_metrics), ``contended_`` where it rests on a contended cell
+VERSUS = re.compile(r"^(?P<contended>contended_)?speedup_vs_compile/bs(?P<bs>\d+)$")
 SCORE = re.compile(r"^accuracy/(?P<metric>[^/]+)/(?P<backend>[^/]+)$")  # the budget's metric (recorder.capture)
 AUTO = "auto"
 VERSUS_ROW = "auto vs own compile (x)"  # the speed-up of auto over the user's own torch.compile, not a latency
 LEGEND = "`*` noisy: the profile flagged this cell (its samples or passes disagreed; profile.csv says why)"
+CONTENDED_LEGEND = ("`!` contended: measured on a busy host (profile.csv: contention); its figure measures the other "
+                    "jobs as much as the model, so quote none of them: profile again on a quiet machine or with "
+                    "profile.on_busy=wait")
 SCREENED = "screened out"  # a candidate the screen dropped: its row holds the screen's medians
 SCREENED_TAG = "screened_out."  # + candidate: why the screen dropped it (the recorder's tag)
 EAGER = "eager"
@@ -59,6 +64,7 @@ class Row:
     backend: str
     ms: Dict[int, float]
     noisy: Set[int] = field(default_factory=set)  # batch sizes whose cell was flagged noisy
+    contended: Set[int] = field(default_factory=set)  # batch sizes whose figure rests on a cell measured on a busy host
     # --accuracy: the candidate's precision and its score against fp32 eager (accuracy/<metric>/<backend>)
     precision: str = ""
     score: Optional[float] = None
@@ -197,13 +203,14 @@ def build(runs: Sequence, accuracy: bool = False) -> Table:
         if not lat:
             sizes.update(length_rows(run, label, table))
             continue
-        noisy = {b: {bs for bs, flag in per.items() if flag} for b, per in per_cell(run, "noisy").items()}
+        noisy, busy = ({b: {bs for bs, flag in per.items() if flag} for b, per in per_cell(run, figure).items()}
+                       for figure in ("noisy", "contended"))
         order = [b for b in run.data.tags.get("backends", "").split(",") if b in lat]
         order += sorted(b for b in lat if b not in order and b != AUTO)
         metrics, tags, score = run.data.metrics, run.data.tags, scores(run)
         for backend in order:
             within = metrics.get(f"within_budget/{backend}")
-            table.rows.append(Row(label, backend, lat[backend], noisy.get(backend, set()),
+            table.rows.append(Row(label, backend, lat[backend], noisy.get(backend, set()), busy.get(backend, set()),
                                   tags.get(f"precision.{backend}", ""), score.get(backend),
                                   None if within is None else bool(within)))
         table.rows += screened_rows(run, label, score)
@@ -211,10 +218,16 @@ def build(runs: Sequence, accuracy: bool = False) -> Table:
         auto = auto_row(lat, route)
         if auto:
             served = {bs: backend_for(route, bs) for bs in auto} if route else {}
-            table.rows.append(Row(label, AUTO, auto, {bs for bs, b in served.items() if bs in noisy.get(b, ())}))
-        versus = {int(m["bs"]): v for key, v in run.data.metrics.items() if (m := VERSUS.match(key))}
+            table.rows.append(Row(label, AUTO, auto, {bs for bs, b in served.items() if bs in noisy.get(b, ())},
+                                  {bs for bs, b in served.items() if bs in busy.get(b, ())}))
+        versus = {int(m["bs"]): (v, bool(m["contended"])) for key, v in run.data.metrics.items()
+                  if (m := VERSUS.match(key))}
         if versus:
-            table.rows.append(Row(label, VERSUS_ROW, versus))
+            table.rows.append(Row(label, VERSUS_ROW, {bs: v for bs, (v, _) in versus.items()},
+                                  contended={bs for bs, (_, flag) in versus.items() if flag}))
+        if tags.get(CONTENDED_TAG) == "true":
+            table.notes.append(f"{label}: {tags.get(f'{CONTENDED_TAG}_cells', 'some')} cell(s) measured on a busy "
+                               f"host (marked `!`): no figure of this run is the model's alone")
         above = [bs for bs in sorted(auto) if auto[bs] > lat.get(EAGER, {}).get(bs, math.inf)]
         if above and route and run.data.params.get("route.strategy") == "router":
             table.notes.append(f"{label}: auto is above {EAGER} at bs {', '.join(map(str, above))}: {WITHIN_NOISE}")
@@ -226,18 +239,23 @@ def build(runs: Sequence, accuracy: bool = False) -> Table:
 
 
 def cell(row: Row, bs: int) -> str:
-    """A row's median at ``bs`` as printed, ``*`` after it where the cell was noisy."""
+    """A row's median at ``bs`` as printed, ``*`` after it where the cell was noisy, ``!`` where it was measured on a
+    busy host."""
     ms = row.ms.get(bs)
     text = "" if ms is None else f"{ms:.2f}" if ms >= 0.1 else f"{ms:.4f}"
-    return text + "*" if text and bs in row.noisy else text
+    if not text:
+        return text
+    return text + "*" * (bs in row.noisy) + "!" * (bs in row.contended)
 
 
 def footer(table: Table) -> List[str]:
-    """The legend of ``*`` (where a cell has one), why each screened-out candidate was, and the notes on routes that
-    rest on noisy cells."""
+    """The legends of ``*`` and ``!`` (where a cell has one), why each screened-out candidate was, and the notes on
+    routes that rest on noisy cells and runs measured on a busy host."""
     screened = [f"{r.model}: {r.backend} {SCREENED} (its row: the screen's medians): {r.screened}"
                 for r in table.rows if r.screened]
-    return ([LEGEND] if any(r.noisy for r in table.rows) else []) + screened + table.notes
+    legends = [legend for legend, on in ((LEGEND, any(r.noisy for r in table.rows)),
+                                         (CONTENDED_LEGEND, any(r.contended for r in table.rows))) if on]
+    return legends + screened + table.notes
 
 
 def markdown(table: Table) -> str:
@@ -261,11 +279,12 @@ def write(table: Table, stem: Path) -> List[Path]:
     with csv_path.open("w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["model", "backend", *(["precision", "score", "within_budget"] if table.accuracy else []),
-                         *table.sizes, "noisy"])
+                         *table.sizes, "noisy", "contended"])
         for r in table.rows:
             extra = [r.precision, "" if r.score is None else r.score, "" if r.within is None else r.within]
             writer.writerow([r.model, r.label, *(extra if table.accuracy else []),
-                             *(r.ms.get(bs, "") for bs in table.sizes), " ".join(map(str, sorted(r.noisy)))])
+                             *(r.ms.get(bs, "") for bs in table.sizes), " ".join(map(str, sorted(r.noisy))),
+                             " ".join(map(str, sorted(r.contended)))])
     return [md, csv_path]
 
 

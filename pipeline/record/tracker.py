@@ -33,6 +33,10 @@ PARENT_FILE = "mlflow_parent.json"
 # MLflow tag that links a child run to its parent (the UI nests runs by it).
 PARENT_TAG = "mlflow.parentRunId"
 SWEEP_TAG = "tweakpipe.sweep"
+# A run's tag where its profile measured cells on a busy host ("true"/"false"; ``contended_cells``: how many): its
+# speed-ups over those cells are logged as ``contended_...`` (``pipeline.record.routed``), the report and the plot
+# mark them.
+CONTENDED_TAG = "contended"
 MAX_PARAM = 6000  # MLflow's limit on a param value's length
 MAX_PARAMS_TAGS, MAX_METRICS = 100, 1000  # MLflow's limits per batch
 LOCAL_UI = "http://127.0.0.1:5000"  # where `mlflow ui` serves by default
