@@ -35,7 +35,7 @@ from pipeline.backends import Backend, BackendUnsupported, Candidate
 from pipeline.compile import cache as compile_cache
 from pipeline.batching import output_batch_dims, output_seq_dims
 from pipeline.compile import ahead as compile_ahead
-from pipeline.compile import aot
+from pipeline.compile import standalone
 from pipeline.compile.build import BuildSpec, build_and_warm
 from pipeline.context import ALLOW_HINT, BackendOutcome, RunContext
 from pipeline.errors import ConfigError, RunFailed
@@ -284,7 +284,7 @@ def run(ctx: RunContext) -> None:
             else:
                 head_start = ahead.wait(name)
                 if head_start and head_start.get("standalone"):  # its worker's program, loaded with no trace
-                    aot.adopt(built[name], head_start["standalone"], ahead.directory)
+                    standalone.adopt(built[name], head_start["standalone"], ahead.directory)
                     log.info("capture: %s runs the standalone program its worker built (%.1f s): no trace here",
                              name, float(head_start["standalone"]["build_s"]))
                 elif head_start and head_start.get("standalone_unfit"):

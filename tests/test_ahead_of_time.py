@@ -30,6 +30,7 @@ from pipeline.api import compose_config
 from pipeline.compile import aot
 from pipeline.compile import artifacts as compiled
 from pipeline.compile import loads
+from pipeline.compile.manifest import written
 from pipeline.models import MLP
 from pipeline.route import checkpoint
 from pipeline.runner import run
@@ -88,7 +89,8 @@ served = pipeline.load(sys.argv[1], MLP(width=16, depth=2).eval(), trust_compile
 seconds = time.perf_counter() - start
 x = torch.load(sys.argv[2])
 torch.save(served(x), sys.argv[3])
-imported = {"dynamo": "torch._dynamo" in sys.modules, "inductor": "torch._inductor" in sys.modules}
+imported = {"dynamo": "torch._dynamo" in sys.modules, "inductor": "torch._inductor" in sys.modules,
+            "onnx_exporter": "onnxscript" in sys.modules}
 from bench.load import left_behind  # the bench's own listing of what a load left running
 kept = {"theirs_kept": async_compile.AsyncCompile.process_pool() is theirs} if options["own_pool"] else {}
 print(json.dumps({"seconds": seconds, "report": served.load_report.to_dict(), "children": left_behind(), **imported,
@@ -147,7 +149,7 @@ def test_without_trust_the_program_is_not_used_and_the_backend_is_traced(tuned, 
 
 
 def forged(path: Path, tmp_path: Path, manifest_edit=None, package_edit=None, claim_edit=None, signed: bool = True,
-           manifests: bool = True) -> Path:
+           manifests: bool = True, name: str = "inductor") -> Path:
     """A copy of the checkpoint whose program or its manifest was changed, then signed by the user, as a careless
     `tweakpipe trust` would (every check but the program's own must pass), or left unsigned (``signed=False``);
     ``claim_edit`` edits the checkpoint's payload after signing (what anyone can do to the checkpoint alone), and
@@ -159,9 +161,9 @@ def forged(path: Path, tmp_path: Path, manifest_edit=None, package_edit=None, cl
     contents = compiled._contents(body, record["backends"], record["aot"])
     programs = dict(contents.aot)
     if package_edit:
-        programs["inductor"] = package_edit(programs["inductor"])
+        programs[name] = package_edit(programs[name])
     if manifest_edit:
-        manifest_edit(record["aot"]["inductor"])
+        manifest_edit(record["aot"][name])
     header = {"backends": {n: len(d) for n, d in contents.backends.items()},
               "files": {p: len(d) for p, d in contents.files.items()}, "aot": {n: len(d) for n, d in programs.items()},
               **({"manifests": json.loads(json.dumps(record["aot"]))} if manifests else {})}
@@ -358,6 +360,52 @@ def test_a_load_folder_on_a_full_or_read_only_disk_is_named_and_the_load_rebuild
     assert ("is full" if disk == "full" else "is not writable") in report.artifacts, report.artifacts
 
 
+# --- ONNX Runtime and OpenVINO: the runtime's own model saved (issue 56) ------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def runtime_routes(tmp_path_factory):
+    """Tiny-MLP routes served by ONNX Runtime and by OpenVINO, each checkpoint saved with its runtime's own model,
+    signed with the key of their TWEAKPIPE_HOME."""
+    folder = tmp_path_factory.mktemp("runtimes")
+    with tweakpipe_home(folder / "home"):
+        routes = {kind: run(compose_config([*TINY, f"backends=[eager,{kind}]", "route=one_backend",
+                                            f"route.backend={kind}", "reference=false"]), folder / kind)
+                  for kind in ("onnxruntime", "openvino")}
+    return routes, folder / "home"
+
+
+@pytest.mark.parametrize("kind", ["onnxruntime", "openvino"])
+def test_a_runtime_route_loads_its_saved_model_with_nothing_exported_or_compiled(runtime_routes, tmp_path, kind):
+    """Issue 56: ONNX Runtime and OpenVINO routes were rebuilt at every load (torch.export, the ONNX translation or
+    OpenVINO's conversion, the session build or compile: 4.2-5.9 s on a laptop). The checkpoint now carries the
+    runtime's own model, held to the backend at save; a fresh process opens it, exporting nothing."""
+    routes, home = runtime_routes
+    ctx = routes[kind]
+    assert ctx.routed.aot[kind]["used"], ctx.routed.aot
+    manifest = checkpoint.read(ctx.checkpoint_path)["compiled"]["aot"][kind]
+    assert manifest["format"] == aot.RUNTIME_FORMS[kind].name and list(manifest["runtime"]) == [kind]
+    result = fresh_load(tmp_path, ctx.checkpoint_path, home)
+    backend = result["report"]["backends"][kind]
+    assert result["report"]["artifacts"] == "used" and backend["program"] == "ahead of time", result["report"]
+    assert not result["dynamo"] and not result["onnx_exporter"]  # no torch.export, no ONNX translation
+    with torch.inference_mode():
+        torch.testing.assert_close(result["y"], ctx.model(result["x"]), rtol=1e-4, atol=1e-5)
+    print(f"{kind}: fresh-process load {result['seconds']:.2f} s, of which the backend's build "
+          f"{backend['build_s']:.3f} s")
+
+
+def test_a_runtime_model_saved_by_another_version_is_not_used_and_the_backend_is_exported_again(
+        runtime_routes, tmp_path, monkeypatch):
+    routes, home = runtime_routes
+    monkeypatch.setenv("TWEAKPIPE_HOME", str(home))
+    copy = forged(routes["onnxruntime"].checkpoint_path, tmp_path, name="onnxruntime",
+                  manifest_edit=lambda m: m.update(runtime={"onnxruntime": "0.1.0"}))
+    served = pipeline.load(copy, MLP(width=16, depth=2).eval())
+    assert served.load_report.backends["onnxruntime"].program == "exported"
+    assert "saved by onnxruntime 0.1.0" in served.load_report.aot["onnxruntime"]
+
+
 def without_library(data: bytes) -> bytes:
     """The package with its shared library taken out and a compile-flags file put in: the loader would compile."""
     out = io.BytesIO()
@@ -391,9 +439,9 @@ def test_a_manifest_that_is_not_one_this_format_allows_refuses_the_checkpoint(tu
 def test_programs_of_one_byte_length_are_written_to_files_of_their_own(tmp_path):
     """Loaders are made for every routed program before any is called: two programs of one length must not share a
     file (the second would overwrite the first), while one program written twice keeps one file."""
-    (first, _), (second, _) = aot.written(b"a" * 64, tmp_path, ".bin"), aot.written(b"b" * 64, tmp_path, ".bin")
+    (first, _), (second, _) = written(b"a" * 64, tmp_path, ".bin"), written(b"b" * 64, tmp_path, ".bin")
     assert first != second and first.read_bytes() == b"a" * 64 and second.read_bytes() == b"b" * 64
-    assert aot.written(b"a" * 64, tmp_path, ".bin")[0] == first
+    assert written(b"a" * 64, tmp_path, ".bin")[0] == first
 
 
 def test_a_loaded_program_checks_its_inputs_and_weights(tuned, tmp_path):
@@ -428,12 +476,12 @@ def test_the_standalone_form_loads_with_no_trace_and_checks_its_arguments(tmp_pa
     CPU: Dynamo's graph compiled by standalone_compile(aot=True), loaded and called with the weights bound by name
     and the batch size as its symbolic input, no Dynamo frame traced; a forged argument list refuses the checkpoint."""
     with pytest.MonkeyPatch.context() as patch, tweakpipe_home(tmp_path / "home"):
-        patch.setattr(aot, "format_for", lambda device: aot.STANDALONE)
+        patch.setattr(aot, "inductor_form", lambda device: aot.STANDALONE)
         ctx = run(compose_config([*ROUTE, f"compile_cache.dir={tmp_path / 'cache'}"]), tmp_path / "run")
         report = ctx.routed.aot["inductor"]
         assert report["used"], report
         manifest = checkpoint.read(ctx.checkpoint_path)["compiled"]["aot"]["inductor"]
-        assert manifest["format"] == aot.STANDALONE and manifest["args"].count("input:x") == 1
+        assert manifest["format"] == aot.STANDALONE.name and manifest["args"].count("input:x") == 1
         assert "batch" in manifest["args"] and set(manifest["constants"]) <= set(manifest["args"])
         served_untraced(ctx, "inductor")
         bad = {**manifest, "args": [*manifest["args"], "input:y"]}
@@ -458,7 +506,7 @@ def test_a_cuda_route_of_device_graphs_loads_its_standalone_program_with_no_trac
     ctx, home = cuda_route
     report = ctx.routed.aot["graph_inductor"]
     assert report["used"], report
-    assert checkpoint.read(ctx.checkpoint_path)["compiled"]["aot"]["graph_inductor"]["format"] == aot.STANDALONE
+    assert checkpoint.read(ctx.checkpoint_path)["compiled"]["aot"]["graph_inductor"]["format"] == aot.STANDALONE.name
     with tweakpipe_home(home):
         served_untraced(ctx, "graph_inductor", "cuda")
     result = fresh_load(tmp_path, ctx.checkpoint_path, home, device="cuda")
@@ -505,7 +553,7 @@ def test_a_workers_standalone_program_runs_untraced_in_capture_and_a_cpu_checkpo
         report = ctx.routed.aot["inductor"]
         assert report["used"] and not report.get("profiled"), report
         manifest = checkpoint.read(ctx.checkpoint_path)["compiled"]["aot"]["inductor"]
-        assert manifest["format"] == aot.format_for(torch.device("cpu")) != aot.STANDALONE
+        assert manifest["format"] == aot.inductor_form(torch.device("cpu")).name != aot.STANDALONE.name
         served_untraced(ctx, "inductor")
 
 
@@ -514,13 +562,13 @@ def test_a_workers_standalone_program_that_fails_in_the_run_is_traced_there_inst
     the candidate is then traced as without the option, with a warning naming why, never failed for it."""
     import logging
 
-    def refused(data: bytes, manifest: dict, directory: Path):
+    def refused(data: bytes, manifest: dict, directory: Path, device: torch.device, single_threaded: bool):
         def load(module):
             raise RuntimeError("the program's file was cut short")
         return load
 
     caplog.set_level(logging.INFO)
-    monkeypatch.setattr(aot, "standalone_loader", refused)  # in this process only: the worker builds as ever
+    monkeypatch.setattr(aot.STANDALONE, "loader", refused)  # in this process only: the worker builds as ever
     with tweakpipe_home(tmp_path / "home"):
         ctx = run(compose_config([*TINY, "backends=[eager,inductor]", "stages=[capture]", "compile_cache.workers=1",
                                   "compile_cache.standalone=true", f"compile_cache.dir={tmp_path / 'cache'}"]),

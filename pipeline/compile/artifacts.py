@@ -201,9 +201,9 @@ def write(checkpoint: Path, blobs: Mapping[str, Recorded], device: torch.device,
     They are signed with this user's key only where every entry came from this user's own sources (this process's
     compiles, the user's private cache, artifacts the user signed); otherwise, or where the key is refused, they
     are written unsigned, with one warning saying why and how to trust them. ``packages`` (backend ->
-    ``pipeline.compile.aot.Package``) are the routed programs built ahead of time, carried in the same file with
+    ``pipeline.compile.manifest.Package``) are the routed programs built ahead of time, carried in the same file with
     their manifests (the inputs, sizes and weights each was built for, which its native code relies on) in the
-    signed header: the copy the checkpoint keeps is only a claim (:func:`pipeline.compile.aot.claims_problem`)."""
+    signed header: the copy the checkpoint keeps is only a claim (:func:`pipeline.compile.manifest.claims_problem`)."""
     blobs = {name: rec for name, rec in blobs.items() if rec}
     packages = dict(packages or {})
     target = path_for(checkpoint)
@@ -449,7 +449,8 @@ class BackendLoad(BuildCost):
 
     artifacts: str = "none"  # used | ignored: <why> | none (it compiles nothing)
     warmup_s: float = 0.0
-    program: str = "none"  # ahead of time (a package, loaded: pipeline.compile.aot) | traced | none (no compile)
+    # ahead of time (saved, loaded: pipeline.compile.aot) | traced | exported (a runtime's model built again) | none
+    program: str = "none"
     traced: bool = False  # whether Dynamo traced or Inductor compiled anything while it was built and warmed
 
 

@@ -80,7 +80,7 @@ def start(setup_path: str) -> Dict[str, Any]:
     import torch
 
     setup = torch.load(setup_path, map_location="cpu", weights_only=False)  # written by this run a moment ago
-    from pipeline.compile import aot
+    from pipeline.compile import standalone
     from pipeline.compile import cache as compile_cache
     from pipeline.compile import state as process_state
 
@@ -92,7 +92,7 @@ def start(setup_path: str) -> Dict[str, Any]:
     on = lambda inputs: {n: t.to(spec.device) for n, t in inputs.items()}  # noqa: E731
     return {"spec": replace(spec, model=spec.model.eval().to(spec.device), sample=on(spec.sample)),
             "cells": [on(cell) for cell in setup["cells"].values()],
-            "standalone": aot.standalone_wanted(setup["cache"].get("standalone"), spec.device),
+            "standalone": standalone.standalone_wanted(setup["cache"].get("standalone"), spec.device),
             "directory": Path(setup_path).parent}
 
 
@@ -102,15 +102,15 @@ def compile_one(state: Dict[str, Any], name: str, settings: Dict[str, Any]) -> D
     (capture loads it instead of tracing)."""
     from pipeline import backends
     from pipeline.backends.candidate import Candidate
-    from pipeline.compile import aot
+    from pipeline.compile import standalone
     from pipeline.compile.build import build_and_warm
     from pipeline.compile.cost import BuildCost, Stopwatch
 
     watch, counted, spec, candidate = Stopwatch(), BuildCost(), state["spec"], Candidate.of(name, settings)
     backend, built = backends.create(candidate), []
-    unfit = aot.standalone_unfit(backend, bool(spec.dims.seq)) if state["standalone"] else "off"
+    unfit = standalone.standalone_unfit(backend, bool(spec.dims.seq)) if state["standalone"] else "off"
     if not unfit:
-        backend.prebuilt = aot.compiled_here(backend, spec.sample, state["directory"], built.append)
+        backend.prebuilt = standalone.compiled_here(backend, spec.sample, state["directory"], built.append)
     warm = lambda backend: [backend(**cell) for cell in state["cells"]]  # noqa: E731
     try:
         build_and_warm(backend, spec, counted, warm)
@@ -121,7 +121,7 @@ def compile_one(state: Dict[str, Any], name: str, settings: Dict[str, Any]) -> D
         counted = BuildCost()
         build_and_warm(backends.create(candidate), spec, counted, warm)
     return {"seconds": watch.seconds, "cache_hits": counted.cache_hits, "cache_misses": counted.cache_misses,
-            **({"standalone": aot.answer_of(built[0])} if built else {}),
+            **({"standalone": standalone.answer_of(built[0])} if built else {}),
             **({"standalone_unfit": unfit} if state["standalone"] and unfit else {})}
 
 

@@ -150,10 +150,11 @@ class RouteConfig:
     # Fail the run, saving nothing, when the route rests on cells the profile flagged noisy.
     require_confident: bool = False
     checkpoint_name: str = "model.tweak"
-    # Save each routed Inductor program ahead of time too (in the compiled artifacts, where it matches the traced
-    # program's outputs and speed: an AOTInductor package on the CPU, Inductor's standalone_compile form on CUDA):
-    # a trusted load then traces nothing. false:
-    # the checkpoint carries Inductor's cache entries only (a load traces each program), and saving is quicker.
+    # Save each routed program ahead of time too (in the compiled artifacts, where it matches the backend's own
+    # outputs and speed: for Inductor an AOTInductor package on the CPU, Inductor's standalone_compile form on CUDA;
+    # for ONNX Runtime and OpenVINO the runtime's own model): a trusted load then traces and compiles nothing. false:
+    # the checkpoint carries Inductor's cache entries only (a load traces each program and exports each runtime's
+    # model again), and saving is quicker.
     aot: bool = True
     # Measured against fp32 eager at every tuned size; a candidate outside it never serves.
     accuracy_budget: AccuracyBudget = field(default_factory=AccuracyBudget)

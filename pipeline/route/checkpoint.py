@@ -46,6 +46,7 @@ from pipeline.batching import BatchDims
 from pipeline.compile import aot
 from pipeline.compile import artifacts as compiled
 from pipeline.compile import loads
+from pipeline.compile.manifest import claims_problem, mismatch
 from pipeline.compile import pool as compile_pool
 from pipeline.compile.build import BuildSpec, build_and_warm
 from pipeline.config import limits
@@ -173,11 +174,12 @@ def ahead_of_time(routed: RoutedModule, used: Sequence[str]) -> Dict[str, Any]:
     routed.aot = {}
     for name in used:
         backend = routed.backends[name]
-        if not backend.candidate.compiles:
-            continue
+        if not (backend.candidate.compiles or backend.kind in aot.RUNTIME_FORMS):
+            continue  # nothing to save: eager, or device graphs of eager
         # the standalone program capture loaded and the profile timed is kept as it is where it is the device's form;
         # on a CPU the AOTInductor package is built as ever (it loads without importing Inductor: far sooner)
-        if backend.ahead is not None and backend.ahead.manifest.get("format") == aot.format_for(backend.device):
+        form = aot.form_for(backend)
+        if backend.ahead is not None and form is not None and backend.ahead.manifest.get("format") == form.name:
             packages[name] = backend.ahead
             routed.aot[name] = {"used": True, "why": "", "build_s": 0.0, "profiled": True,
                                 "worker_build_s": round(backend.ahead.build_s, 3)}
@@ -426,8 +428,8 @@ def ahead_programs(payload: Mapping[str, Any], artifacts: compiled.Usable, where
         signed = artifacts.contents.manifests.get(name)
         why = ("its manifest is not under the signature (saved by an older tweakpipe; save it again to load it ahead "
                "of time)" if signed is None else
-               aot.claims_problem(signed, claimed[name], payload["inputs"], int(payload["max_batch_size"]))
-               or aot.mismatch(signed, dev))
+               claims_problem(signed, claimed[name], payload["inputs"], int(payload["max_batch_size"]))
+               or mismatch(signed, dev))
         if not why:
             graph = payload["backends"][name].get("kind") == "graph"
             try:
@@ -458,7 +460,8 @@ def rebuilt(payload: Mapping[str, Any], own: nn.Module, dev: torch.device, path:
         candidate = payload_check.stored_candidate(name, payload["backends"][name])
         owned, owned_tuned, lengths = owned_by(route, name, servable, tuned, seq)
         dims = BatchDims.of(inputs, output_dims, seq.with_lengths(lengths) if seq else None)
-        stored = name in (payload.get("compiled") or {}).get("backends", [])
+        record = payload.get("compiled") or {}
+        stored = name in record.get("backends", []) or name in record.get("aot", {})
         entry = report.backends[name] = compiled.BackendLoad(artifacts=report.artifacts if stored else "none")
         spec = BuildSpec(own, make_inputs(inputs, max(owned), dev, SAMPLE_SEED), dev, owned, owned_tuned, dims)
 
@@ -489,7 +492,8 @@ def rebuilt(payload: Mapping[str, Any], own: nn.Module, dev: torch.device, path:
                                       f"{first}); nothing was loaded, your model is as it was. Re-tune on this "
                                       f"machine") from exc
         entry.program = ("ahead of time" if backend.prebuilt is not None else
-                         "traced" if backend.candidate.compiles else "none")
+                         "traced" if backend.candidate.compiles else
+                         "exported" if backend.kind in aot.RUNTIME_FORMS else "none")
         entry.traced = aot.activity() != before
         built[name] = backend  # its artifacts on it (build_and_warm): a loaded module saves them again
     devices.synchronize(dev)
