@@ -26,6 +26,7 @@ import contextlib
 import functools
 import logging
 import os
+import socket
 import sys
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
@@ -106,7 +107,7 @@ def redis_failure(url: str, exc: BaseException, seconds: float) -> str:
 
 def remote_problem(url: str) -> Optional[str]:
     """Why ``url`` cannot serve as Inductor's remote cache (bad address, no client package, no server, refused
-    credentials, a stalled server), or None."""
+    credentials, a stalled server, a plain server asked for TLS), or None."""
     try:
         remote_address(url)
     except ValueError as exc:
@@ -118,10 +119,27 @@ def remote_problem(url: str) -> Optional[str]:
     try:
         redis_client(url, PING_SECONDS).ping()
     except Exception as exc:  # noqa: BLE001 -- any failure means no usable server
-        port = remote_address(url)[1]
+        host, port = remote_address(url)
+        if urlparse(url).scheme == "rediss" and answers_plain(host, port, PING_SECONDS):
+            plain = redacted(url).replace("rediss://", "redis://", 1)
+            return (f"compile_cache.remote={redacted(url)}: the Redis at {host}:{port} does not speak TLS (it answers "
+                    f"plain Redis, and rediss:// waits for a TLS handshake); use {plain}, turn TLS on in the server "
+                    f"(its tls-port), or drop compile_cache.remote")
         return (f"compile_cache.remote={redacted(url)}: {redis_failure(url, exc, PING_SECONDS)}; start one "
                 f"(redis-server --port {port}), fix the URL, or drop compile_cache.remote")
     return None
+
+
+def answers_plain(host: str, port: int, seconds: float) -> bool:
+    """Whether a Redis without TLS listens at ``host:port``: a bare ``PING`` gets a reply in Redis's own protocol
+    (``+PONG``, or ``-NOAUTH`` from a server with a password). A client that asked for TLS meets such a server
+    as a stall: it waits for a handshake the server never sends."""
+    try:
+        with socket.create_connection((host, port), timeout=seconds) as conn:
+            conn.sendall(b"PING\r\n")
+            return conn.recv(1) in (b"+", b"-")
+    except OSError:
+        return False
 
 
 def directory(cfg: Mapping[str, Any]) -> Path:
