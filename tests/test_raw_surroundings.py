@@ -10,14 +10,20 @@ from __future__ import annotations
 import base64
 import json
 import pickle
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
-from conftest import TINY
+from conftest import ROOT, TINY, read_only
+from mlflow_helpers import clean_env, copy_store, init_store
 from pipeline.api import compose_config
 from pipeline.compile import remote_entry
 from pipeline.errors import ConfigError
 from pipeline.preflight.checks import check_config
+from pipeline.record.store import check_store
 from pipeline.runner import run
 from redis_helpers import redis_server
 
@@ -66,3 +72,72 @@ def test_a_replaced_redis_entry_is_named_passed_over_and_compiled_again(tmp_path
     assert {key for key in keys if any(key in line for line in warned)} == set(keys), (keys, warned)
     assert all("redis-cli -h 127.0.0.1 -p" in line and "compile_cache.remote" in line for line in warned), warned
     assert not any(replaced.values()), replaced  # the fresh compiles' entries took the bad ones' places
+
+
+# --- MLflow stores ----------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    db = tmp_path_factory.mktemp("template") / "mlflow.db"
+    init_store(db)
+    return db
+
+
+@pytest.mark.parametrize("existing", [False, True], ids=["new-store", "existing-store"])
+def test_a_tracking_folder_that_cannot_be_written_is_one_line_naming_the_fix(tmp_path, template, existing):
+    folder = tmp_path / "tracking"
+    uri = copy_store(template, folder) if existing else f"sqlite:///{folder / 'mlflow.db'}"
+    folder.mkdir(exist_ok=True)
+    with read_only(folder), pytest.raises(ConfigError) as caught:
+        check_store(uri)
+    message = str(caught.value)
+    assert "\n" not in message and f"cannot write in {folder}" in message, message
+    assert "make it writable, or point tracking.uri at a new file" in message, message
+
+
+def test_a_store_whose_lock_file_another_user_left_unwritable_is_refused_before_any_work(tmp_path, template):
+    uri = copy_store(template, tmp_path)
+    lock = tmp_path / "mlflow.db.lock"  # made by another user's run: theirs, mode 0644
+    lock.touch()
+    with read_only(lock), pytest.raises(ConfigError) as caught:
+        check_store(uri)  # a run then opened it for writing: PermissionError, a traceback
+    message = str(caught.value)
+    assert "\n" not in message and f"{lock} cannot be written" in message, message
+    assert "every process that writes this store takes it" in message and "tracking.uri" in message, message
+
+
+LOCKED_MID_RUN = """
+import sys, time
+from pipeline.record.tracker import MlflowTracker
+tracker = MlflowTracker({"uri": sys.argv[1], "experiment": "locked", "max_wait_s": 1.0})
+tracker.start("run", {}, {})
+print("started", flush=True)
+sys.stdin.readline()  # another program holds the database now
+start = time.monotonic()
+tracker.log_metrics({"a": 1.0})
+print(f"waited {time.monotonic() - start:.1f}", flush=True)
+"""
+
+
+@pytest.mark.parametrize("holder_takes", ["BEGIN EXCLUSIVE", "BEGIN; SELECT count(*) FROM runs"],
+                         ids=["a-writer", "a-long-reader"])
+def test_a_store_another_program_locks_mid_run_is_given_up_in_one_line_after_its_wait(tmp_path, template,
+                                                                                      holder_takes):
+    uri = copy_store(template, tmp_path)
+    proc = subprocess.Popen([sys.executable, "-c", LOCKED_MID_RUN, uri], cwd=ROOT, env=clean_env(), text=True,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout.readline().strip() == "started"
+    holder = sqlite3.connect(tmp_path / "mlflow.db", isolation_level=None)
+    for statement in holder_takes.split("; "):  # SQLite's own lock, as another program takes it (not tweakpipe's)
+        holder.execute(statement).fetchall()
+    try:
+        out, err = proc.communicate("\n", timeout=180)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err and "SQLAlchemy database error" not in err, err[-3000:]
+    assert err.count("stayed locked") == 1, err[-3000:]
+    waited = float(out.split("waited ")[1])
+    assert waited < 10, waited  # its 1 s wait and the backoff, not MLflow's own 20 s busy timeout per attempt
