@@ -8,6 +8,7 @@ needs root; elsewhere those cases skip with the reason)."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import pickle
 import sqlite3
@@ -15,21 +16,22 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
 from conftest import ROOT, TINY, read_only
-from test_raw_cases import tmpfs
 from mlflow_helpers import clean_env, copy_store, init_store
 from pipeline.api import compose_config
 from pipeline.compile import remote_entry
 from pipeline.errors import ConfigError
 from pipeline.preflight.checks import check_config
-from pipeline.record.store import check_store
 from pipeline.preflight.prepare import prepare
+from pipeline.record.store import check_store
 from pipeline.runner import build_context, run
-from stages import capture
 from redis_helpers import redis_server
+from stages import capture
+from test_raw_cases import tmpfs
 
 
 # --- Redis ----------------------------------------------------------------------------------------------------
@@ -150,35 +152,33 @@ def test_a_store_another_program_locks_mid_run_is_given_up_in_one_line_after_its
 # --- a full temporary directory -------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def full_tmpdir(tmp_path, monkeypatch):
-    """``$TMPDIR`` (and Python's temporary directory) on a small tmpfs with a few KiB left."""
-    with tmpfs(tmp_path / "tmpdir", "size=1m") as disk:
-        (disk / "filler").write_bytes(b"\0" * 1_016_000)
-        monkeypatch.setenv("TMPDIR", str(disk))
-        monkeypatch.setattr(tempfile, "tempdir", str(disk))
-        yield disk
-
-
-def test_a_full_tmpdir_is_refused_before_any_work_naming_it(full_tmpdir):
-    with pytest.raises(ConfigError) as caught:
-        check_config(compose_config([*TINY, "backends=[eager]"]))
-    message = str(caught.value)
-    assert "\n" not in message and f"the temporary directory (TMPDIR) {full_tmpdir} has" in message, message
-    assert "free space there or point TMPDIR at another disk" in message, message
-
-
-def test_a_tmpdir_that_fills_up_during_the_run_fails_the_candidate_naming_it_not_the_compile_cache(tmp_path, own_home):
-    cfg = compose_config([*TINY, "backends=[eager,inductor]", "reference=false", "stages=[capture]",
-                          "compile_cache.workers=0", f"compile_cache.dir={tmp_path / 'cache'}"])
-    prepared = prepare(cfg)  # checked with room to spare; the temporary directory fills up after the checks
-    with tmpfs(tmp_path / "tmpdir", "size=1m") as disk, pytest.MonkeyPatch.context() as patch:
+@contextlib.contextmanager
+def full_tmpdir(where: Path) -> Iterator[Path]:
+    """``$TMPDIR`` (and Python's temporary directory) on a 1 MiB tmpfs with a few KiB left, for the block."""
+    with tmpfs(where, "size=1m") as disk, pytest.MonkeyPatch.context() as patch:
         (disk / "filler").write_bytes(b"\0" * 1_016_000)
         patch.setenv("TMPDIR", str(disk))
         patch.setattr(tempfile, "tempdir", str(disk))
+        yield disk
+
+
+def test_a_full_tmpdir_is_refused_before_any_work_naming_it(tmp_path):
+    with full_tmpdir(tmp_path / "tmpdir") as disk, pytest.raises(ConfigError) as caught:
+        check_config(compose_config([*TINY, "backends=[eager]"]))
+    message = str(caught.value)
+    assert "\n" not in message and f"the temporary directory (TMPDIR) {disk} has" in message, message
+    assert "free space there or point TMPDIR at another disk" in message, message
+
+
+def test_a_tmpdir_filling_up_during_the_run_fails_the_candidate_naming_it_not_the_compile_cache(tmp_path, own_home):
+    cfg = compose_config([*TINY, "backends=[eager,inductor]", "reference=false", "stages=[capture]",
+                          "compile_cache.workers=0", f"compile_cache.dir={tmp_path / 'cache'}"])
+    prepared = prepare(cfg)  # checked with room to spare; the temporary directory fills up after the checks
+    with full_tmpdir(tmp_path / "tmpdir") as disk:
         ctx = build_context(cfg, tmp_path / "run", prepared)
         capture.run(ctx)
     outcome = ctx.outcomes["inductor"]  # the C++ compiler's files go to TMPDIR, its output to the compile cache
     assert outcome.status == "failed" and "\n" not in outcome.reason, outcome.reason
-    assert outcome.reason.startswith(f"the disk holding the temporary directory (TMPDIR) {disk} is full"), outcome.reason
+    named = f"the disk holding the temporary directory (TMPDIR) {disk} is full"
+    assert outcome.reason.startswith(named), outcome.reason
     assert "point TMPDIR at another disk" in outcome.reason and ctx.outcomes["eager"].status == "ok"
