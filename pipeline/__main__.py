@@ -71,7 +71,7 @@ def main(cfg: DictConfig) -> None:
         if not disks.is_full(exc):
             raise
         why = str(exc) if isinstance(exc, disks.DiskFull) else \
-            f"{disks.full_message(run_dir, 'the run directory')} ({one_line(exc)[:300]})"
+            f"{disks.full_reason(run_dir, 'the run directory')} ({one_line(exc)[:300]})"
         resume = f"; python -m pipeline resume={run_dir} continues the run" if (run_dir / "run.json").exists() else ""
         fail(f"{why}; what was measured is in {run_dir}{resume}", code=1)
     print(f"run directory: {run_dir}")

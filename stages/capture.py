@@ -120,7 +120,8 @@ def capture_one(ctx: RunContext, backend: Backend,
         if disks.is_full(exc):  # Inductor's own words would be a compile error, far from the cause
             cache = compile_cache.inductor_directory(OmegaConf.to_container(ctx.cfg.compile_cache, resolve=True))
             disks.sweep_temporaries(cache)
-            outcome.reason = f"{disks.full_message(cache, 'compile_cache.dir')} ({outcome.reason[:300]})"
+            said = " ".join(outcome.reason[:300].split())  # the compiler's command and output, on one line
+            outcome.reason = f"{disks.full_reason(cache, 'compile_cache.dir')} ({said})"
         return outcome
     stats = backend.stats()
     outcome.graphs, outcome.pool_mb = int(stats.get("graphs", 0)), float(stats.get("pool_bytes", 0)) / 2**20

@@ -26,12 +26,14 @@ import contextlib
 import functools
 import logging
 import os
+import socket
 import sys
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Set, Tuple
 from urllib.parse import urlparse
 
 from pipeline import disks, private
+from pipeline.compile import remote_entry
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +108,7 @@ def redis_failure(url: str, exc: BaseException, seconds: float) -> str:
 
 def remote_problem(url: str) -> Optional[str]:
     """Why ``url`` cannot serve as Inductor's remote cache (bad address, no client package, no server, refused
-    credentials, a stalled server), or None."""
+    credentials, a stalled server, a plain server asked for TLS), or None."""
     try:
         remote_address(url)
     except ValueError as exc:
@@ -118,10 +120,27 @@ def remote_problem(url: str) -> Optional[str]:
     try:
         redis_client(url, PING_SECONDS).ping()
     except Exception as exc:  # noqa: BLE001 -- any failure means no usable server
-        port = remote_address(url)[1]
+        host, port = remote_address(url)
+        if urlparse(url).scheme == "rediss" and answers_plain(host, port, PING_SECONDS):
+            plain = redacted(url).replace("rediss://", "redis://", 1)
+            return (f"compile_cache.remote={redacted(url)}: the Redis at {host}:{port} does not speak TLS (it answers "
+                    f"plain Redis, and rediss:// waits for a TLS handshake); use {plain}, turn TLS on in the server "
+                    f"(its tls-port), or drop compile_cache.remote")
         return (f"compile_cache.remote={redacted(url)}: {redis_failure(url, exc, PING_SECONDS)}; start one "
                 f"(redis-server --port {port}), fix the URL, or drop compile_cache.remote")
     return None
+
+
+def answers_plain(host: str, port: int, seconds: float) -> bool:
+    """Whether a Redis without TLS listens at ``host:port``: a bare ``PING`` gets a reply in Redis's own protocol
+    (``+PONG``, or ``-NOAUTH`` from a server with a password). A client that asked for TLS meets such a server
+    as a stall: it waits for a handshake the server never sends."""
+    try:
+        with socket.create_connection((host, port), timeout=seconds) as conn:
+            conn.sendall(b"PING\r\n")
+            return conn.recv(1) in (b"+", b"-")
+    except OSError:
+        return False
 
 
 def directory(cfg: Mapping[str, Any]) -> Path:
@@ -213,6 +232,8 @@ REDIS_URL_ENV = "TORCHINDUCTOR_REDIS_URL"  # where workers (and torch's own Redi
 REMOTE_CACHES = ("RemoteFxGraphCache", "RemoteAOTAutogradCache", "RemoteAutotuneCache", "RemoteBundledAutotuneCache")
 # Why the Redis at a URL was given up in this process (one warning each): later calls go straight to local compiles.
 _REMOTE_FAILED: Dict[str, str] = {}
+# The Redis keys whose values were not Inductor's entries (one warning each); each read of them is a miss.
+_BAD_ENTRIES: Set[str] = set()
 # Why compiled code loaded now may not be this user's own (pipeline.compile.artifacts writes such artifacts unsigned).
 _FOREIGN: List[Optional[str]] = [None]
 
@@ -222,7 +243,9 @@ def guarded_redis() -> type:
     """Inductor's Redis cache backend, but with the URL's credentials and TLS, a CALL_SECONDS timeout on every call,
     and any failure (refused credentials, no server, a stall) said once, naming Redis, after which this process
     compiles locally. torch's own backend knows a host and port only, waits as long as the socket does, and
-    raises a timeout that fails the compile without naming Redis."""
+    raises a timeout that fails the compile without naming Redis. A value that is not an entry Inductor wrote
+    (``pipeline.compile.remote_entry``) is named once and read as a miss: torch would fail the compile on it with
+    an assertion that names no cache."""
     from torch._inductor.remote_cache import RemoteCacheBackend
 
     class GuardedRedis(RemoteCacheBackend):  # type: ignore[misc]
@@ -244,7 +267,21 @@ def guarded_redis() -> type:
 
         def _get(self, key: str) -> Optional[bytes]:
             value = self._call(lambda client: client.get(key))
-            return value if isinstance(value, bytes) else None
+            if not isinstance(value, bytes):
+                return None
+            problem = remote_entry.problem(key, value)
+            if problem is None:
+                return value
+            if key not in _BAD_ENTRIES:
+                _BAD_ENTRIES.add(key)
+                host, port = remote_address(self.url)
+                log.warning("compile cache: the remote cache at Redis %s:%s holds an entry that is not a valid "
+                            "Inductor cache entry (key %s: %s), damaged or written by another torch version or by "
+                            "someone else; it was passed over, this process compiles that program itself and stores "
+                            "it in its place. If it comes back, someone else writes that server: clear it "
+                            "(redis-cli -h %s -p %s DEL %s) or drop compile_cache.remote",
+                            host, port, key, problem, host, port, key)
+            return None
 
         def _put(self, key: str, data: bytes) -> None:
             self._call(lambda client: client.set(key, data))
