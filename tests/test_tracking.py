@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import List
 
 import pytest
 import torch
@@ -36,7 +37,9 @@ from pipeline.api import compose_config
 from pipeline.compile import cache as compile_cache
 from pipeline.errors import ConfigError
 from pipeline.models import MLP
+from pipeline.redact import redacted
 from pipeline.runner import run
+from redis_helpers import redis_server
 
 JOB_ARTIFACTS = {"capture.json", "config.yaml", "latency.png", "profile.csv", "route.json", "validation.json"}
 
@@ -452,3 +455,66 @@ def test_two_gpus_run_one_job_each_at_the_same_time(tmp_path: Path, template: Pa
     assert len({c.data.tags["cuda_visible_devices"] for c in children}) == 2
     assert len({c.data.tags["gpu"] for c in children}) == 2, [c.data.tags["gpu"] for c in children]
     assert max(c.info.start_time for c in children) < min(c.info.end_time for c in children), "jobs did not overlap"
+
+
+# ---- no credential at rest: nothing a run or a sweep writes keeps a URL's password ----------------------------
+
+REDIS_SECRET, TRACKING_SECRET = "Zq7redis53a", "Zq7mlflow53a"  # nothing a run writes may hold either
+QUICK = ["model=tiny_mlp", "profile=quick", "backends=[eager]", "reference=false"]
+
+
+def holding(folder: Path, *secrets: str) -> List[str]:
+    """Every file under ``folder`` (a SQLite store and its artifacts, run and sweep directories) whose bytes hold
+    one of ``secrets``."""
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*")
+                  if p.is_file() and any(s.encode() in p.read_bytes() for s in secrets))
+
+
+def test_the_credentials_of_any_url_in_any_string_are_redacted() -> None:
+    assert redacted("compile_cache.remote=redis://:pa@ss@127.0.0.1:6379/0 x") == \
+        "compile_cache.remote=redis://:***@127.0.0.1:6379/0 x"  # the password runs to the host's "@", as urllib's
+    assert redacted({"uri": ["http://me:pw@host:5000/#/x", 3]}) == {"uri": ["http://me:***@host:5000/#/x", 3]}
+    assert redacted("rediss://h:1/?password=pw&db=0 https://h/x?access_token=t") == \
+        "rediss://h:1/?password=***&db=0 https://h/x?access_token=***"
+    for kept in ("redis://alice@h:1", "sqlite:////tmp/a:b@c.db", "http://host:5000/x@y", "redis://:***@h:1"):
+        assert redacted(kept) == kept  # a user name alone, paths, ports and what is redacted already
+
+
+def test_a_redacted_redis_url_takes_its_password_from_the_environment(monkeypatch) -> None:
+    """What a resumed run reads from its config.yaml: the URL's own "***" would win over the password given."""
+    with redis_server(password=REDIS_SECRET) as server:
+        remote = f"redis://:***@127.0.0.1:{server.port}"
+        monkeypatch.setenv(compile_cache.PASSWORD_ENV, REDIS_SECRET)
+        assert compile_cache.remote_problem(remote) is None
+        monkeypatch.delenv(compile_cache.PASSWORD_ENV)
+        assert "refused the credentials" in compile_cache.remote_problem(remote)
+
+
+@pytest.mark.slow
+def test_a_run_keeps_no_password_of_a_url_in_its_store_or_its_directory(tmp_path: Path, template: Path) -> None:
+    uri = copy_store(template, tmp_path / "store")
+    with redis_server(password=REDIS_SECRET) as server:
+        remote = f"redis://:{REDIS_SECRET}@127.0.0.1:{server.port}"
+        run_pipeline([*QUICK, f"compile_cache.remote={remote}", f"compile_cache.dir={tmp_path / 'cache'}",
+                      f"tracking.uri={uri}", f"hydra.run.dir={tmp_path / 'run'}"])
+    client = MlflowClient(tracking_uri=uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("tweakpipe").experiment_id])
+    shown = f"redis://:***@127.0.0.1:{server.port}"
+    assert f"compile_cache.remote={shown}" in run.data.tags["hydra.overrides"]
+    assert run.data.params["compile_cache.remote"] == shown and run.info.status == "FINISHED"
+    assert f"compile_cache.remote={shown}" in (tmp_path / "run" / ".hydra" / "overrides.yaml").read_text()
+    assert holding(tmp_path, REDIS_SECRET) == []
+
+
+@pytest.mark.slow
+def test_a_sweep_keeps_no_password_of_a_url_in_its_store_or_its_directories(tmp_path: Path, template: Path) -> None:
+    """A Redis password and a tracking server's (``http://USER:PASSWORD@HOST``), on the parent run and each job's."""
+    with redis_server(password=REDIS_SECRET) as server, mlflow_server(tmp_path / "server", template) as url:
+        tracked = url.replace("http://", f"http://tweak:{TRACKING_SECRET}@")
+        run_pipeline(["-m", *SWEEP, "tracking=server", f"tracking.uri={tracked}",
+                      f"compile_cache.remote=redis://:{REDIS_SECRET}@127.0.0.1:{server.port}",
+                      f"compile_cache.dir={tmp_path / 'cache'}", f"hydra.sweep.dir={tmp_path / 'sweep'}"])
+        parent, children = check_sweep(url)
+    assert f"tracking.uri=http://tweak:***@127.0.0.1:" in parent.data.tags["hydra.overrides"]
+    assert all(c.data.params["tracking.uri"] == tracked.replace(TRACKING_SECRET, "***") for c in children)
+    assert holding(tmp_path, REDIS_SECRET, TRACKING_SECRET) == []

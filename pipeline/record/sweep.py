@@ -20,6 +20,7 @@ from typing import Any, Optional
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from pipeline.redact import redacted
 from pipeline.record.store import StoreGuard, open_experiment, process_tags
 from pipeline.record.tracker import PARENT_FILE, SWEEP_TAG, runs_table
 
@@ -49,11 +50,11 @@ class MlflowSweep(Callback):
                 "hydra.sweeper.params": json.dumps(params), "hydra.launcher": str(config.hydra.launcher._target_),
                 **process_tags()}
         client = MlflowClient(tracking_uri=tcfg.uri)
-        run = guard(client.create_run, experiment_id, run_name=f"sweep {sweep_dir.name}", tags=tags)
+        run = guard(client.create_run, experiment_id, run_name=f"sweep {sweep_dir.name}", tags=redacted(tags))
         self.run_id, self.uri = run.info.run_id, tcfg.uri
         sweep_dir.mkdir(parents=True, exist_ok=True)
         (sweep_dir / PARENT_FILE).write_text(json.dumps(
-            {"run_id": self.run_id, "experiment_id": experiment_id, "tracking_uri": tcfg.uri}, indent=2))
+            {"run_id": self.run_id, "experiment_id": experiment_id, "tracking_uri": redacted(tcfg.uri)}, indent=2))
         atexit.register(self.close, "FAILED")
         log.info("mlflow: sweep parent run %s in %s; runs table: %s", self.run_id, tcfg.uri,
                  runs_table(tcfg.uri, experiment_id))
