@@ -8,13 +8,14 @@ import fcntl
 import math
 import os
 import pty
+import re
 import sqlite3
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
-from typing import List
+from typing import Dict, List
 
 import pytest
 import torch
@@ -41,6 +42,7 @@ from pipeline.redact import redacted
 from pipeline.runner import run
 from redis_helpers import redis_server
 
+QUICK = ["model=tiny_mlp", "profile=quick", "backends=[eager]", "reference=false"]  # seconds a run, no compile
 JOB_ARTIFACTS = {"capture.json", "config.yaml", "latency.png", "profile.csv", "route.json", "validation.json"}
 
 
@@ -343,16 +345,84 @@ def test_sweep_into_sqlite_is_one_parent_with_children(tmp_path: Path, template:
 
 
 @pytest.mark.slow
-def test_a_sweep_with_a_mistake_in_one_job_makes_nothing(tmp_path: Path) -> None:
-    """Every job's config is checked before the sweep directory, the MLflow store or its parent run exist."""
-    proc = subprocess.run([sys.executable, "-m", "pipeline", "-m", *SWEEP, "route.min_gain=0.1,-0.5",
+def test_a_sweep_whose_every_job_is_a_mistake_makes_nothing(tmp_path: Path) -> None:
+    """Every job's config is checked before the sweep directory, the MLflow store or its parent run exist; where no
+    job can run, each is named in one line."""
+    proc = subprocess.run([sys.executable, "-m", "pipeline", "-m", *SWEEP, "route.min_gain=-0.1,-0.5",
                            f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
                           cwd=ROOT, env=clean_env(), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr[-3000:]
-    assert proc.stderr.startswith("error: sweep job 1 (model=tiny_mlp profile=quick backends=[eager] reference=False seed=0 "
-                                  "route.min_gain=-0.5 ")  # job numbers as Hydra counts them
-    assert "route.min_gain=-0.5 must be >= 0" in proc.stderr
+    assert proc.stderr.startswith("error: sweep job 0 (model=tiny_mlp profile=quick backends=[eager] reference=False "
+                                  "seed=0 route.min_gain=-0.1 ")  # job numbers as Hydra counts them
+    assert "route.min_gain=-0.5 must be >= 0" in proc.stderr and "sweep job 3 (" in proc.stderr
+    assert proc.stderr.endswith("no job of the sweep can run, so nothing was run\n")
     assert "Launching" not in proc.stdout + proc.stderr and list(tmp_path.iterdir()) == []
+
+
+def sweep_process(tmp_path: Path, args: List[str]) -> subprocess.CompletedProcess:
+    """``python -m pipeline -m ARGS`` into a store and a sweep directory in ``tmp_path``, whatever its exit code."""
+    return subprocess.run([sys.executable, "-m", "pipeline", "-m", *args,
+                           f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
+                          cwd=ROOT, env=clean_env(), capture_output=True, text=True, timeout=300)
+
+
+def failed_job_tags(parent) -> Dict[str, str]:
+    return {k: v for k, v in parent.data.tags.items() if k.startswith("sweep.failed_job.")}
+
+
+@pytest.mark.slow
+def test_a_sweep_runs_every_job_it_can_and_names_each_failed_one_in_the_log_the_parent_run_and_the_report(
+        tmp_path: Path) -> None:
+    """Two of four jobs cannot run (their inputs do not fit the model, found only once it is built): the sweep stopped
+    at the first of them, the later valid jobs never ran, and nothing said how many failed."""
+    proc = sweep_process(tmp_path, [*QUICK, "model.inputs.x.shape=[17],[16]", "seed=0,1"])
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-4000:]
+    log = proc.stdout + proc.stderr
+    for num in (0, 1):
+        assert re.search(rf"sweep job {num} \(model=tiny_mlp .*model.inputs.x.shape=\[17\] seed={num} .*\): "
+                         rf"eager fails on random inputs of seed {num} at batch size 2", log), log[-4000:]
+    assert "sweep: 2 of 4 jobs failed" in log
+    assert proc.stderr.splitlines()[-1].startswith("error: 2 of 4 jobs failed")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    parent, children = sweep_runs(uri)
+    assert parent.info.status == "FINISHED" and parent.data.tags["sweep.jobs_failed"] == "2 of 4 jobs failed"
+    assert sorted(failed_job_tags(parent)) == ["sweep.failed_job.0", "sweep.failed_job.1"]
+    assert all("x.shape=[17]" in line and "eager fails on random inputs" in line
+               for line in failed_job_tags(parent).values())
+    assert [(c.data.tags["hydra.job.num"], c.info.status) for c in children] == [("2", "FINISHED"), ("3", "FINISHED")]
+    assert {"jobs.json", "report.md"} <= set(artifact_names(uri, parent.info.run_id))
+    out = subprocess.run([sys.executable, "-m", "pipeline.cli", "report", "--uri", uri, "--sweep", "latest", "--out",
+                          str(tmp_path / "report")], cwd=ROOT, env=clean_env(), capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0 and "2 of 4 jobs failed:" in out.stdout, out.stderr
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert md.count("| tiny_mlp [seed=") == 4 and "2 of 4 jobs failed:" in md
+    assert all(re.search(rf"job {n} \(model=tiny_mlp .*x.shape=\[17\] seed={n} .*\): eager fails", md) for n in (0, 1))
+
+
+@pytest.mark.slow
+def test_a_sweep_in_fresh_processes_runs_past_a_failed_run_and_jobs_that_cannot_be_composed(tmp_path: Path) -> None:
+    """Jobs 0 and 2 name a profile that does not exist (warned up front, not launched, their neighbours keeping their
+    numbers); job 1's route is refused (a RunFailed: its MLflow run FAILED); job 3 runs. The sweep was refused
+    whole for its misspelt jobs, and a RunFailed ended Hydra's sweep in a traceback before its parent run was closed."""
+    proc = sweep_process(tmp_path, ["model=tiny_mlp", "backends=[eager]", "reference=false", "model.batch_sizes=[1]",
+                                    "route.require_confident=true,false", "profile=quik,quick",
+                                    "profile.noise_threshold=1e-9", "hydra/launcher=joblib_fresh"])
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-4000:]
+    log = proc.stdout + proc.stderr
+    warned = log[:log.index("launching")]
+    assert all(re.search(rf"sweep job {n} \(.*profile=quik.*\): unknown profile 'quik'; .*; it is recorded FAILED",
+                         warned) for n in (0, 2)), warned
+    assert "sweep: 3 of 4 jobs failed" in log and proc.stderr.splitlines()[-1].startswith("error: 3 of 4 jobs failed")
+    parent, children = sweep_runs(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    assert parent.info.status == "FINISHED" and parent.data.tags["sweep.jobs_failed"] == "3 of 4 jobs failed"
+    tags = failed_job_tags(parent)
+    assert sorted(tags) == ["sweep.failed_job.0", "sweep.failed_job.1", "sweep.failed_job.2"]
+    assert "unknown profile 'quik'" in tags["sweep.failed_job.2"] and "route.require_confident=true" in tags[
+        "sweep.failed_job.1"]
+    assert [(c.info.run_name, c.info.status) for c in children] == [("1_tiny_mlp", "FAILED"),
+                                                                     ("3_tiny_mlp", "FINISHED")]
+    assert sorted(p.name for p in (tmp_path / "sweep").iterdir() if p.is_dir()) == ["1_tiny_mlp", "3_tiny_mlp"]
 
 
 @pytest.mark.slow
@@ -460,7 +530,6 @@ def test_two_gpus_run_one_job_each_at_the_same_time(tmp_path: Path, template: Pa
 # ---- no credential at rest: nothing a run or a sweep writes keeps a URL's password ----------------------------
 
 REDIS_SECRET, TRACKING_SECRET = "Zq7redis53a", "Zq7mlflow53a"  # nothing a run writes may hold either
-QUICK = ["model=tiny_mlp", "profile=quick", "backends=[eager]", "reference=false"]
 
 
 def holding(folder: Path, *secrets: str) -> List[str]:

@@ -35,6 +35,8 @@ PARENT_FILE = "mlflow_parent.json"
 # MLflow tag that links a child run to its parent (the UI nests runs by it).
 PARENT_TAG = "mlflow.parentRunId"
 SWEEP_TAG = "tweakpipe.sweep"
+# On a sweep's parent run: "N of M jobs failed", and one tag per failed job, "job N (overrides): reason".
+JOBS_FAILED_TAG, FAILED_JOB_TAG = "sweep.jobs_failed", "sweep.failed_job."
 MAX_PARAM = 6000  # MLflow's limit on a param value's length
 MAX_PARAMS_TAGS, MAX_METRICS = 100, 1000  # MLflow's limits per batch
 LOCAL_UI = "http://127.0.0.1:5000"  # where `mlflow ui` serves by default
