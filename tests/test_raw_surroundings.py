@@ -20,7 +20,7 @@ from typing import Iterator
 
 import pytest
 
-from conftest import ROOT, TINY, read_only
+from conftest import ROOT, TINY, read_only, tmpfs
 from mlflow_helpers import clean_env, copy_store, init_store
 from pipeline.api import compose_config
 from pipeline.compile import remote_entry
@@ -31,7 +31,6 @@ from pipeline.record.store import check_store
 from pipeline.runner import build_context, run
 from redis_helpers import redis_server
 from stages import capture
-from test_raw_cases import tmpfs
 
 
 # --- Redis ----------------------------------------------------------------------------------------------------

@@ -34,6 +34,7 @@ from urllib.parse import urlparse
 
 from pipeline import disks, private
 from pipeline.compile import remote_entry
+from pipeline.redact import REDACTED, redacted
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +44,7 @@ REDIS_EXTRA = 'pip install -e ".[redis]"'
 # stalls past it is given up for the rest of the process, and candidates compile locally.
 PING_SECONDS = 2.0
 CALL_SECONDS = 5.0
-PASSWORD_ENV = "TWEAKPIPE_REDIS_PASSWORD"  # keeps the password out of the command line and Hydra's .hydra/ files
-REDACTED = "***"
+PASSWORD_ENV = "TWEAKPIPE_REDIS_PASSWORD"  # keeps the password off the command line, which other users can read (ps)
 REDIS_FORM = "redis://[[USER]:PASSWORD@]HOST[:PORT] (rediss:// for TLS), e.g. compile_cache.remote=redis://localhost:6379"
 
 
@@ -60,22 +60,6 @@ def remote_address(url: str) -> Tuple[str, int]:
     return parsed.hostname, port
 
 
-def redacted(url: str) -> str:
-    """``url`` with its password replaced by ``***``: what logs, config.yaml and MLflow may show."""
-    parsed = urlparse(str(url))
-    if not parsed.password:
-        return str(url)
-    user = f"{parsed.username}:" if parsed.username else ":"
-    host = parsed.netloc.rpartition("@")[2]
-    return parsed._replace(netloc=f"{user}{REDACTED}@{host}").geturl()
-
-
-def redacted_config(cfg: Dict[str, Any]) -> Dict[str, Any]:
-    """A run's config as plain data with ``compile_cache.remote``'s password redacted (config.yaml, MLflow)."""
-    remote = (cfg.get("compile_cache") or {}).get("remote")
-    return {**cfg, "compile_cache": {**cfg["compile_cache"], "remote": redacted(remote)}} if remote else cfg
-
-
 def redis_client(url: str, seconds: float) -> Any:
     """A Redis client for ``url`` (user, password and TLS from the URL; the password from ``$TWEAKPIPE_REDIS_PASSWORD``
     where the URL has none or a redacted one) whose every call gives up after ``seconds``, without retries: a
@@ -84,9 +68,12 @@ def redis_client(url: str, seconds: float) -> Any:
     from redis.backoff import NoBackoff
     from redis.retry import Retry
 
-    password = urlparse(url).password
-    extra = ({"password": os.environ[PASSWORD_ENV]} if password in (None, REDACTED) and os.environ.get(PASSWORD_ENV)
-             else {})
+    parsed = urlparse(url)
+    extra = {}
+    if parsed.password in (None, REDACTED) and os.environ.get(PASSWORD_ENV):
+        extra["password"] = os.environ[PASSWORD_ENV]  # the URL's own would win over it (redis-py's from_url)
+        user = f"{parsed.username}@" if parsed.username else ""
+        url = parsed._replace(netloc=user + parsed.netloc.rpartition("@")[2]).geturl()
     return redis.Redis.from_url(url, socket_timeout=seconds, socket_connect_timeout=seconds,
                                 retry=Retry(NoBackoff(), 0), **extra)
 

@@ -185,7 +185,8 @@ class CompileCacheConfig:
     # can write it to run code in your runs (Inductor imports what it finds there); artifacts are then unsigned.
     shared: bool = False
     # redis[s]://[USER:PASSWORD@]HOST:PORT: Inductor's remote caches (pip install -e ".[redis]"); every client of
-    # that server can run code in your runs. The password may come from $TWEAKPIPE_REDIS_PASSWORD instead.
+    # that server can run code in your runs. The password may come from $TWEAKPIPE_REDIS_PASSWORD instead; every
+    # record the run writes shows it as *** (a resumed run takes it from $TWEAKPIPE_REDIS_PASSWORD).
     remote: Optional[str] = None
     # Worker processes that compile candidates' programs ahead of capture (pipeline/compile/ahead.py);
     # null: one per 4 CPU cores, none below 8 cores; 0: compile in the run's own process only.

@@ -10,8 +10,9 @@ is above eager's (within both cells' intervals, where the router keeps the owner
 a row marked ``(screened out)`` holding the screen's medians (``screen_ms/<backend>/bs<N>``), with why under the
 table. A run that tuned lengths (``latency_ms/<backend>/bs<N>/len<L>``) gives a row per backend and length, and its
 heatmap follows the table: the backend serving each (batch size, length) and its speed-up over eager. The runs come
-from a sweep (its parent run), an experiment (the newest run of each model) or a list of run ids. The table is
-printed and written as Markdown and CSV::
+from a sweep (its parent run), an experiment (the newest run of each model) or a list of run ids; under a sweep's
+table come its failed jobs, each with its overrides and reason (the parent run's ``sweep.failed_job.<N>`` tags). The
+table is printed and written as Markdown and CSV::
 
     tweakpipe report                                  # the newest sweep in outputs/mlflow.db with a finished run
     tweakpipe report --sweep <parent run id> --out outputs/reports/seed
@@ -37,7 +38,7 @@ from pipeline.errors import ConfigError
 from pipeline.config.schema import TrackingConfig
 from pipeline.route.policy import Range, backend_for
 from pipeline.record.store import check_store
-from pipeline.record.tracker import CONTENDED_TAG, PARENT_TAG, SWEEP_TAG
+from pipeline.record.tracker import CONTENDED_TAG, FAILED_JOB_TAG, JOBS_FAILED_TAG, PARENT_TAG, SWEEP_TAG
 
 METRIC = re.compile(r"^(?P<figure>latency_ms|noisy|contended|screen_ms)/(?P<backend>[^/]+)/bs(?P<bs>\d+)"
                     r"(?:/len(?P<len>\d+))?$")
@@ -85,6 +86,7 @@ class Table:
     notes: List[str] = field(default_factory=list)  # one per run whose route rests on noisy cells
     accuracy: bool = False  # show each candidate's precision and score beside its latencies
     heatmaps: List[str] = field(default_factory=list)  # one per run that tuned lengths (Markdown)
+    failed: List[str] = field(default_factory=list)  # a sweep's "N of M jobs failed", then each failed job in one line
 
 
 ACCURACY_COLUMNS = ["precision", "score", "in budget"]
@@ -190,10 +192,11 @@ def screened_rows(run, label: str, score: Mapping[str, float]) -> List[Row]:
             for name in [key[len(SCREENED_TAG):]]]
 
 
-def build(runs: Sequence, accuracy: bool = False) -> Table:
+def build(runs: Sequence, accuracy: bool = False, failed: Sequence[str] = ()) -> Table:
     """The table over ``runs`` in the order given (sweeps: job order); ``accuracy`` adds each candidate's
-    precision and its score, the budget's metric (the budget, e.g. ``cosine >= 0.999``, goes in the title)."""
-    table = Table(accuracy=accuracy)
+    precision and its score, the budget's metric (the budget, e.g. ``cosine >= 0.999``, goes in the title);
+    ``failed``: the sweep's failed jobs (:func:`failed_jobs`), under the table."""
+    table = Table(accuracy=accuracy, failed=list(failed))
     budgets = sorted({r.data.tags["accuracy_budget"] for r in runs if "accuracy_budget" in r.data.tags})
     if accuracy and budgets:
         table.title += f"; score against fp32 eager (worst tuned size), budget {' / '.join(budgets)}"
@@ -249,13 +252,13 @@ def cell(row: Row, bs: int) -> str:
 
 
 def footer(table: Table) -> List[str]:
-    """The legends of ``*`` and ``!`` (where a cell has one), why each screened-out candidate was, and the notes on
-    routes that rest on noisy cells and runs measured on a busy host."""
+    """The legends of ``*`` and ``!`` (where a cell has one), why each screened-out candidate was, the notes on
+    routes that rest on noisy cells and runs measured on a busy host, and a sweep's failed jobs."""
     screened = [f"{r.model}: {r.backend} {SCREENED} (its row: the screen's medians): {r.screened}"
                 for r in table.rows if r.screened]
     legends = [legend for legend, on in ((LEGEND, any(r.noisy for r in table.rows)),
                                          (CONTENDED_LEGEND, any(r.contended for r in table.rows))) if on]
-    return legends + screened + table.notes
+    return legends + screened + table.notes + table.failed
 
 
 def markdown(table: Table) -> str:
@@ -319,6 +322,15 @@ def runs_of_sweep(client, parent_id: str) -> list:
     return sorted(runs, key=lambda r: (int(r.data.tags.get("hydra.job.num", 0)), r.info.start_time))
 
 
+def failed_jobs(client, parent_id: str) -> List[str]:
+    """A sweep's failed jobs, from its parent run's tags: ``N of M jobs failed:``, then ``job N (overrides): reason``
+    for each, in job order (none where every job ran, or the sweep's sweeper did not say)."""
+    tags = client.get_run(parent_id).data.tags
+    jobs = sorted((int(key[len(FAILED_JOB_TAG):]), line) for key, line in tags.items()
+                  if key.startswith(FAILED_JOB_TAG) and key[len(FAILED_JOB_TAG):].isdigit())
+    return [f"{tags[JOBS_FAILED_TAG]}:", *(line for _, line in jobs)] if jobs else []
+
+
 def finished_children(client, parent) -> int:
     """How many of a sweep's jobs finished their run."""
     return len(client.search_runs([parent.info.experiment_id], f"tags.`{PARENT_TAG}` = '{parent.info.run_id}' and "
@@ -380,7 +392,7 @@ def table_of(args: argparse.Namespace) -> Tuple[Table, str, str]:
 
     check_store(args.uri, reading=True)
     client = MlflowClient(tracking_uri=args.uri)
-    picked = ""
+    picked, failed = "", []
     try:
         if args.runs:
             runs, label = [client.get_run(r) for r in args.runs], f"runs-{args.runs[0][:8]}"
@@ -390,10 +402,10 @@ def table_of(args: argparse.Namespace) -> Tuple[Table, str, str]:
             sweep = args.sweep
             if sweep in (None, "latest"):
                 sweep, picked = latest_sweep(client, args.experiment or "tweakpipe")
-            runs, label = runs_of_sweep(client, sweep), f"sweep-{sweep[:8]}"
+            runs, label, failed = runs_of_sweep(client, sweep), f"sweep-{sweep[:8]}", failed_jobs(client, sweep)
     except MlflowException as exc:  # an unknown run id, most often
         raise ConfigError(f"{args.uri}: {one_line(exc)}; list the runs with mlflow ui, or pass --experiment") from None
-    table = build(runs, accuracy=args.accuracy)
+    table = build(runs, accuracy=args.accuracy, failed=failed)
     if not table.rows:
         raise ConfigError(f"none of the {len(runs)} run(s) has latency_ms/<backend>/bs<N>[/len<L>] metrics; "
                           f"did their profile stage run?")

@@ -207,15 +207,18 @@ def lock_path(db: Path) -> Path:
 
 
 def server_problem(uri: str) -> Optional[str]:
-    """Why the tracking server at ``uri`` cannot be used (it does not answer within seconds), or None."""
+    """Why the tracking server at ``uri`` cannot be used (it does not answer within seconds), or None. The probe
+    leaves out the URL's credentials (``http://USER:PASSWORD@HOST``), which urllib cannot take and MLflow sends
+    itself."""
+    where = urllib.parse.urlsplit(uri)
     try:
-        urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=PROBE_TIMEOUT_S).close()
+        probe = where._replace(netloc=where.netloc.rpartition("@")[2]).geturl()
+        urllib.request.urlopen(probe.rstrip("/") + "/health", timeout=PROBE_TIMEOUT_S).close()
     except urllib.error.HTTPError:
         return None  # it answered
     except (urllib.error.URLError, OSError) as exc:
         if isinstance(getattr(exc, "reason", None), ssl.SSLError):
             return None  # it answered, in TLS this probe does not verify as MLflow may be told to
-        where = urllib.parse.urlsplit(uri)
         return (f"the tracking server is unreachable ({getattr(exc, 'reason', exc)}); start one with "
                 f"mlflow server --backend-store-uri sqlite:///outputs/mlflow.db --host {where.hostname} "
                 f"--port {where.port or 5000}, or run with tracking=sqlite or tracking=off")
