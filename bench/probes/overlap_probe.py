@@ -10,7 +10,7 @@ checkpoint's read, hash and copy. Fresh processes, alternating the modes, each l
   convolution and matmul in fp32 and bf16: a profile of the load shows 1.1 s in its first convolutions);
 - ``all_first``: both before the load (what the load costs without either).
 
-    python bench/results/raw/overlap_probe.py RUNS/resnet50-cold/model.tweak CACHE_DIR ROUNDS [MODES] > OUT/overlap.json
+    python bench/probes/overlap_probe.py RUNS/resnet50-cold/model.tweak CACHE_DIR ROUNDS [MODES] > OUT/overlap.json
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 MODES = ("plain", "preloaded", "overlap")
 
 

@@ -1,6 +1,6 @@
 """Probe (issue 39): does torch's caching precompile (TORCH_CACHING_PRECOMPILE=1) let the reference peer,
 torch.compile(mode="reduce-overhead"), start in a fresh process without a Dynamo trace, from the mega-cache bytes alone?
-    python precompile_probe.py save|load PATH   (the env decides precompile on/off and the Inductor cache dir)"""
+    python bench/probes/precompile_probe.py save|load PATH  (the env: precompile on/off, the Inductor cache dir)"""
 import os, sys, time
 mode, path = sys.argv[1], sys.argv[2]
 t_import = time.perf_counter()

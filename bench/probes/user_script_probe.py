@@ -3,8 +3,8 @@ our configs name (torchvision's RegNetY-400MF, random weights) on CUDA with comp
 the same file loads the checkpoint in a fresh process: the tune's seconds and route, the load's seconds, report,
 what it left running, and its outputs against the user's own model.
 
-    python bench/results/raw/user_script_probe.py tune RUN_DIR    # then:
-    python bench/results/raw/user_script_probe.py load RUN_DIR
+    python bench/probes/user_script_probe.py tune RUN_DIR    # then:
+    python bench/probes/user_script_probe.py load RUN_DIR
 """
 import json
 import os

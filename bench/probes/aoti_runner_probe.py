@@ -1,5 +1,7 @@
 # Issue 39 probe: torch 2.11's package loader segfaulted on CUDA packages; does the container runner, given the
-# package's extracted library and its kernels' directory, load and run without it?
+# package's extracted library and its kernels' directory, load and run without it? On the H200 with torch 2.11 it
+# faulted too (bench/results/raw/2026-12-03/aot-h200-runner.log); run it again on a newer torch:
+#     source bench/device_env.sh && python3 bench/probes/aoti_runner_probe.py
 import glob, os, sys, time, zipfile, torch
 from torch.export import Dim
 m = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8)).cuda().eval()
