@@ -1,3 +1,0 @@
-# Call AH (issue 39; 2026-12-04, fifth session, right after call AG on the same machine): call AF's resnet50 checkpoint
-# (the tune after the change, route graph_inductor.bf16-weights at every size) loaded once more, profiled.
-set -o pipefail; ls outputs/af/r50-after/model.tweak || exit 3; source bench/device_env.sh >/dev/null || exit 1; mkdir -p outputs/ah/keep; timeout -s KILL 200 python3 bench/load.py --out outputs/ah/keep --tag h200-ah-r50 --checkpoints outputs/af/r50-after/model.tweak --runs outputs/ah --profile > outputs/ah/keep/load-r50.log 2>&1; echo "load rc=$? at ${SECONDS}s"; grep -A3 "^| model" outputs/ah/keep/load-h200-ah-r50.md; tar czf $OUT/call-ah.tgz -C outputs/ah/keep .
