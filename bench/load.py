@@ -153,7 +153,8 @@ def bench_checkpoint(checkpoint: Path, runs: Path, profile: bool = False) -> Dic
     from omegaconf import OmegaConf
 
     model = OmegaConf.load(checkpoint.parent / "config.yaml").model.name
-    row = {"model": model, "checkpoint": checkpoint.name, "first": in_fresh_process(checkpoint, "trusted", runs),
+    row = {"model": model, "run": checkpoint.parent.name, "checkpoint": checkpoint.name,
+           "first": in_fresh_process(checkpoint, "trusted", runs),
            **{way: in_fresh_process(checkpoint, way, runs) for way in WAYS}}
     if profile:
         row["profiled"] = in_fresh_process(checkpoint, "trusted", runs, profile=True)
@@ -166,10 +167,16 @@ def traced(load: Dict[str, Any]) -> Optional[bool]:
     return None if backends is None else any(b.get("traced") for b in backends.values())
 
 
+def label(row: Dict[str, Any], rows: List[Dict[str, Any]]) -> str:
+    """A row's name: its model, and its run's folder where two checkpoints of one model are loaded."""
+    twins = sum(r["model"] == row["model"] for r in rows) > 1
+    return f"{row['model']} ({row.get('run', row['checkpoint'])})" if twins else row["model"]
+
+
 def summary(rows: List[Dict[str, Any]]) -> Dict[str, Any]:
-    """Per model: ``import pipeline``'s seconds beyond torch's, each way's load seconds, whether the trusted load
-    traced anything, and whether every way's outputs matched eager."""
-    return {r["model"]: {"import_s": r["trusted"].get("import_s")} | {f"{way}_s": r[way].get("load_s") for way in WAYS}
+    """Per model (:func:`label`): ``import pipeline``'s seconds beyond torch's, each way's load seconds, whether the
+    trusted load traced anything, and whether every way's outputs matched eager."""
+    return {label(r, rows): {"import_s": r["trusted"].get("import_s")} | {f"{way}_s": r[way].get("load_s") for way in WAYS}
             | {"first_s": r.get("first", {}).get("load_s"), "left_running": len(r["trusted"].get("children", [])),
                "left_running_untrusted": len(r["untrusted"].get("children", [])),
                "traced": traced(r["trusted"]), "outputs_ok": all(r[way].get("outputs_ok") for way in WAYS)}
@@ -184,10 +191,10 @@ def markdown(rows: List[Dict[str, Any]], meta: Dict[str, Any]) -> str:
              "|---|---:|---:|---:|---:|---:|---|---|---:|---|"]
     nan = float("nan")
     for r in rows:
-        s = summary([r])[r["model"]]
+        s, name = summary([r])[r["model"]], label(r, rows)
         programs = ", ".join(f"{n}: {b.get('program')}" for n, b in r["trusted"].get("report", {}).get("backends",
                                                                                                          {}).items())
-        lines.append(f"| {r['model']} | {s['import_s'] or nan:.2f} | {s['first_s'] or nan:.2f} | "
+        lines.append(f"| {name} | {s['import_s'] or nan:.2f} | {s['first_s'] or nan:.2f} | "
                      f"{s['trusted_s'] or nan:.2f} | {s['clean_cache_s'] or nan:.2f} | {s['untrusted_s'] or nan:.2f} | "
                      f"{programs} | {s['traced']} | {s['left_running']}/{s['left_running_untrusted']} | {s['outputs_ok']} |")
     return "\n".join(lines) + "\n"
