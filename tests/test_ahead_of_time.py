@@ -382,7 +382,8 @@ def test_a_runtime_route_loads_its_saved_model_with_nothing_exported_or_compiled
     runtime's own model, held to the backend at save; a fresh process opens it, exporting nothing."""
     routes, home = runtime_routes
     ctx = routes[kind]
-    assert ctx.routed.aot[kind]["used"], ctx.routed.aot
+    # it is the program the profile timed: held to its outputs, not timed again (a busy host's noise kept it out)
+    assert ctx.routed.aot[kind]["used"] and ctx.routed.aot[kind]["timed"].startswith("no"), ctx.routed.aot
     manifest = checkpoint.read(ctx.checkpoint_path)["compiled"]["aot"][kind]
     assert manifest["format"] == aot.RUNTIME_FORMS[kind].name and list(manifest["runtime"]) == [kind]
     result = fresh_load(tmp_path, ctx.checkpoint_path, home)

@@ -261,8 +261,9 @@ def test_a_run_next_to_busy_loops_says_so_in_one_line_and_its_route_rests_on_no_
     assert report.CONTENDED_LEGEND in report.footer(table) and "!" in report.markdown(table)
     assert route["reference"]["geomean_speedup"] is None and all(c["contended"] for c in route["reference"]["cells"])
     # and the log was never silent for 15 s, re-measures and the save included
-    stamps = [datetime.strptime(line[1:24], "%Y-%m-%d %H:%M:%S,%f") for line in log if line.startswith("[20")]
-    assert max((b - a).total_seconds() for a, b in zip(stamps, stamps[1:])) < 15
+    stamped = [(datetime.strptime(line[1:24], "%Y-%m-%d %H:%M:%S,%f"), line) for line in log if line.startswith("[20")]
+    gap, before, after = max(((b - a).total_seconds(), la, lb) for (a, la), (b, lb) in zip(stamped, stamped[1:]))
+    assert gap < 15, f"the log was silent {gap:.1f} s between\n{before}\n{after}"
 
 
 def test_on_busy_fail_exits_2_in_one_line_leaving_no_run_directory(busy_loops, tmp_path):

@@ -94,7 +94,8 @@ def package_for(backend: Any, spec: Mapping[str, Any], sizes: Sequence[int], lar
     """``backend``'s program ahead of time, or None, and why: built in its form, loaded here, and held to the
     program it replaces (the backend as built) at each tuned size ``sizes`` it serves (``spec``: the inputs' spec):
     the same outputs (within its precision's tolerance) and no slower beyond SLACK, by the median over interleaved
-    rounds of each round's ratio (``ratio`` in the report), else the backend keeps its own."""
+    rounds of each round's ratio (``ratio`` in the report), else the backend keeps its own. A form that is the
+    backend's very program serialised (``Form.same_program``) is held to its outputs only."""
     from pipeline.measure.compare import judge
 
     form = form_for(backend)
@@ -117,7 +118,7 @@ def package_for(backend: Any, spec: Mapping[str, Any], sizes: Sequence[int], lar
                 verdict = judge(program(**inputs), own(**inputs), backend.candidate.compute_dtype)
                 if not verdict.ok:
                     return None, {**report, "used": False, "why": f"its outputs differ at batch {bs}: {verdict.reason}"}
-                if bs not in sizes:
+                if bs not in sizes or form.same_program:
                     continue
                 times: Dict[str, list] = {"aot": [], "traced": []}
                 for i in range(ROUNDS):
@@ -127,6 +128,9 @@ def package_for(backend: Any, spec: Mapping[str, Any], sizes: Sequence[int], lar
                     report[f"{name}_ms"][bs] = round(median(values), 4)
                 # paired: each round's two calls ran back to back, so a busy moment slows both, not one median
                 ratios[bs] = median([a / t for a, t in zip(times["aot"], times["traced"])])
+        if form.same_program:
+            return package, {"build_s": report["build_s"], "used": True, "why": "",
+                             "timed": "no: it is the program the profile timed"}
         report["ratio"] = {bs: round(r, 4) for bs, r in ratios.items()}
         slower = [bs for bs in sizes if ratios[bs] > 1 + SLACK]
         if slower:

@@ -36,6 +36,10 @@ class Form:
     """One compiled form (``name``: its format in a manifest, ``"aoti/1"``)."""
 
     name: ClassVar[str] = ""
+    # True where the saved form is the backend's very program serialised (a runtime's own model): it is held to the
+    # backend's outputs but not timed against it (two timings of one program differ only by the machine's noise,
+    # which on a busy host made a route keep rebuilding at load for nothing)
+    same_program: ClassVar[bool] = False
 
     def unfit(self, backend: Any) -> str:
         """Why ``backend``'s program cannot take this form, known before it is built ("" where it can)."""

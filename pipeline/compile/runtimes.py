@@ -47,6 +47,7 @@ class RuntimeForm(Form):
 
     kind = ""
     package = ""
+    same_program = True  # the session's optimised graph or the compiled model, as the backend built and timed it
 
     def unfit(self, backend: Any) -> str:
         if backend.kind != self.kind:
