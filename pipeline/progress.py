@@ -14,7 +14,7 @@ the time elapsed and an ETA from the steps done so far: the first step, then a s
 ``HEARTBEAT_S`` seconds, so a log never goes quiet while work goes on (a compile can take minutes
 in one step). The heartbeat is a thread that reads the task's own clock only (never another
 thread's frames), and ends with its task or with the :func:`scope` the task began in. Around the
-whole run, :func:`watchdog` speaks wherever nothing else has for ``HEARTBEAT_S`` seconds.
+whole run, :func:`watchdog` speaks wherever nothing else has for ``WATCHDOG_S`` seconds.
 """
 
 from __future__ import annotations
@@ -30,6 +30,9 @@ from typing import Any, Callable, Iterable, Iterator, List, Optional, Tuple, Typ
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 HEARTBEAT_S = 10.0  # a step running longer is logged again: the log is never quiet for long
+# The run's watchdog speaks sooner: its line is the log's last resort against a 15 s silence, and on a host busy
+# enough to starve its thread (CI saw a 23 s gap with a 10 s watchdog) it needs the margin
+WATCHDOG_S = 5.0
 QUIET_S = 5.0  # a new step is logged only if the last line is older: fast steps do not flood the log
 
 
@@ -166,7 +169,7 @@ WATCHED = ("pipeline", "stages")  # the loggers whose lines count as the run spe
 
 
 @contextlib.contextmanager
-def watchdog(doing: Callable[[], str], every_s: float = HEARTBEAT_S) -> Iterator[None]:
+def watchdog(doing: Callable[[], str], every_s: float = WATCHDOG_S) -> Iterator[None]:
     """While the block runs, a line ``<doing()> still running after ...`` whenever tweakpipe's log has said nothing
     for ``every_s`` seconds, from whatever part of the run is silent: a stage's work between its own steps, a
     checkpoint's save and its ahead-of-time builds, cells measured again on a loaded host. A log that goes quiet for
