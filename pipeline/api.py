@@ -27,6 +27,7 @@ from pipeline.route import checkpoint
 from pipeline.route.checkpoint import save
 from pipeline.config import limits
 from pipeline.config.errors import explain_unknown_key, one_line
+from pipeline.config.own_model import with_own_model
 from pipeline.errors import ConfigError
 from pipeline.examples import Examples, input_spec, pooled, spec_of
 from pipeline.route.served import RoutedModule
@@ -36,12 +37,13 @@ log = logging.getLogger(__name__)
 
 
 def compose_config(overrides: Sequence[str] = ()) -> DictConfig:
-    """The shipped ``config.yaml`` composed with command-line style overrides, as ``python -m pipeline`` would;
+    """The shipped ``config.yaml`` composed with command-line style overrides, as ``python -m pipeline`` would (your
+    own ``model.build._target_`` without a ``model=`` starts from ``model=custom``: ``pipeline.config.own_model``);
     an override Hydra cannot apply is a one-line ``ConfigError`` (a misspelt key names the closest ones)."""
     register_configs()
     with initialize_config_dir(config_dir=str(SHIPPED_CONF), version_base="1.3", job_name="tweakpipe_api"):
         try:
-            return compose(config_name="config", overrides=list(overrides))
+            return compose(config_name="config", overrides=with_own_model(overrides))
         except (ConfigCompositionException, OverrideParseException) as exc:
             raise ConfigError(explain_unknown_key(exc) or one_line(exc)) from None
 
