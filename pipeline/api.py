@@ -30,6 +30,7 @@ from pipeline.config.errors import explain_unknown_key, one_line
 from pipeline.config.own_model import with_own_model
 from pipeline.errors import ConfigError
 from pipeline.examples import Examples, input_spec, pooled, spec_of
+from pipeline.record import logged_model
 from pipeline.route.served import RoutedModule
 from pipeline.config.schema import InputSpec, register_configs
 
@@ -105,6 +106,7 @@ def tune(model: nn.Module, example_inputs: Examples, overrides: Sequence[str] = 
     return ctx.routed
 
 
+@runner.said
 def load(path: Union[str, Path], model: nn.Module, device: Optional[Union[str, torch.device]] = None,
          trust_options: bool = False, trust_compiled: Optional[bool] = None) -> RoutedModule:
     """:func:`pipeline.route.checkpoint.load` (its docstring says what is checked and what is trusted), saying in
@@ -112,8 +114,10 @@ def load(path: Union[str, Path], model: nn.Module, device: Optional[Union[str, t
     why not (``tweakpipe trust FILE.tweak`` where they were not signed with your key). The line goes to stderr
     unless the program set up logging itself (the root logger has a handler): then it goes there, as
     :func:`tune`'s lines do."""
-    with runner.console_log():
-        return checkpoint.load(path, model, device, trust_options=trust_options, trust_compiled=trust_compiled)
+    return checkpoint.load(path, model, device, trust_options=trust_options, trust_compiled=trust_compiled)
 
 
-__all__ = ["tune", "save", "load", "compose_config", "input_spec"]
+# The routed model a run logged to MLflow (pipeline.record.logged_model), its lines said where load's are.
+load_logged_model = runner.said(logged_model.load_logged_model)
+
+__all__ = ["tune", "save", "load", "load_logged_model", "compose_config", "input_spec"]

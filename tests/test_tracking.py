@@ -8,6 +8,7 @@ import fcntl
 import math
 import os
 import pty
+import re
 import sqlite3
 import subprocess
 import sys
@@ -311,6 +312,28 @@ def test_a_logged_model_loads_back_with_its_compiled_artifacts(routed_run, tmp_p
     for bs in (1, 3, 8, 9):
         x = torch.randn(bs, 16)
         assert torch.equal(served(x), ctx.routed(x)), bs
+
+
+LOAD_LOGGED = """
+import sys, pipeline
+from pipeline.models import MLP
+served = pipeline.load_logged_model(sys.argv[1], MLP(width=16, depth=2).eval(), tracking_uri=sys.argv[2])
+print(served)
+"""
+
+
+@pytest.mark.slow
+def test_load_logged_model_says_its_line_in_a_plain_script_as_load_does(routed_run, tmp_path: Path) -> None:
+    """A script that set up no logging sees the load's one line on stderr, as ``pipeline.load`` shows it."""
+    _, uri, home, found, logged = routed_run
+    env = {**clean_env(), "TWEAKPIPE_HOME": str(home), "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", LOAD_LOGGED, logged.model_id, uri], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip() == "RoutedModule(1..inf: inductor)"
+    (load,) = [line for line in proc.stderr.splitlines() if "[pipeline.route.checkpoint][INFO] - loaded " in line]
+    assert re.search(r"in \d+\.\d\d s on cpu, route 1\.\.inf: inductor; compiled artifacts used", load), load
+    assert f"logged model {logged.model_id} (run {found.info.run_id}) downloaded from {uri}" in proc.stderr
 
 
 def test_a_logged_model_keeps_the_trust_rules_of_a_file(routed_run, tmp_path: Path, monkeypatch) -> None:
