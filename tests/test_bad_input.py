@@ -233,7 +233,7 @@ def test_a_tracking_server_that_is_down_fails_within_seconds(compose_cfg):
         check_config(cfg)
     assert time.monotonic() - start < 30
     one_line_naming(str(err.value), r"the tracking server is unreachable",
-                    rf"mlflow server --backend-store-uri sqlite:///outputs/mlflow\.db --host 127\.0\.0\.1 --port {port}")
+                    rf"mlflow server --backend-store-uri sqlite:///mlflow-server/mlflow\.db .*--host 127\.0\.0\.1 --port {port} ")
 
 
 CREATE_STORE = """
