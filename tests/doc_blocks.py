@@ -44,10 +44,14 @@ def files(text: str) -> Dict[str, str]:
     return named
 
 
+def lines(text: str) -> List[str]:
+    """The command lines of the ``bash`` blocks, in order."""
+    return [line for lang, content in blocks(text) if lang == "bash" for line in content.splitlines() if line.strip()]
+
+
 def commands(text: str) -> List[List[str]]:
     """The commands of the ``bash`` blocks as argument lists, in order; ``python`` is this interpreter."""
-    lines = [line for lang, content in blocks(text) if lang == "bash" for line in content.splitlines()]
-    argvs = [shlex.split(line, comments=True) for line in lines]
+    argvs = [shlex.split(line, comments=True) for line in lines(text)]
     return [[sys.executable if a[0] == "python" else a[0], *a[1:]] for a in argvs if a]
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -15,7 +16,7 @@ import torch
 import yaml
 
 from conftest import ROOT
-from doc_blocks import commands, section, write_files
+from doc_blocks import commands, files, lines, section, write_files
 from mlflow_helpers import clean_env
 from pipeline import runner
 from pipeline.api import compose_config
@@ -25,6 +26,7 @@ from pipeline.errors import ConfigError
 PAGE = ROOT / "docs" / "config" / "model.md"
 OWN = section(PAGE, "## Your own model and data")
 OWN_YAML = section(PAGE, "### A model of your own config directory")
+GETTING_STARTED = ROOT / "docs" / "getting-started.md"
 QUICK = ["profile=quick", "backends=[eager]", "reference=false", "tracking=off"]
 
 
@@ -76,21 +78,27 @@ def test_what_your_model_lacks_or_does_not_take_is_named_before_any_work(tmp_pat
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory) -> Path:
-    """A folder holding the page's files (``mypkg/model.py``, ``save_inputs.py``), where a user runs its commands."""
+    """A folder holding the page's files (``mypkg/model.py``, ``save_inputs.py``) where its commands ran, in order
+    (each must succeed): the inputs saved, the model tuned."""
     here = tmp_path_factory.mktemp("own_model")
     assert {p.relative_to(here).as_posix() for p in write_files(OWN, here)} == {"mypkg/model.py", "save_inputs.py"}
+    argvs = commands(OWN)
+    assert argvs[-1][1:4] == ["-m", "pipeline", "model.build._target_=mypkg.model.TwoInputNet"], argvs
+    for argv in argvs:
+        proc = run_in(here, argv)
+        assert proc.returncode == 0, f"{argv}:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
     return here
+
+
+def tuned_by_config(folder: Path) -> Path:
+    (run_dir,) = [d for d in run_dirs(folder) if "_TwoInputNet_" in d.name]
+    return run_dir
 
 
 @pytest.mark.slow
 def test_the_docs_own_model_command_tunes_a_two_input_net_as_written(folder):
-    argvs = commands(OWN)
-    assert argvs[-1][1:4] == ["-m", "pipeline", "model.build._target_=mypkg.model.TwoInputNet"], argvs
-    for argv in argvs:
-        proc = run_in(folder, argv)
-        assert proc.returncode == 0, f"{argv}:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
-    (run_dir,) = run_dirs(folder)
-    assert "_TwoInputNet_" in run_dir.name and (run_dir / "model.tweak").is_file()
+    run_dir = tuned_by_config(folder)
+    assert (run_dir / "model.tweak").is_file()
     model = saved_model(run_dir)
     assert model["build"] == {"_target_": "mypkg.model.TwoInputNet"}  # nothing of the default mlp
     assert {n: s["shape"] for n, s in model["inputs"].items()} == {"image": [3, 32, 32], "side": [4]}
@@ -99,18 +107,42 @@ def test_the_docs_own_model_command_tunes_a_two_input_net_as_written(folder):
 
 @pytest.mark.slow
 def test_the_docs_model_yaml_in_your_config_directory_runs_as_written(folder):
-    if not (folder / "my_inputs.pt").is_file():
-        assert run_in(folder, commands(OWN)[0]).returncode == 0  # save_inputs.py, where this test runs alone
     assert [p.relative_to(folder).as_posix() for p in write_files(OWN_YAML, folder)] == ["my_conf/model/two_input.yaml"]
-    before = run_dirs(folder)
     (argv,) = commands(OWN_YAML)
     proc = run_in(folder, argv)
     assert proc.returncode == 0, f"{argv}:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
-    (run_dir,) = set(run_dirs(folder)) - set(before)
-    assert "_two_input_" in run_dir.name
+    (run_dir,) = [d for d in run_dirs(folder) if "_two_input_" in d.name]
     model = saved_model(run_dir)
     assert model["build"] == {"_target_": "mypkg.model.TwoInputNet", "hidden": 64} and model["batch_sizes"] == [1, 8, 32]
     assert set(model["inputs"]) == {"image", "side"}
+
+
+def test_getting_started_shows_the_own_model_files_and_command_this_file_runs():
+    by_config = section(GETTING_STARTED, "## Your own model by config")
+    assert files(by_config) == files(OWN) and commands(by_config) == commands(OWN)
+
+
+@pytest.mark.slow
+def test_getting_started_commands_run_as_written(folder):
+    """The page's other commands, each line through bash in the folder where its own model was tuned: a first run,
+    the Python API script, and reading the results (all but ``mlflow ui``, a server that runs until stopped)."""
+    python = section(GETTING_STARTED, "## Your own model in Python")
+    assert [p.relative_to(folder).as_posix() for p in write_files(python, folder)] == ["tune_mine.py"]
+    env = {**clean_env(), "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    said = {}
+    for heading in ("## A first run", "## Your own model in Python", "## Reading the results"):
+        for line in lines(section(GETTING_STARTED, heading)):
+            if line.startswith("mlflow ui "):
+                continue
+            proc = subprocess.run(line, shell=True, executable="/bin/bash", cwd=folder, env=env, capture_output=True,
+                                  text=True, timeout=300)
+            assert proc.returncode == 0, f"{line}:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+            said[line.split()[0] if line.split()[0] != "python" else line] = proc.stdout
+    assert any("_tiny_mlp_" in d.name for d in run_dirs(folder))  # the first run
+    assert said["python tune_mine.py"].strip() == "torch.Size([5, 10])"
+    assert {"config.yaml", "profile.csv", "route.json", "model.tweak", "latency.png"} <= set(said["ls"].split())
+    assert "TwoInputNet" in said["tweakpipe"] and "tiny_mlp" in said["tweakpipe"]
+    assert (folder / "outputs" / "reports" / "tweakpipe" / "report.md").is_file()
 
 
 @pytest.mark.slow
