@@ -89,8 +89,39 @@ def bench_model(model: str, overrides: List[str], run_dir: Path, sizes: Sequence
         "loaded_backend_stats": {n: b.stats() for n, b in auto.backends.items()},
         "stage_seconds": ctx.stage_seconds,
         "cells": cells,
+        # the tune's own profile (what the route was decided on): where the table disagrees, this says why
+        "tune_cells": {b: {k: {"median_ms": m.median, "interval_ms": list(m.interval), "noisy": m.noisy,
+                               "contended": m.contended} for k, m in per.items() if isinstance(k, int) and m.count}
+                       for b, per in ctx.profile.items()},
+        "min_gain": float(cfg.route.min_gain),
     }
     return row
+
+
+def disagreements(rows: List[Dict], table: Table = SEED) -> List[str]:
+    """Each cell where a backend the route did not serve there beat ``auto`` in the table by more than the route's own
+    margin, with what the tune measured of both: the route was right on the tune's numbers (the cells moved between
+    the tune and the table), or the tune's numbers already showed the winner (a bug of the route's)."""
+    out = []
+    for row in rows:
+        margin, tuned = row.get("min_gain", 0.10), row.get("tune_cells", {})
+        for bs in table.sizes:
+            singles = {b: c[bs]["median_ms"] for b, c in row["cells"].items() if not b.startswith("auto") and bs in c}
+            best = min(singles, key=singles.get)
+            auto = row["cells"]["auto"][bs]["median_ms"]
+            served = next(r["backend"] for r in row["route"] if r["lo"] <= bs and (r["hi"] is None or bs <= r["hi"]))
+            if best == served or auto <= singles[best] * (1 + margin):
+                continue
+            tune = {b: tuned.get(b, {}).get(str(bs)) or tuned.get(b, {}).get(bs) for b in (best, served)}
+            said = "; ".join(f"{b} {t['median_ms']:.3g} ms [{t['interval_ms'][0]:.3g}, {t['interval_ms'][1]:.3g}]"
+                             f"{' noisy' if t['noisy'] else ''}{' contended' if t['contended'] else ''}"
+                             if t else f"{b} not profiled" for b, t in tune.items())
+            verdict = ("the tune showed it faster beyond the margin: the route's bug"
+                       if all(tune.values()) and tune[best]["median_ms"] * (1 + margin) < tune[served]["median_ms"]
+                       else "the tune did not show it faster beyond the margin: the cells moved between tune and table")
+            out.append(f"{row['model']} bs={bs}: {best} {singles[best]:.3g} ms beats auto ({served}) {auto:.3g} ms by "
+                       f"{auto / singles[best]:.2f}x; the tune measured {said}: {verdict}")
+    return out
 
 
 def ratios(row: Dict, table: Table = SEED) -> Dict[int, Dict[str, float]]:
@@ -164,6 +195,9 @@ def write(out: Path, stem: str, meta: Dict, rows: List[Dict], table: Table = SEE
     (out / f"{stem}.json").write_text(json.dumps(result, indent=2, default=str))
     md = markdown(rows, f"{result['device']}, {result['dtype']}, torch {result['torch']}", table)
     md = md.replace("\n", f"\n\n{notes}\n", 1) if notes else md
+    found = disagreements(rows, table)
+    md += ("\nWhere a backend the route did not serve beat auto by more than the route's margin, and what the tune "
+           "measured:\n\n" + "\n".join(f"- {line}" for line in found) + "\n") if found else ""
     md += f"\nSummary: {json.dumps(result['summary'])}\n\nCommand: `{result['command']}`\n"
     (out / f"{stem}.md").write_text(md)
     return md

@@ -6,7 +6,7 @@ import copy
 import time
 from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple, TypeVar
 
 import torch
 from omegaconf import DictConfig
@@ -225,7 +225,11 @@ class RunContext:
         return Race(self.medians(), self.intervals(), list(self.candidates), self.failures(),
                     baseline(self.candidates), self.lengths,
                     {n for n, o in self.outcomes.items() if o.padding == PROVED or o.any_length}, self.references(),
-                    {(n, key) for n, per in self.profile.items() for key, m in per.items() if m.contended})
+                    self.contended())
+
+    def contended(self) -> Set[Tuple[str, Key]]:
+        """The profile's cells measured on a busy host (``pipeline.measure.contention``), as (backend, cell)."""
+        return {(n, key) for n, per in self.profile.items() for key, m in per.items() if m.contended}
 
     def before(self, stage: str, candidates: Optional[Mapping[str, Candidate]] = None) -> "RunContext":
         """A copy as the stages before ``stage`` left it (what ``stage`` and the later ones found is left out),

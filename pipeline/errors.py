@@ -29,3 +29,17 @@ class RouteError(ValueError):
     """No route can be chosen as asked (nothing profiled to route on, a strategy or ``route.backend`` that cannot
     serve, a latency that is not one); raised by the route code (``pipeline.route``), whose callers say what
     it means for them (the route stage fails the run, a config check names the key)."""
+
+
+class JobFailed(Exception):
+    """A sweep job that ended without its result: ``reason``, the one line a single run would print, and ``code``,
+    the exit code it would have had (2: a config mistake, 1: a :class:`RunFailed`). ``python -m pipeline`` raises it
+    in a sweep job instead of exiting, so that Hydra records the job FAILED and the sweep goes on to its other jobs
+    (``pipeline.record.sweep_jobs``)."""
+
+    def __init__(self, reason: str, code: int) -> None:
+        super().__init__(reason, code)  # both in args: it pickles back from a job's own process
+        self.reason, self.code = reason, code
+
+    def __str__(self) -> str:
+        return self.reason

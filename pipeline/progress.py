@@ -13,7 +13,8 @@ the time elapsed and an ETA from the steps done so far: the first step, then a s
 ``QUIET_S`` seconds (fast steps do not flood the log), and a step still running again every
 ``HEARTBEAT_S`` seconds, so a log never goes quiet while work goes on (a compile can take minutes
 in one step). The heartbeat is a thread that reads the task's own clock only (never another
-thread's frames), and ends with its task or with the :func:`scope` the task began in.
+thread's frames), and ends with its task or with the :func:`scope` the task began in. Around the
+whole run, :func:`watchdog` speaks wherever nothing else has for ``HEARTBEAT_S`` seconds.
 """
 
 from __future__ import annotations
@@ -117,7 +118,9 @@ class LoggedSteps(Steps):
                 self.say(f"{self.label} still running after {duration(now - self.step_started)}", now)
 
     def finish(self) -> None:
-        log.info("%s done: %d step(s) in %s", self.title, self.steps, duration(self.clock() - self.started))
+        """The end, where a step was taken (a task that found nothing to do says nothing)."""
+        if self.steps:
+            log.info("%s done: %d step(s) in %s", self.title, self.steps, duration(self.clock() - self.started))
 
 
 _live: List[threading.Event] = []  # the heartbeats of tasks now running, oldest first
@@ -146,6 +149,49 @@ def heartbeat(bar: LoggedSteps) -> Iterator[None]:
             if stop in _live:
                 _live.remove(stop)
         thread.join()
+
+
+class LastLine(logging.Handler):
+    """When tweakpipe's log last said anything a user sees (INFO and above, from ``pipeline`` or ``stages``)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.at = time.monotonic()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.at = time.monotonic()
+
+
+WATCHED = ("pipeline", "stages")  # the loggers whose lines count as the run speaking
+
+
+@contextlib.contextmanager
+def watchdog(doing: Callable[[], str], every_s: float = HEARTBEAT_S) -> Iterator[None]:
+    """While the block runs, a line ``<doing()> still running after ...`` whenever tweakpipe's log has said nothing
+    for ``every_s`` seconds, from whatever part of the run is silent: a stage's work between its own steps, a
+    checkpoint's save and its ahead-of-time builds, cells measured again on a loaded host. A log that goes quiet for
+    a minute reads as a hang; the progress bars' own heartbeats name their step, this covers the rest."""
+    last, began, stop = LastLine(), time.monotonic(), threading.Event()
+    loggers = [logging.getLogger(name) for name in WATCHED]
+    for logger in loggers:
+        logger.addHandler(last)
+
+    def watch() -> None:
+        while not stop.wait(min(1.0, every_s / 4)):
+            now = time.monotonic()
+            if now - last.at >= every_s:
+                log.info("%s still running after %s (nothing else said for %s)", doing(), duration(now - began),
+                         duration(now - last.at))
+
+    thread = threading.Thread(target=watch, name="progress-watchdog", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+        for logger in loggers:
+            logger.removeHandler(last)
 
 
 @contextlib.contextmanager

@@ -45,6 +45,7 @@ from pipeline import progress
 from pipeline.record.claim import claimed
 from pipeline.record.recorder import Recorder, earlier_record, earlier_results
 from pipeline.record.tracker import make_tracker
+from pipeline.redact import redact_log
 from pipeline.seqlen import declared
 
 log = logging.getLogger(__name__)
@@ -164,13 +165,19 @@ def logging_to(handler: logging.Handler) -> Iterator[None]:
 
 @contextlib.contextmanager
 def run_log(run_dir: Path) -> Iterator[None]:
-    """``tweakpipe.log`` in the run directory: Hydra writes it for command-line runs; for API runs
-    the run writes its own, at INFO, for its duration."""
+    """``tweakpipe.log`` in the run directory, its lines redacted (``pipeline.redact``): Hydra writes it for
+    command-line runs (its handler redacts from now on); for API runs the run writes its own, at INFO, for its
+    duration."""
     path = (run_dir / LOG_FILE).resolve()
-    if any(getattr(h, "baseFilename", None) == str(path) for h in logging.getLogger().handlers):
+    hydras = [h for h in logging.getLogger().handlers if getattr(h, "baseFilename", None) == str(path)]
+    for handler in hydras:
+        redact_log(handler)
+    if hydras:
         yield
         return
-    with logging_to(logging.FileHandler(path)):
+    handler = logging.FileHandler(path)
+    with logging_to(handler):
+        redact_log(handler)
         yield
 
 
@@ -219,11 +226,14 @@ def run(cfg: DictConfig, run_dir: Path, model: Optional[torch.nn.Module] = None,
     host = first_look(cfg)
     cfg.threads = host.threads
     run_dir.mkdir(parents=True, exist_ok=True)
+    stage = "setup"
+    # progress.watchdog: never silent for long, whether in a stage, between stages or while files are written
     with claimed(run_dir), run_log(run_dir), stops.stoppable() as stop, devices.cpu_threads(cfg.threads) as threads, \
-            compile_cache.active(OmegaConf.to_container(cfg.compile_cache, resolve=True)):
+            compile_cache.active(OmegaConf.to_container(cfg.compile_cache, resolve=True)), \
+            progress.watchdog(lambda: stage):
         cfg.threads = threads  # the count in force, so that config.yaml and MLflow's params record it
         tuning = Stopwatch()
-        status, stage, recorder = "FAILED", "setup", None
+        status, recorder = "FAILED", None
         try:
             if host.busy:
                 log.warning(host.busy)

@@ -35,7 +35,7 @@ from pipeline.backends import Backend, BackendUnsupported, Candidate
 from pipeline.compile import cache as compile_cache
 from pipeline.batching import output_batch_dims, output_seq_dims
 from pipeline.compile import ahead as compile_ahead
-from pipeline.compile import aot
+from pipeline.compile import standalone
 from pipeline.compile.build import BuildSpec, build_and_warm
 from pipeline.context import ALLOW_HINT, BackendOutcome, RunContext
 from pipeline.errors import ConfigError, RunFailed
@@ -120,7 +120,8 @@ def capture_one(ctx: RunContext, backend: Backend,
         if disks.is_full(exc):  # Inductor's own words would be a compile error, far from the cause
             cache = compile_cache.inductor_directory(OmegaConf.to_container(ctx.cfg.compile_cache, resolve=True))
             disks.sweep_temporaries(cache)
-            outcome.reason = f"{disks.full_message(cache, 'compile_cache.dir')} ({outcome.reason[:300]})"
+            said = " ".join(outcome.reason[:300].split())  # the compiler's command and output, on one line
+            outcome.reason = f"{disks.full_reason(cache, 'compile_cache.dir')} ({said})"
         return outcome
     stats = backend.stats()
     outcome.graphs, outcome.pool_mb = int(stats.get("graphs", 0)), float(stats.get("pool_bytes", 0)) / 2**20
@@ -284,7 +285,7 @@ def run(ctx: RunContext) -> None:
             else:
                 head_start = ahead.wait(name)
                 if head_start and head_start.get("standalone"):  # its worker's program, loaded with no trace
-                    aot.adopt(built[name], head_start["standalone"], ahead.directory)
+                    standalone.adopt(built[name], head_start["standalone"], ahead.directory)
                     log.info("capture: %s runs the standalone program its worker built (%.1f s): no trace here",
                              name, float(head_start["standalone"]["build_s"]))
                 elif head_start and head_start.get("standalone_unfit"):

@@ -87,10 +87,12 @@ def screen(ctx: RunContext, calls: Calls, watch: Watch) -> List[str]:
 
 
 def remeasure_contested(ctx: RunContext, calls: Calls, on_cell: Callable[[str, Key, Measurement], None],
-                        watch: Optional[Watch] = None, pcfg: Any = None) -> int:
+                        watch: Optional[Watch] = None, pcfg: Any = None,
+                        on_step: Callable[[str], None] = lambda label: None) -> int:
     """Another window, up to ``max_repeats`` rounds (of ``pcfg``, default the run's profile), for the noisy cells the
     route rests on at sizes where it is contested (another candidate's interval overlaps the owner's); the windows
-    taken."""
+    taken. ``on_step`` hears of each cell as it is measured again (the progress bar: on a loaded host a round takes
+    minutes, and the log must not go quiet meanwhile)."""
     pcfg = ctx.cfg.profile if pcfg is None else pcfg
     s, taken = Settings.of(pcfg), 0
     for _ in range(s.max_repeats):
@@ -103,6 +105,7 @@ def remeasure_contested(ctx: RunContext, calls: Calls, on_cell: Callable[[str, K
         if not todo:
             break
         for key, names in sorted(todo.items()):
+            on_step(f"{label(key)} again ({', '.join(names)})")
             measured = measure_interleaved(calls(key, names), ctx.device, {**pcfg, "max_repeats": 0},
                                            pass_index=s.passes - 1, watch=watch, what=f"{label(key)} again")
             for name, m in measured.items():
@@ -141,7 +144,8 @@ def run(ctx: RunContext) -> None:
             lambda key: calls(key, timed), sizes, ctx.lengths, ctx.device, {**pcfg, "max_repeats": 0},
             device_check=checked, known=known, on_cell=on_cell, watch=watch,
             on_step=lambda p, key: bar.next(f"pass {p + 1}/{pcfg.passes} {label(key)} ({', '.join(timed)})")))
-    repeats = remeasure_contested(ctx, calls, on_cell, watch, pcfg)
+    with ctx.progress.steps("profile again", None) as bar:
+        repeats = remeasure_contested(ctx, calls, on_cell, watch, pcfg, bar.next)
     for name, backend in list(ctx.backends.items()):
         fallback = backend.fallback_reason()
         if fallback:  # its timings are eager's, not its own: drop them rather than route on them

@@ -79,13 +79,19 @@ def against_reference(ctx: RunContext, route: List[Any], failures: Dict[str, str
         return None
     owners = {key: backend_at(route, *key) if ctx.lengths else backend_for(route, key) for key in ctx.cells}
     found = versus.comparison({k: b for k, b in owners.items() if b is not None}, ctx.medians(), ctx.intervals(),
-                              references, failures, ctx.cfg.route.strategy, cell_entry)
+                              references, failures, ctx.cfg.route.strategy, cell_entry, ctx.contended())
     if found is None:
         log.info("route   no reference was measured (%s), so auto is not compared with it", ", ".join(references))
         return None
-    log.info("route   against the user's own compile (%s): auto is %.2fx-%.2fx as fast (geometric mean %.2fx over %d "
-             "cell(s))", ", ".join(references), found["worst_speedup"], max(c["speedup"] for c in found["cells"]),
-             found["geomean_speedup"], len(found["cells"]))
+    clean = [c["speedup"] for c in found["cells"] if not c["contended"]]
+    busy = f"; {found['contended_cells']} cell(s) measured on a busy host left out" if found["contended_cells"] else ""
+    if clean:
+        log.info("route   against the user's own compile (%s): auto is %.2fx-%.2fx as fast (geometric mean %.2fx over "
+                 "%d cell(s)%s)", ", ".join(references), found["worst_speedup"], max(clean), found["geomean_speedup"],
+                 len(clean), busy)
+    else:
+        log.info("route   against the user's own compile (%s): no figure stands, every cell was measured on a busy "
+                 "host (route.json: reference.cells, marked contended)", ", ".join(references))
     if found["slower_cells"]:
         log.warning("route   auto is slower than the reference beyond both intervals at %s",
                     "; ".join(f"{label((c['batch_size'], c['seq_len']) if 'seq_len' in c else c['batch_size'])}: "

@@ -35,6 +35,19 @@ def compose_cfg() -> Callable[[List[str]], DictConfig]:
 
 
 @contextlib.contextmanager
+def tmpfs(where: Path, options: str) -> Iterator[Path]:
+    """A tmpfs mounted at ``where`` with ``options`` (size=, nr_inodes=, ro) for the block: a real full or read-only
+    disk (mounting needs root; elsewhere the test skips with the reason)."""
+    where.mkdir(parents=True, exist_ok=True)
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(where)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here (needs root): a full disk cannot be made")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=True)
+
+
+@contextlib.contextmanager
 def read_only(path: Path) -> Iterator[None]:
     """``path`` made read-only for this process, root included (its mode, and the immutable flag where the
     mode does not stop root); skips the test where neither can."""

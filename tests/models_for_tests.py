@@ -196,14 +196,14 @@ class SlowAtReducedPrecision(nn.Module):
 
 
 def compile_workers_of(pid: int) -> list:
-    """The compile worker processes (``python -m pipeline.compile.worker``) started by process ``pid``."""
+    """The compile worker processes (``pipeline.compile.worker``) started by process ``pid``."""
     found = []
     for entry in Path("/proc").glob("[0-9]*/cmdline"):
         try:
             argv = entry.read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"pipeline.compile.worker" in argv and argv[-2:-1] == [str(pid).encode()]:
+        if any(b"'pipeline.compile.worker'" in arg for arg in argv) and argv[-2:-1] == [str(pid).encode()]:
             found.append(int(entry.parent.name))
     return found
 

@@ -11,6 +11,9 @@ import hashlib
 import io
 import json
 import os
+import pwd
+import shutil
+import stat
 import subprocess
 import sys
 import zipfile
@@ -21,11 +24,13 @@ import pytest
 import torch
 
 import pipeline
-from conftest import ROOT, TINY, tweakpipe_home
+from conftest import ROOT, TINY, tmpfs, tweakpipe_home
 from mlflow_helpers import clean_env
 from pipeline.api import compose_config
 from pipeline.compile import aot
 from pipeline.compile import artifacts as compiled
+from pipeline.compile import loads
+from pipeline.compile.manifest import written
 from pipeline.models import MLP
 from pipeline.route import checkpoint
 from pipeline.runner import run
@@ -84,7 +89,8 @@ served = pipeline.load(sys.argv[1], MLP(width=16, depth=2).eval(), trust_compile
 seconds = time.perf_counter() - start
 x = torch.load(sys.argv[2])
 torch.save(served(x), sys.argv[3])
-imported = {"dynamo": "torch._dynamo" in sys.modules, "inductor": "torch._inductor" in sys.modules}
+imported = {"dynamo": "torch._dynamo" in sys.modules, "inductor": "torch._inductor" in sys.modules,
+            "onnx_exporter": "onnxscript" in sys.modules}
 from bench.load import left_behind  # the bench's own listing of what a load left running
 kept = {"theirs_kept": async_compile.AsyncCompile.process_pool() is theirs} if options["own_pool"] else {}
 print(json.dumps({"seconds": seconds, "report": served.load_report.to_dict(), "children": left_behind(), **imported,
@@ -142,9 +148,12 @@ def test_without_trust_the_program_is_not_used_and_the_backend_is_traced(tuned, 
     assert served.load_report.artifacts.startswith("ignored") and backend.program == "traced" and backend.traced
 
 
-def forged(path: Path, tmp_path: Path, manifest_edit=None, package_edit=None) -> Path:
-    """A copy of the checkpoint whose program (or its manifest) was changed, then signed by the user, as a careless
-    `tweakpipe trust` would: every check but the program's own must pass."""
+def forged(path: Path, tmp_path: Path, manifest_edit=None, package_edit=None, claim_edit=None, signed: bool = True,
+           manifests: bool = True, name: str = "inductor") -> Path:
+    """A copy of the checkpoint whose program or its manifest was changed, then signed by the user, as a careless
+    `tweakpipe trust` would (every check but the program's own must pass), or left unsigned (``signed=False``);
+    ``claim_edit`` edits the checkpoint's payload after signing (what anyone can do to the checkpoint alone), and
+    ``manifests=False`` leaves the manifests out of the signed header (as files saved before they were signed)."""
     copy = tmp_path / path.name
     payload = checkpoint.read(path)
     record = payload["compiled"]
@@ -152,16 +161,19 @@ def forged(path: Path, tmp_path: Path, manifest_edit=None, package_edit=None) ->
     contents = compiled._contents(body, record["backends"], record["aot"])
     programs = dict(contents.aot)
     if package_edit:
-        programs["inductor"] = package_edit(programs["inductor"])
+        programs[name] = package_edit(programs[name])
     if manifest_edit:
-        manifest_edit(record["aot"]["inductor"])
+        manifest_edit(record["aot"][name])
     header = {"backends": {n: len(d) for n, d in contents.backends.items()},
-              "files": {p: len(d) for p, d in contents.files.items()}, "aot": {n: len(d) for n, d in programs.items()}}
+              "files": {p: len(d) for p, d in contents.files.items()}, "aot": {n: len(d) for n, d in programs.items()},
+              **({"manifests": json.loads(json.dumps(record["aot"]))} if manifests else {})}
     new = (json.dumps(header).encode() + b"\n" + b"".join(contents.backends.values())
            + b"".join(contents.files.values()) + b"".join(programs.values()))
     record.update(sha256=hashlib.sha256(new).hexdigest(), bytes=len(new))
+    if claim_edit:
+        claim_edit(payload)
     checkpoint.write(payload, copy)
-    compiled.write_signed(compiled.path_for(copy), new)
+    compiled.write_signed(compiled.path_for(copy), new, "" if signed else "a test leaves it unsigned")
     return copy
 
 
@@ -174,6 +186,224 @@ def test_a_program_for_another_cpu_is_not_used(tuned, tmp_path, monkeypatch, cap
     assert served.load_report.artifacts == "used" and served.load_report.backends["inductor"].program == "traced"
     assert "cpu_capability 'NO_AVX'" in served.load_report.aot["inductor"]
     assert any("is not used" in r.getMessage() and "NO_AVX" in r.getMessage() for r in caplog.records)
+
+
+# --- what the native program relies on is signed (issue 53) ---------------------------------------------------
+
+
+class Scaled(torch.nn.Module):
+    """Elementwise from its first op: its native program reads ``x`` with no library call that checks a shape."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.linspace(0.5, 1.5, 16))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(x * self.w) + 1
+
+
+@pytest.fixture(scope="module")
+def elementwise(tmp_path_factory):
+    """``Scaled`` tuned to an Inductor route saved with its package, signed with its own TWEAKPIPE_HOME's key."""
+    folder = tmp_path_factory.mktemp("elementwise")
+    with tweakpipe_home(folder / "home"):
+        pipeline.tune(Scaled().eval(), torch.randn(4, 16), run_dir=folder / "run", overrides=[
+            "device=cpu", "backends=[eager,inductor]", "route=one_backend", "route.backend=inductor", "profile=quick",
+            "tracking=off", "reference=false", "model.batch_sizes=[1,4]", "stages=[capture,profile,route]",
+            "compile_cache.workers=0", f"compile_cache.dir={folder / 'cache'}"])
+    return folder / "run" / "model.tweak", folder / "home"
+
+
+def four_features(payload: dict) -> None:
+    """The checkpoint edited to claim 4 input features, its record of the program's manifest to match."""
+    payload["inputs"]["x"]["shape"] = [4]
+    entry = payload["compiled"]["aot"]["inductor"]["inputs"][0]
+    entry.update(shape=[entry["shape"][0], 4], stride=[4, 1])
+
+
+def test_a_checkpoint_claiming_inputs_the_signed_program_was_not_built_for_never_runs_it(elementwise, tmp_path,
+                                                                                        monkeypatch):
+    """Issue 53: beside the user's own signed package, a checkpoint edited to claim 4 input features made the native
+    program read past its 4-wide buffers (16-wide garbage from a 4-wide input, no warning). The manifest the program
+    relies on is signed now: the claim differs from it, so the program is not used; the traced rebuild meets the
+    model's real shapes and the load fails in one line, the caller's model untouched."""
+    path, home = elementwise
+    monkeypatch.setenv("TWEAKPIPE_HOME", str(home))
+    copy = forged(path, tmp_path, claim_edit=four_features)
+    model = Scaled().eval()
+    with pytest.raises(checkpoint.CheckpointError, match="could not be rebuilt"):
+        pipeline.load(copy, model)
+    assert torch.equal(model.w, Scaled().w)
+
+
+def test_a_record_that_differs_from_the_signed_manifest_is_traced_with_the_reason(tuned, tmp_path, monkeypatch, caplog):
+    _, path, home = tuned
+    monkeypatch.setenv("TWEAKPIPE_HOME", str(home))
+    copy = forged(path, tmp_path, claim_edit=lambda p: p["compiled"]["aot"]["inductor"].update(largest=4096))
+    with caplog.at_level("INFO", logger="pipeline.route.checkpoint"):
+        served = pipeline.load(copy, MLP(width=16, depth=2).eval())
+    assert served.load_report.backends["inductor"].program == "traced"
+    assert "differs from the signed one in largest" in served.load_report.aot["inductor"]
+    said = [r.getMessage() for r in caplog.records if "is not used" in r.getMessage()]
+    assert len(said) == 1 and "largest" in said[0]
+
+
+def test_a_program_whose_manifest_is_not_signed_is_traced_and_the_checkpoint_still_loads(tuned, tmp_path, monkeypatch):
+    """Artifacts saved before manifests were signed still load: their programs are traced, with the reason."""
+    _, path, home = tuned
+    monkeypatch.setenv("TWEAKPIPE_HOME", str(home))
+    served = pipeline.load(forged(path, tmp_path, manifests=False), MLP(width=16, depth=2).eval())
+    assert served.load_report.artifacts == "used" and served.load_report.backends["inductor"].program == "traced"
+    assert "not under the signature" in served.load_report.aot["inductor"]
+
+
+def test_a_truncated_package_is_named_damaged_and_the_backend_is_traced(tuned, tmp_path, monkeypatch):
+    """Issue 53: a truncated package ended the load in zipfile.BadZipFile."""
+    _, path, home = tuned
+    monkeypatch.setenv("TWEAKPIPE_HOME", str(home))
+    copy = forged(path, tmp_path, package_edit=lambda data: data[:len(data) // 2], signed=False)
+    served = pipeline.load(copy, MLP(width=16, depth=2).eval(), trust_compiled=True)
+    assert served.load_report.backends["inductor"].program == "traced"
+    assert "its package is damaged" in served.load_report.aot["inductor"]
+
+
+# --- the load's folder: owned like the key (issue 53) ------------------------------------------------------------
+
+
+@pytest.fixture
+def fresh_home(tuned, tmp_path, monkeypatch) -> Path:
+    """A TWEAKPIPE_HOME of its own holding the tuning user's key (their signature holds), with no load folder yet."""
+    home = tmp_path / "home"
+    home.mkdir(mode=0o700)
+    shutil.copy2(tuned[2] / "trust.key", home / "trust.key")
+    monkeypatch.setenv("TWEAKPIPE_HOME", str(home))
+    return home
+
+
+def nobody() -> int:
+    if os.geteuid() != 0:
+        pytest.skip("giving a folder to another user needs root (chown)")
+    return pwd.getpwnam("nobody").pw_uid
+
+
+@pytest.mark.parametrize("made", ["a link to a shared folder", "another user's", "writable by others"])
+def test_a_load_folder_that_is_a_link_someone_elses_or_open_to_others_is_refused_and_the_load_rebuilds(
+        tuned, fresh_home, tmp_path, made, caplog):
+    """Issue 53: where ``loads/`` pointed at a shared folder (or another user made it first), the user's own signed,
+    default-trust load installed its package there, where others could swap it before the loader opened it."""
+    _, path, _ = tuned
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    folder = fresh_home / "loads"
+    if made == "a link to a shared folder":
+        folder.symlink_to(shared)
+    else:
+        folder.mkdir(mode=0o700)
+        if made == "another user's":
+            os.chown(folder, nobody(), -1)
+        else:
+            folder.chmod(0o777)
+    with caplog.at_level("INFO", logger="pipeline.route.checkpoint"):
+        served = pipeline.load(path, MLP(width=16, depth=2).eval())
+    report = served.load_report
+    assert report.artifacts.startswith("ignored") and "tweakpipe's load folder" in report.artifacts, report.artifacts
+    assert report.backends["inductor"].program == "traced"
+    assert not any(shared.iterdir())  # nothing was written where others can reach it
+    said = [r.getMessage() for r in caplog.records if r.levelname == "INFO" and "load folder" in r.getMessage()]
+    assert len(said) == 1, said
+    with pytest.raises(compiled.ArtifactsRefused, match="load folder"):
+        pipeline.load(path, MLP(width=16, depth=2).eval(), trust_compiled=True)
+
+
+def test_what_an_earlier_folder_holds_is_never_kept_and_a_planted_link_is_never_followed(tuned, fresh_home, tmp_path):
+    """Issue 53: a link planted at the package's path in ``loads/<sha>`` made the load overwrite the user's file with
+    the 1.5 MB package (and what was planted there was kept and loaded). Every load now installs into a fresh folder
+    of its own, and every file it writes is new."""
+    _, path, _ = tuned
+    record = checkpoint.read(path)["compiled"]
+    body = compiled._read(compiled.path_for(path), record["bytes"])[1]
+    package = compiled._contents(body, record["backends"], record["aot"]).aot["inductor"]
+    earlier = fresh_home / "loads" / record["sha256"][:32]  # where loads installed this file before
+    earlier.mkdir(parents=True)
+    notes = tmp_path / "notes.txt"
+    notes.write_text("the user's own file")
+    (earlier / f"program-{hashlib.sha256(package).hexdigest()[:32]}-{os.getpid()}.pt2").symlink_to(notes)
+    served = pipeline.load(path, MLP(width=16, depth=2).eval())
+    assert notes.read_text() == "the user's own file"
+    assert served.load_report.artifacts == "used"
+    assert served.load_report.backends["inductor"].program == "ahead of time"
+    with torch.inference_mode():
+        torch.testing.assert_close(served(torch.randn(3, 16)).shape, torch.Size([3, 16]))
+
+
+def test_a_new_file_in_a_load_folder_never_follows_a_link_or_replaces_a_file(tmp_path):
+    target = tmp_path / "target"
+    target.write_text("kept")
+    (tmp_path / "link").symlink_to(target)
+    for existing in ("link", "target"):
+        with pytest.raises(OSError):
+            loads.create(tmp_path / existing, b"new")
+    assert target.read_text() == "kept"
+    loads.create(tmp_path / "sub" / "lib.so", b"new")
+    assert stat.S_IMODE((tmp_path / "sub" / "lib.so").stat().st_mode) == 0o600
+
+
+@pytest.mark.parametrize("disk", ["full", "read-only"])
+def test_a_load_folder_on_a_full_or_read_only_disk_is_named_and_the_load_rebuilds(tuned, fresh_home, disk):
+    """Issue 53: a full or unwritable ``loads/`` ended the load in a bare OSError."""
+    _, path, _ = tuned
+    with tmpfs(fresh_home / "loads", "size=64k,mode=0700" if disk == "full" else "ro,mode=0700"):
+        served = pipeline.load(path, MLP(width=16, depth=2).eval())
+    report = served.load_report
+    assert report.artifacts.startswith("ignored") and report.backends["inductor"].program == "traced"
+    assert ("is full" if disk == "full" else "is not writable") in report.artifacts, report.artifacts
+
+
+# --- ONNX Runtime and OpenVINO: the runtime's own model saved (issue 56) ------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def runtime_routes(tmp_path_factory):
+    """Tiny-MLP routes served by ONNX Runtime and by OpenVINO, each checkpoint saved with its runtime's own model,
+    signed with the key of their TWEAKPIPE_HOME."""
+    folder = tmp_path_factory.mktemp("runtimes")
+    with tweakpipe_home(folder / "home"):
+        routes = {kind: run(compose_config([*TINY, f"backends=[eager,{kind}]", "route=one_backend",
+                                            f"route.backend={kind}", "reference=false"]), folder / kind)
+                  for kind in ("onnxruntime", "openvino")}
+    return routes, folder / "home"
+
+
+@pytest.mark.parametrize("kind", ["onnxruntime", "openvino"])
+def test_a_runtime_route_loads_its_saved_model_with_nothing_exported_or_compiled(runtime_routes, tmp_path, kind):
+    """Issue 56: ONNX Runtime and OpenVINO routes were rebuilt at every load (torch.export, the ONNX translation or
+    OpenVINO's conversion, the session build or compile: 4.2-5.9 s on a laptop). The checkpoint now carries the
+    runtime's own model, held to the backend at save; a fresh process opens it, exporting nothing."""
+    routes, home = runtime_routes
+    ctx = routes[kind]
+    assert ctx.routed.aot[kind]["used"], ctx.routed.aot
+    manifest = checkpoint.read(ctx.checkpoint_path)["compiled"]["aot"][kind]
+    assert manifest["format"] == aot.RUNTIME_FORMS[kind].name and list(manifest["runtime"]) == [kind]
+    result = fresh_load(tmp_path, ctx.checkpoint_path, home)
+    backend = result["report"]["backends"][kind]
+    assert result["report"]["artifacts"] == "used" and backend["program"] == "ahead of time", result["report"]
+    assert not result["dynamo"] and not result["onnx_exporter"]  # no torch.export, no ONNX translation
+    with torch.inference_mode():
+        torch.testing.assert_close(result["y"], ctx.model(result["x"]), rtol=1e-4, atol=1e-5)
+    print(f"{kind}: fresh-process load {result['seconds']:.2f} s, of which the backend's build "
+          f"{backend['build_s']:.3f} s")
+
+
+def test_a_runtime_model_saved_by_another_version_is_not_used_and_the_backend_is_exported_again(
+        runtime_routes, tmp_path, monkeypatch):
+    routes, home = runtime_routes
+    monkeypatch.setenv("TWEAKPIPE_HOME", str(home))
+    copy = forged(routes["onnxruntime"].checkpoint_path, tmp_path, name="onnxruntime",
+                  manifest_edit=lambda m: m.update(runtime={"onnxruntime": "0.1.0"}))
+    served = pipeline.load(copy, MLP(width=16, depth=2).eval())
+    assert served.load_report.backends["onnxruntime"].program == "exported"
+    assert "saved by onnxruntime 0.1.0" in served.load_report.aot["onnxruntime"]
 
 
 def without_library(data: bytes) -> bytes:
@@ -209,9 +439,9 @@ def test_a_manifest_that_is_not_one_this_format_allows_refuses_the_checkpoint(tu
 def test_programs_of_one_byte_length_are_written_to_files_of_their_own(tmp_path):
     """Loaders are made for every routed program before any is called: two programs of one length must not share a
     file (the second would overwrite the first), while one program written twice keeps one file."""
-    first, second = aot.written(b"a" * 64, tmp_path, ".bin"), aot.written(b"b" * 64, tmp_path, ".bin")
+    (first, _), (second, _) = written(b"a" * 64, tmp_path, ".bin"), written(b"b" * 64, tmp_path, ".bin")
     assert first != second and first.read_bytes() == b"a" * 64 and second.read_bytes() == b"b" * 64
-    assert aot.written(b"a" * 64, tmp_path, ".bin") == first
+    assert written(b"a" * 64, tmp_path, ".bin")[0] == first
 
 
 def test_a_loaded_program_checks_its_inputs_and_weights(tuned, tmp_path):
@@ -246,12 +476,12 @@ def test_the_standalone_form_loads_with_no_trace_and_checks_its_arguments(tmp_pa
     CPU: Dynamo's graph compiled by standalone_compile(aot=True), loaded and called with the weights bound by name
     and the batch size as its symbolic input, no Dynamo frame traced; a forged argument list refuses the checkpoint."""
     with pytest.MonkeyPatch.context() as patch, tweakpipe_home(tmp_path / "home"):
-        patch.setattr(aot, "format_for", lambda device: aot.STANDALONE)
+        patch.setattr(aot, "inductor_form", lambda device: aot.STANDALONE)
         ctx = run(compose_config([*ROUTE, f"compile_cache.dir={tmp_path / 'cache'}"]), tmp_path / "run")
         report = ctx.routed.aot["inductor"]
         assert report["used"], report
         manifest = checkpoint.read(ctx.checkpoint_path)["compiled"]["aot"]["inductor"]
-        assert manifest["format"] == aot.STANDALONE and manifest["args"].count("input:x") == 1
+        assert manifest["format"] == aot.STANDALONE.name and manifest["args"].count("input:x") == 1
         assert "batch" in manifest["args"] and set(manifest["constants"]) <= set(manifest["args"])
         served_untraced(ctx, "inductor")
         bad = {**manifest, "args": [*manifest["args"], "input:y"]}
@@ -276,7 +506,7 @@ def test_a_cuda_route_of_device_graphs_loads_its_standalone_program_with_no_trac
     ctx, home = cuda_route
     report = ctx.routed.aot["graph_inductor"]
     assert report["used"], report
-    assert checkpoint.read(ctx.checkpoint_path)["compiled"]["aot"]["graph_inductor"]["format"] == aot.STANDALONE
+    assert checkpoint.read(ctx.checkpoint_path)["compiled"]["aot"]["graph_inductor"]["format"] == aot.STANDALONE.name
     with tweakpipe_home(home):
         served_untraced(ctx, "graph_inductor", "cuda")
     result = fresh_load(tmp_path, ctx.checkpoint_path, home, device="cuda")
@@ -323,7 +553,7 @@ def test_a_workers_standalone_program_runs_untraced_in_capture_and_a_cpu_checkpo
         report = ctx.routed.aot["inductor"]
         assert report["used"] and not report.get("profiled"), report
         manifest = checkpoint.read(ctx.checkpoint_path)["compiled"]["aot"]["inductor"]
-        assert manifest["format"] == aot.format_for(torch.device("cpu")) != aot.STANDALONE
+        assert manifest["format"] == aot.inductor_form(torch.device("cpu")).name != aot.STANDALONE.name
         served_untraced(ctx, "inductor")
 
 
@@ -332,13 +562,13 @@ def test_a_workers_standalone_program_that_fails_in_the_run_is_traced_there_inst
     the candidate is then traced as without the option, with a warning naming why, never failed for it."""
     import logging
 
-    def refused(data: bytes, manifest: dict, directory: Path):
+    def refused(data: bytes, manifest: dict, directory: Path, device: torch.device, single_threaded: bool):
         def load(module):
             raise RuntimeError("the program's file was cut short")
         return load
 
     caplog.set_level(logging.INFO)
-    monkeypatch.setattr(aot, "standalone_loader", refused)  # in this process only: the worker builds as ever
+    monkeypatch.setattr(aot.STANDALONE, "loader", refused)  # in this process only: the worker builds as ever
     with tweakpipe_home(tmp_path / "home"):
         ctx = run(compose_config([*TINY, "backends=[eager,inductor]", "stages=[capture]", "compile_cache.workers=1",
                                   "compile_cache.standalone=true", f"compile_cache.dir={tmp_path / 'cache'}"]),

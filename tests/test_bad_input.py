@@ -335,16 +335,19 @@ CLI_CASES: Dict[str, tuple] = {  # id: (arguments, what stderr names)
                              "tracking.uri=sqlite:///{tmp}/unimportable-target.db"],
                             r"model\.build\._target_=my_pkg\.MyModel: no module 'my_pkg' can be imported from here; "
                             r".*PYTHONPATH=.*pip install -e"),
-    # A misspelt option in a sweep's list: every job is composed before the sweep directory or its parent run.
-    "sweep-misspelt-profile": (["-m", "model=tiny_mlp,mlp", "profile=quick,quik", "tracking=sqlite",
+    # A misspelt option in every job of a sweep: every job is composed before the sweep directory or its parent run,
+    # each is named, and nothing is made (a sweep whose other jobs can run runs them: tests/test_tracking.py).
+    "sweep-misspelt-profile": (["-m", "model=tiny_mlp,mlp", "profile=quik,quikk", "tracking=sqlite",
                                 "tracking.uri=sqlite:///{tmp}/sweep-misspelt-profile.db",
                                 "hydra.sweep.dir={tmp}/sweep-misspelt-profile/run"],
-                               r"sweep job 1 \(.*model=tiny_mlp profile=quik.*\): unknown profile 'quik'; "
-                               r"available: default, quick, thorough; nothing was run"),
-    "sweep-misspelt-model": (["-m", "model=tiny_mlp,resnt18", "tracking=sqlite",
+                               r"sweep job 0 \(.*model=tiny_mlp profile=quik .*\): unknown profile 'quik'; "
+                               r"available: default, quick, thorough; sweep job 1 \(.*profile=quikk.*\): unknown "
+                               r"profile 'quikk'; .*sweep job 3 .*; no job of the sweep can run, so nothing was run"),
+    "sweep-misspelt-model": (["-m", "model=resnt18,tiny_mpl", "tracking=sqlite",
                               "tracking.uri=sqlite:///{tmp}/sweep-misspelt-model.db",
                               "hydra.sweep.dir={tmp}/sweep-misspelt-model/run"],
-                             r"sweep job 1 \(.*model=resnt18.*\): unknown model 'resnt18'; available: .*resnet18"),
+                             r"sweep job 0 \(.*model=resnt18.*\): unknown model 'resnt18'; available: .*resnet18.*; "
+                             r"sweep job 1 \(.*model=tiny_mpl.*\): unknown model 'tiny_mpl'; available: .*tiny_mlp"),
 }
 
 

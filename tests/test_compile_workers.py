@@ -1,6 +1,6 @@
 """Compile workers that never run the user's script, cannot hang a run and do not outlive it (issues 36 and 38).
 
-Every case starts real worker processes (``python -m pipeline.compile.worker``) compiling a real Inductor
+Every case starts real worker processes (``pipeline.compile.worker``) compiling a real Inductor
 program on the CPU; "the user" is a plain script without a main guard, run as ``python user_script.py``."""
 
 from __future__ import annotations
@@ -46,13 +46,15 @@ pipeline.tune(Mine().eval(), torch.randn(4, 8), overrides=["device=cpu", "backen
 """
 
 
-def script_run(tmp_path: Path, body: str, *paths: Path) -> subprocess.CompletedProcess:
-    """``python user_script.py`` in a fresh interpreter, with the repository (and ``paths``) importable."""
-    script = tmp_path / "user_script.py"
-    script.write_text(body.replace("CACHE", str(tmp_path / "cache")))
+def script_run(tmp_path: Path, body: str, *paths: Path, script_dir: Path = None, cwd: Path = None
+               ) -> subprocess.CompletedProcess:
+    """``python user_script.py`` in a fresh interpreter, with the repository (and ``paths``) importable; the script
+    in ``script_dir``, run from ``cwd`` (both ``tmp_path`` where not given)."""
+    script = (script_dir or tmp_path) / "user_script.py"
+    script.write_text(body.replace("CACHE", str(tmp_path / "cache")).replace("RUN_DIR", str(tmp_path / "run")))
     env = {**clean_env(), "PYTHONPATH": os.pathsep.join(map(str, [*paths, ROOT])),
            "TWEAKPIPE_HOME": str(tmp_path / "home")}
-    return subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
+    return subprocess.run([sys.executable, str(script)], cwd=cwd or tmp_path, env=env, capture_output=True, text=True,
                           timeout=600)
 
 
@@ -63,6 +65,41 @@ def test_a_script_without_a_main_guard_runs_its_top_level_once_and_its_workers_p
     cost = json.loads((tmp_path / "run" / "capture.json").read_text())["inductor"]["cost"]
     assert cost["ahead_s"] > 0  # a worker compiled it first
     assert cost["cache_hits"] >= 1 and cost["cache_misses"] == 0, cost  # and the run only loaded it
+
+
+PROJECT_SCRIPT = """
+import torch, pipeline
+from user_nets import Net  # a module of the user's own, beside the script
+pipeline.tune(Net().eval(), torch.randn(4, 32), overrides=["device=cpu", "backends=[eager,inductor]", "profile=quick",
+    "tracking=off", "model.batch_sizes=[1,4]", "compile_cache.workers=1", "compile_cache.dir=CACHE"], run_dir="RUN_DIR")
+"""
+
+USER_NETS = """
+import torch
+class Net(torch.nn.Sequential):
+    def __init__(self):
+        super().__init__(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
+"""
+
+
+def test_a_worker_imports_from_the_runs_own_path_never_from_a_folder_others_can_write(tmp_path):
+    """Issue 53: the user's script, in their own folder, run from a folder others can write (like /tmp) where another
+    user planted ``json.py``. ``python -m pipeline.compile.worker`` put that folder first on the worker's path, so
+    the planted file ran inside the worker; now the worker's path is the run's: the script's folder, not the current
+    one, so it also finds the user's own module beside the script and compiles their model ahead."""
+    project, shared = tmp_path / "project", tmp_path / "shared"
+    project.mkdir()
+    shared.mkdir(mode=0o1777)
+    shared.chmod(0o1777)
+    (project / "user_nets.py").write_text(USER_NETS)
+    marker = tmp_path / "planted-ran"
+    (shared / "json.py").write_text(f"open({str(marker)!r}, 'a').write('ran')\n")
+    proc = script_run(tmp_path, PROJECT_SCRIPT, script_dir=project, cwd=shared)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not marker.exists(), "a module planted in the current directory ran in a compile worker"
+    cost = json.loads((tmp_path / "run" / "capture.json").read_text())["inductor"]["cost"]
+    assert cost["ahead_s"] > 0, proc.stderr[-3000:]  # the worker imported user_nets from the script's folder
+    assert cost["cache_hits"] >= 1 and cost["cache_misses"] == 0, cost
 
 
 def test_a_model_defined_in_the_script_compiles_in_the_run_with_the_reason_in_one_line(tmp_path):

@@ -25,6 +25,7 @@ from pipeline.compile import cache as compile_cache
 from pipeline.api import compose_config
 from pipeline.models import MLP
 from pipeline.compile import artifacts as compiled
+from pipeline.compile import loads
 from pipeline.route import checkpoint
 from pipeline.runner import run
 
@@ -108,7 +109,8 @@ def test_a_fresh_process_on_a_clean_machine_loads_them_without_compiling(tmp_pat
     # (the rest are Inductor's probes of this CPU's instruction sets, each marked .load_ok: once per machine).
     record = checkpoint.read(path)["compiled"]
     carried = compiled._contents(compiled._read(compiled.path_for(path), record["bytes"])[1], record["backends"]).files
-    scope = home / compiled.LOADS / record["sha256"][:32]
+    # the load's own folder: the newest of this file's (the tune's reload check made one too)
+    scope = max((home / loads.LOADS).glob(f"{record['sha256'][:16]}-*"), key=lambda p: p.stat().st_mtime)
     kernels = {p.relative_to(scope).as_posix(): p.read_bytes() for p in scope.rglob("*.so")
                if not p.with_name(p.name + ".load_ok").exists()}
     assert carried and kernels == carried

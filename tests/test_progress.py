@@ -158,3 +158,21 @@ def test_tune_logs_the_route_and_the_run_directory_at_info(tmp_path, caplog):
         "backends=[eager]", "reference=false", "profile=quick", "tracking=off", "model.batch_sizes=[1,3]"])
     assert lines(caplog, "pipeline.api") == [f"tune: route {tuned.extra_repr()}", f"tune: run directory {tmp_path}"]
     assert {"tune", "save", "load"} <= set(dir(pipeline)) and not {"Any", "annotations", "importlib"} & set(dir(pipeline))
+
+
+def test_the_watchdog_speaks_where_nothing_else_did_and_only_there(caplog):
+    """Issue 54: a run under load was silent for 60 s while cells were measured again (and 43 s while its context was
+    built): wherever tweakpipe's log says nothing for the heartbeat, the watchdog names what is still running."""
+    caplog.set_level(logging.INFO)
+    stage = "profile"
+    with progress.watchdog(lambda: stage, every_s=0.2):
+        time.sleep(0.7)  # silent work
+    said = [line for line in lines(caplog) if "still running" in line]
+    assert said and said[0].startswith("profile still running after ") and "nothing else said for" in said[0]
+    caplog.clear()
+    with progress.watchdog(lambda: stage, every_s=0.4):
+        for _ in range(8):  # a stage that speaks often enough
+            logging.getLogger("stages.profile").info("a cell")
+            time.sleep(0.1)
+    assert not [line for line in lines(caplog) if "still running" in line]
+    assert not [h for h in logging.getLogger("pipeline").handlers if isinstance(h, progress.LastLine)]  # removed

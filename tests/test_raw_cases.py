@@ -6,21 +6,18 @@ with bytes or, where a check of free space must pass first, with files (its inod
 
 from __future__ import annotations
 
-import contextlib
 import resource
 import sqlite3
 import subprocess
 import sys
 import time
-from pathlib import Path
-from typing import Iterator
 
 import pytest
 import torch
 import transformers
 
 import pipeline
-from conftest import ROOT, TINY
+from conftest import ROOT, TINY, tmpfs
 from mlflow_helpers import clean_env, init_store
 from pipeline import disks
 from pipeline.compile import cache as compile_cache
@@ -34,18 +31,6 @@ from pipeline.runner import build_context
 from stages import capture
 
 EAGER = [*TINY, "backends=[eager]", "reference=false"]
-
-
-@contextlib.contextmanager
-def tmpfs(where: Path, options: str) -> Iterator[Path]:
-    """A tmpfs mounted at ``where`` with ``options`` (size=, nr_inodes=) for the block."""
-    where.mkdir(parents=True, exist_ok=True)
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(where)], capture_output=True).returncode:
-        pytest.skip("cannot mount a tmpfs here (needs root): a full disk cannot be made")
-    try:
-        yield where
-    finally:
-        subprocess.run(["umount", "-l", str(where)], check=True)
 
 
 def cli(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:

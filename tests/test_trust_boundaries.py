@@ -30,6 +30,7 @@ from pipeline.preflight.checks import check_config
 from pipeline.errors import ConfigError
 from pipeline.models import MLP
 from pipeline.compile import artifacts as compiled
+from pipeline.compile import loads
 from pipeline.runner import run
 from redis_helpers import redis_server
 
@@ -164,7 +165,8 @@ def test_a_trusted_load_leaves_the_shared_cache_byte_for_byte_as_it_was(unsigned
     assert served.load_report.artifacts == "used" and served.load_report.backends["inductor"].cache_misses == 0
     assert tree(shared) == before
     digest = pipeline.route.checkpoint.read(unsigned_route)["compiled"]["sha256"]
-    assert tree(trust.home() / compiled.LOADS / digest[:32])  # the entries went to the load's own cache
+    folders = list(loads.root().glob(f"{digest[:16]}-*"))
+    assert len(folders) == 1 and tree(folders[0])  # the entries went to the load's own cache
     # A later load that does not trust them finds none of them: it compiles.
     again = pipeline.load(unsigned_route, MLP(width=16, depth=2).eval(), trust_compiled=False)
     assert again.load_report.backends["inductor"].cache_misses >= 1
@@ -347,9 +349,9 @@ def test_private_judges_the_path_and_every_directory_above_it(tmp_path):
 
 def test_load_caches_are_pruned_to_the_most_recently_used(tmp_path):
     root = tmp_path / "loads"
-    for i in range(compiled.KEEP_LOADS + 4):
+    for i in range(loads.KEEP + 4):
         (root / f"cache{i:02d}").mkdir(parents=True)
         os.utime(root / f"cache{i:02d}", (1000 + i, 1000 + i))
-    compiled.prune_loads(root)
+    loads.prune(root)
     kept = sorted(p.name for p in root.iterdir())
-    assert kept == [f"cache{i:02d}" for i in range(4, compiled.KEEP_LOADS + 4)]
+    assert kept == [f"cache{i:02d}" for i in range(4, loads.KEEP + 4)]

@@ -47,9 +47,9 @@ class Backend:
         # ahead-of-time program is exported from (pipeline.compile.aot), and whose weights a loaded one binds.
         self.module: Optional[nn.Module] = None
         # Where a load hands over a program built ahead of time: module -> the callable to run instead of compiling
-        # (backends that compile only; pipeline.compile.aot.loader_for).
+        # (pipeline.compile.aot.loader_for).
         self.prebuilt: Optional[Callable[[nn.Module], Any]] = None
-        # The standalone program (pipeline.compile.aot.Package) a compile worker built and ``prebuilt`` loads in
+        # The standalone program (pipeline.compile.manifest.Package) a compile worker built and ``prebuilt`` loads in
         # capture: the very program the profile times, which the save then keeps instead of compiling another.
         self.ahead: Any = None
         self._fn: Any = None
@@ -121,6 +121,12 @@ class Backend:
     def __call__(self, **inputs: torch.Tensor) -> Any:
         with torch.inference_mode(), self.autocast():
             return self._fn(**inputs)
+
+    def own_program(self) -> Callable[..., Any]:
+        """What a program saved ahead of time replaces, and is held to (``pipeline.compile.aot.package_for``): the
+        compiled program without the device graphs a graph backend records around it, where there is one, else the
+        backend itself (a runtime's model)."""
+        return self.program or self._fn or self
 
     def self_check(self, model: nn.Module, sample: Dict[str, torch.Tensor],
                    tolerance_scale: float = 1.0) -> Dict[str, Verdict]:

@@ -12,14 +12,16 @@ export fails rather than yield a graph that runs only at the traced size, and th
 The model is exported behind :class:`FlatModel`: inputs positional in the config's order, the output
 as the flat tuple of its tensors in pytree order. A runtime's outputs therefore map back one to one,
 and ``tree_unflatten`` rebuilds tuples, dicts and ModelOutputs, whose fields ``judge`` compares by
-name. Nothing exported outlives the build: a checkpoint rebuilds these backends by exporting the
-caller's model again, so no foreign artifact is ever loaded.
+name. A checkpoint saves the runtime's own model of a routed backend (``serialized``) in its signed artifacts
+(``pipeline.compile.runtimes``); a load that trusts them hands it over as ``prebuilt``, with nothing to export or
+compile, and otherwise exports the caller's model again.
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple
+import importlib.util
+from typing import Any, Callable, ClassVar, Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.utils._pytree as pytree
@@ -76,12 +78,15 @@ class ExportedBackend(Backend):
 
     Subclasses name the packages they import (``packages``), the pyproject extra that installs them
     (``extra``) and the entries of the ``precision`` list they run (``precisions``; others are skipped),
-    and implement ``_compile`` (from the exported program) and ``_run`` (flat tensors in, flat tensors
-    out). A missing package skips the backend, naming the extra. Inputs and outputs are
+    and implement ``_compile`` (from the exported program: it sets ``runner``, flat tensors in, flat tensors
+    out) and ``serialized``. A missing package skips the backend, naming the extra. Inputs and outputs are
     CPU torch tensors; the runtime's thread pool gets ``threads``, or torch's count at build time.
     """
 
     packages: ClassVar[Tuple[str, ...]] = ()
+    # needed only to export the model, not to run a saved one: found, not imported, until an export imports them
+    # (a load of a saved model never pays their import)
+    export_packages: ClassVar[Tuple[str, ...]] = ()
     extra: ClassVar[str] = ""
     precisions: ClassVar[Tuple[str, ...]] = ("fp32",)  # the entries of the precision list the runtime can run
 
@@ -90,6 +95,8 @@ class ExportedBackend(Backend):
         self.threads = 0  # set by build
         self.names: List[str] = []
         self.out_spec: Optional[pytree.TreeSpec] = None
+        self.loaded: Optional[Callable[..., Any]] = None  # the runtime's saved model, where a load handed it over
+        self.runner: Optional[Callable[[List[torch.Tensor]], List[torch.Tensor]]] = None  # flat tensors in and out
 
     def unsupported_reason(self, device: torch.device) -> Optional[str]:
         if device.type != "cpu":
@@ -101,6 +108,9 @@ class ExportedBackend(Backend):
                 self.import_package(package)
             except ImportError as exc:
                 return f"{package} cannot be imported ({exc}); install it with pip install -e '.[{self.extra}]'"
+        for package in self.export_packages:
+            if importlib.util.find_spec(package) is None:
+                return f"{package} is not installed; install it with pip install -e '.[{self.extra}]'"
         return None
 
     def import_package(self, package: str) -> None:
@@ -109,8 +119,12 @@ class ExportedBackend(Backend):
 
     def _build(self, model: nn.Module, sample: Dict[str, torch.Tensor], batch_sizes: list) -> None:
         self.names = list(sample)
-        self.out_spec = output_spec(model, sample)
         self.threads = self.settings.threads or torch.get_num_threads()
+        if self.prebuilt is not None:  # the runtime's model saved with the checkpoint (a load): nothing to export
+            self.loaded = self.prebuilt(model)
+            self.runner = self.loaded.run  # the runtime's own runner, which stats() reads
+            return
+        self.out_spec = output_spec(model, sample)
         self._compile(export(model, sample, self.batch_dims), sample)
         returned = len(self._run([sample[n].contiguous() for n in self.names]))
         if returned != self.out_spec.num_leaves:
@@ -121,7 +135,13 @@ class ExportedBackend(Backend):
         raise NotImplementedError
 
     def _run(self, inputs: List[torch.Tensor]) -> List[torch.Tensor]:
+        return self.runner(inputs)
+
+    def serialized(self) -> bytes:
+        """The runtime's own model as built, in bytes a load hands back (``pipeline.compile.runtimes``)."""
         raise NotImplementedError
 
     def __call__(self, **inputs: torch.Tensor) -> Any:
+        if self.loaded is not None:
+            return self.loaded(**inputs)
         return pytree.tree_unflatten(self._run([inputs[n].contiguous() for n in self.names]), self.out_spec)

@@ -2,7 +2,12 @@
 exporter into a temporary directory (gone once the session has loaded it) and run with the backend's
 threads and graph optimisation level. Calls go through IO binding: the inputs are bound to the
 caller's tensors where they lie, and the outputs ONNX Runtime allocates come back as torch tensors
-over the same memory, so nothing is copied either way."""
+over the same memory, so nothing is copied either way.
+
+The session writes the graph as it optimised it (``serialized``): a checkpoint carries those bytes
+(``pipeline.compile.runtimes``), and a load opens a session over them with optimisation off
+(:func:`runner_from`), with no export, no translation and no optimisation pass (most of a rebuild's
+seconds). Optimised at the ``all`` level the graph may hold layouts for this CPU, which the load checks."""
 
 from __future__ import annotations
 
@@ -36,39 +41,77 @@ def exporter_quiet() -> Iterator[None]:
             logger.setLevel(level)
 
 
-class OnnxRuntimeBackend(ExportedBackend):
-    kind = "onnxruntime"
-    packages = ("onnxruntime", "onnxscript")  # onnxscript: the dynamo exporter's translator
-    extra = "onnxruntime"
+def session_options(threads: int, level: str) -> Any:
+    import onnxruntime
 
-    def _compile(self, program: torch.export.ExportedProgram, sample: Dict[str, torch.Tensor]) -> None:
-        import onnxruntime
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.graph_optimization_level = getattr(onnxruntime.GraphOptimizationLevel, LEVELS[level])
+    return options
 
-        options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = self.threads
-        options.inter_op_num_threads = 1
-        options.graph_optimization_level = getattr(onnxruntime.GraphOptimizationLevel,
-                                                   LEVELS[self.settings.graph_optimization_level])
-        with tempfile.TemporaryDirectory(prefix="tweakpipe-onnx-") as folder, exporter_quiet():
-            path = os.path.join(folder, "model.onnx")
-            torch.onnx.export(program, (), dynamo=True, input_names=list(sample), verbose=False).save(path)
-            self.session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-        graph_inputs = [i.name for i in self.session.get_inputs()]
-        if graph_inputs != list(sample):
-            raise RuntimeError(f"the ONNX graph takes inputs {graph_inputs}, not the model's {list(sample)}")
-        self.input_types = [t.numpy().dtype for t in sample.values()]
-        self.output_names = [o.name for o in self.session.get_outputs()]
 
-    def _run(self, inputs: List[torch.Tensor]) -> List[torch.Tensor]:
+def numpy_dtype(dtype: torch.dtype, known: Dict[torch.dtype, Any] = {}) -> Any:  # noqa: B006 -- a cache
+    """numpy's dtype of ``dtype`` (a tensor's memory is bound as what it is: the session checks it against its graph,
+    as it checks the shape, and refuses a call it was not built for)."""
+    if dtype not in known:
+        known[dtype] = torch.empty(0, dtype=dtype).numpy().dtype
+    return known[dtype]
+
+
+class Runner:
+    """Flat CPU tensors in, flat tensors out, through one session's IO binding."""
+
+    def __init__(self, session: Any, names: List[str]) -> None:
+        graph_inputs = [i.name for i in session.get_inputs()]
+        if graph_inputs != names:
+            raise RuntimeError(f"the ONNX graph takes inputs {graph_inputs}, not the model's {names}")
+        self.session, self.names = session, names
+        self.output_names = [o.name for o in session.get_outputs()]
+
+    def __call__(self, inputs: List[torch.Tensor]) -> List[torch.Tensor]:
         binding = self.session.io_binding()
-        for name, dtype, t in zip(self.names, self.input_types, inputs):
-            binding.bind_input(name, "cpu", 0, dtype, tuple(t.shape), t.data_ptr())
+        for name, t in zip(self.names, inputs):
+            binding.bind_input(name, "cpu", 0, numpy_dtype(t.dtype), tuple(t.shape), t.data_ptr())
         for name in self.output_names:
             binding.bind_output(name, "cpu")
         self.session.run_with_iobinding(binding)
         return [torch.from_numpy(value.numpy()) for value in binding.get_outputs()]
 
+
+def runner_from(data: bytes, names: List[str], threads: int) -> Runner:
+    """A session over a graph this backend optimised and serialised (``OnnxRuntimeBackend.serialized``), with
+    optimisation off: it is done."""
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(data, session_options(threads, "disable"), providers=["CPUExecutionProvider"])
+    return Runner(session, names)
+
+
+class OnnxRuntimeBackend(ExportedBackend):
+    kind = "onnxruntime"
+    packages = ("onnxruntime",)
+    export_packages = ("onnxscript",)  # the dynamo exporter's translator
+    extra = "onnxruntime"
+
+    def _compile(self, program: torch.export.ExportedProgram, sample: Dict[str, torch.Tensor]) -> None:
+        import onnxruntime
+
+        options = session_options(self.threads, self.settings.graph_optimization_level)
+        with tempfile.TemporaryDirectory(prefix="tweakpipe-onnx-") as folder, exporter_quiet():
+            path = os.path.join(folder, "model.onnx")
+            torch.onnx.export(program, (), dynamo=True, input_names=list(sample), verbose=False).save(path)
+            options.optimized_model_filepath = os.path.join(folder, "optimized.onnx")
+            session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+            with open(options.optimized_model_filepath, "rb") as f:
+                self.optimized = f.read()
+        self.runner = Runner(session, list(sample))
+
+    def serialized(self) -> bytes:
+        """The graph as the session optimised it: what a load opens with optimisation off."""
+        return self.optimized
+
     def stats(self) -> Dict[str, Any]:
         """The settings the session reports it applied."""
-        options = self.session.get_session_options()
+        options = self.runner.session.get_session_options()
         return {"threads": options.intra_op_num_threads, "graph_optimization_level": str(options.graph_optimization_level)}

@@ -1,12 +1,16 @@
 """OpenVINO on the CPU: the model's exported graph converted by ``openvino.convert_model`` (every
 dimension fixed but the batch, and the length where lengths are tuned) and compiled by the CPU plugin with the
 backend's threads, performance hint and precision. A call runs one infer request on the caller's tensors (shared,
-not copied) and copies the outputs out, since the request's next call overwrites them."""
+not copied) and copies the outputs out, since the request's next call overwrites them.
+
+The compiled model exports itself (``serialized``): a checkpoint carries those bytes (``pipeline.compile.runtimes``),
+and a load imports them with the same properties (:func:`runner_from`), with no export, conversion or compile."""
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import io
 import os
 import sys
 from typing import Any, Dict, Iterator, List
@@ -86,6 +90,26 @@ def configured_telemetry() -> Any:
         return None
 
 
+class Runner:
+    """Flat CPU tensors in, flat tensors out, through one infer request of a compiled model."""
+
+    def __init__(self, compiled: Any) -> None:
+        self.compiled, self.request = compiled, compiled.create_infer_request()
+
+    def __call__(self, inputs: List[torch.Tensor]) -> List[torch.Tensor]:
+        result = self.request.infer([t.numpy() for t in inputs], share_inputs=True, share_outputs=False)
+        return [torch.from_numpy(array) for array in result.to_tuple()]
+
+
+def runner_from(data: bytes, properties: Dict[str, Any]) -> Runner:
+    """A compiled model this backend exported (``OpenVinoBackend.serialized``), imported with the properties it was
+    compiled with (without them the CPU plugin picks its own precision: bf16 where the CPU has it)."""
+    with telemetry_declined():
+        import openvino
+    with signal_stack_kept():
+        return Runner(openvino.Core().import_model(io.BytesIO(data), "CPU", dict(properties)))
+
+
 class OpenVinoBackend(ExportedBackend):
     kind = "openvino"
     packages = ("openvino",)
@@ -108,16 +132,18 @@ class OpenVinoBackend(ExportedBackend):
                 shapes.append(openvino.PartialShape(dims))
             converted = openvino.convert_model(program, input=shapes)
         with signal_stack_kept():
-            self.compiled = openvino.Core().compile_model(converted, "CPU", {
-                "INFERENCE_NUM_THREADS": self.threads, "PERFORMANCE_HINT": self.settings.performance_hint,
-                "INFERENCE_PRECISION_HINT": HINTS[self.candidate.precision]})
-        self.request = self.compiled.create_infer_request()
+            self.runner = Runner(openvino.Core().compile_model(converted, "CPU", self.properties()))
 
-    def _run(self, inputs: List[torch.Tensor]) -> List[torch.Tensor]:
-        result = self.request.infer([t.numpy() for t in inputs], share_inputs=True, share_outputs=False)
-        return [torch.from_numpy(array) for array in result.to_tuple()]
+    def properties(self) -> Dict[str, Any]:
+        """What the CPU plugin compiles with: the threads, the performance hint and the precision."""
+        return {"INFERENCE_NUM_THREADS": self.threads, "PERFORMANCE_HINT": self.settings.performance_hint,
+                "INFERENCE_PRECISION_HINT": HINTS[self.candidate.precision]}
+
+    def serialized(self) -> bytes:
+        """The compiled model as OpenVINO exports it: what a load imports."""
+        return self.runner.compiled.export_model().getvalue()
 
     def stats(self) -> Dict[str, Any]:
         """The settings the CPU plugin reports it applied."""
-        return {key.lower(): str(self.compiled.get_property(key))
+        return {key.lower(): str(self.runner.compiled.get_property(key))
                 for key in ("INFERENCE_NUM_THREADS", "PERFORMANCE_HINT", "INFERENCE_PRECISION_HINT")}

@@ -2,8 +2,8 @@
 
 Inductor's compile is CPU-bound and mostly single-threaded Python, and capture builds candidates one
 after another: on a 16-core host, 16 candidates' compiles ran back to back. Here, worker processes
-(fresh ``python -m pipeline.compile.worker`` processes: their own CUDA context, Dynamo state and memory, and
-never the user's script, which multiprocessing's ``spawn`` would import again) build each compiling candidate exactly
+(fresh processes of ``pipeline.compile.worker``: their own CUDA context, Dynamo state and memory, never the
+user's script, which multiprocessing's ``spawn`` would import again, and never a module of the current directory) build each compiling candidate exactly
 as capture will (the same model, sample inputs, batch sizes and numerics), so its programs land in the
 on-disk, content-addressed cache (``pipeline.compile.cache``); capture waits for a candidate's job,
 then builds and checks it itself, loading its programs instead of compiling them. Nothing a worker
@@ -27,7 +27,6 @@ import json
 import logging
 import os
 import signal
-import sys
 import tempfile
 import threading
 import time
@@ -41,6 +40,7 @@ from pipeline.backends import regions
 from pipeline.backends.candidate import Candidate
 from pipeline.backends.inductor import InductorBackend
 from pipeline.compile import state as process_state
+from pipeline.compile import worker as worker_process
 from pipeline.compile.build import BuildSpec
 
 log = logging.getLogger(__name__)
@@ -124,7 +124,7 @@ def process_tree_cpu_s(pid: int) -> Optional[float]:
 
 
 class Worker:
-    """One compile worker process (``python -m pipeline.compile.worker``), its jobs in order, and what came back."""
+    """One compile worker process (``pipeline.compile.worker``), its jobs in order, and what came back."""
 
     def __init__(self, index: int, setup: str, threads: int, log_dir: Path) -> None:
         import subprocess
@@ -134,7 +134,7 @@ class Worker:
         env = {**os.environ, "TORCHINDUCTOR_COMPILE_THREADS": str(threads)}
         with self.log.open("w") as log_file:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "pipeline.compile.worker", setup, str(write_end), str(os.getpid())],
+                worker_process.command(setup, str(write_end), str(os.getpid())),
                 stdin=subprocess.PIPE, stdout=log_file, stderr=subprocess.STDOUT, pass_fds=(write_end,), env=env,
                 text=True, start_new_session=True)  # its own session: a Ctrl-C reaches the run, which stops it
         os.close(write_end)

@@ -32,7 +32,6 @@ import logging
 import os
 import platform
 import re
-import shutil
 import tempfile
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -42,7 +41,7 @@ from typing import Any, Dict, Iterator, Mapping, Optional, Tuple
 import torch
 
 from pipeline import disks, private, trust
-from pipeline.compile import aot
+from pipeline.compile import aot, loads
 from pipeline.compile import cache as compile_cache
 from pipeline.compile.cost import BuildCost
 from pipeline.errors import CheckpointError
@@ -202,7 +201,9 @@ def write(checkpoint: Path, blobs: Mapping[str, Recorded], device: torch.device,
     They are signed with this user's key only where every entry came from this user's own sources (this process's
     compiles, the user's private cache, artifacts the user signed); otherwise, or where the key is refused, they
     are written unsigned, with one warning saying why and how to trust them. ``packages`` (backend ->
-    ``pipeline.compile.aot.Package``) are the routed programs built ahead of time, carried in the same file."""
+    ``pipeline.compile.manifest.Package``) are the routed programs built ahead of time, carried in the same file with
+    their manifests (the inputs, sizes and weights each was built for, which its native code relies on) in the
+    signed header: the copy the checkpoint keeps is only a claim (:func:`pipeline.compile.manifest.claims_problem`)."""
     blobs = {name: rec for name, rec in blobs.items() if rec}
     packages = dict(packages or {})
     target = path_for(checkpoint)
@@ -212,7 +213,8 @@ def write(checkpoint: Path, blobs: Mapping[str, Recorded], device: torch.device,
     files = {path: data for rec in blobs.values() for path, data in sorted(rec.files.items())}
     header = {"backends": {name: len(rec.data) for name, rec in blobs.items()},
               "files": {path: len(data) for path, data in files.items()},
-              **({"aot": {name: len(p.data) for name, p in packages.items()}} if packages else {})}
+              **({"aot": {name: len(p.data) for name, p in packages.items()},
+                  "manifests": {name: p.manifest for name, p in packages.items()}} if packages else {})}
     body = (json.dumps(header).encode() + b"\n" + b"".join(rec.data for rec in blobs.values())
             + b"".join(files.values()) + b"".join(p.data for p in packages.values()))
     write_signed(target, body, unsigned_because([*blobs.values(), *packages.values()]))
@@ -268,6 +270,8 @@ class Contents:
     backends: Dict[str, bytes]
     files: Dict[str, bytes]
     aot: Dict[str, bytes] = field(default_factory=dict)  # backend -> its program built ahead of time (a package)
+    # backend -> its program's manifest as signed (absent from files written before manifests were signed)
+    manifests: Dict[str, Dict[str, Any]] = field(default_factory=dict)
 
 
 def _contents(body: bytes, backends: Any, ahead: Any = ()) -> Contents:
@@ -277,9 +281,15 @@ def _contents(body: bytes, backends: Any, ahead: Any = ()) -> Contents:
     if len(head) > MAX_HEADER:
         raise ValueError("its header is too long")
     header = json.loads(head)
-    if not isinstance(header, dict) or set(header) != {"backends", "files", *(("aot",) if ahead else ())}:
+    if not isinstance(header, dict) or set(header) - {"manifests"} != {"backends", "files", *(("aot",) if ahead else ())}:
         raise ValueError("its header does not describe its contents")
     lengths, files, programs = header["backends"], header["files"], header.get("aot", {})
+    manifests = header.get("manifests", {})
+    if not (isinstance(manifests, dict) and set(manifests) <= set(programs)):
+        raise ValueError("its header holds manifests of programs it does not carry")
+    wrong = next((f"{n}: {why}" for n, m in manifests.items() if (why := aot.manifest_problem(m))), None)
+    if wrong:
+        raise ValueError(f"its header holds a manifest this format does not allow ({wrong})")
     sizes = ([*lengths.values(), *files.values(), *programs.values()]
              if all(isinstance(x, dict) for x in (lengths, files, programs)) else [None])
     if (not isinstance(lengths, dict) or sorted(lengths) != sorted(backends) or not isinstance(files, dict)
@@ -296,7 +306,7 @@ def _contents(body: bytes, backends: Any, ahead: Any = ()) -> Contents:
         start += length
     cut = len(lengths) + len(files)
     return Contents(dict(zip(lengths, parts[:len(lengths)])), dict(zip(files, parts[len(lengths):cut])),
-                    dict(zip(programs, parts[cut:])))
+                    dict(zip(programs, parts[cut:])), manifests)
 
 
 @dataclass(frozen=True)
@@ -345,36 +355,23 @@ def usable(record: Mapping[str, Any], checkpoint: Path, device: torch.device, st
     return Usable(contents, record["sha256"], foreign), ""
 
 
-LOADS = "loads"  # under tweakpipe's directory: one Inductor cache per artifacts file used, by its SHA-256
-KEEP_LOADS = 16  # the load caches kept, most recently used first (each run's reload check makes one)
-
-
-def prune_loads(root: Path, keep: int = KEEP_LOADS) -> None:
-    """Remove all but the ``keep`` most recently used load caches under ``root``."""
-    caches = sorted((p for p in root.iterdir() if p.is_dir()), key=lambda p: p.stat().st_mtime, reverse=True)
-    for stale in caches[keep:]:
-        shutil.rmtree(stale, ignore_errors=True)
-
-
 @contextlib.contextmanager
 def load_cache(artifacts: Optional[Usable]) -> Iterator[Path]:
     """The Inductor cache a load compiles in and installs its artifacts into, for the block: never the cache other
     loads and tunes read, so code a load brings does not outlive it there.
 
-    With artifacts, a cache of their own under tweakpipe's private directory (``loads/<sha256>``: a second load of
-    the same file finds its entries again); without, Inductor's usual cache where it is private to this user,
-    else a temporary one (a cold compile, said in one line). Triton's cache follows Inductor's."""
+    With artifacts, a fresh folder of the load's own under tweakpipe's private ``loads/``
+    (:func:`pipeline.compile.loads.fresh`, which raises where that folder is not private or cannot be made: the
+    caller rebuilds without the artifacts); without, Inductor's usual cache where it is private to this user, else a
+    temporary one (a cold compile, said in one line). Triton's cache follows Inductor's."""
     with contextlib.ExitStack() as stack:
-        if artifacts is not None and not trust.home_problem():
-            where = private.make_dir(trust.home() / LOADS / artifacts.digest[:32])
-            os.utime(where)  # most recently used
-            prune_loads(where.parent)
+        if artifacts is not None:
+            where = stack.enter_context(loads.fresh(artifacts.digest[:16]))
         else:
             where = compile_cache.ambient_directory()
             why = private.problem(where, "Inductor's cache directory")
-            if artifacts is not None or why:
-                if why:
-                    log.info("load: %s, so this load compiles in a temporary cache", why)
+            if why:
+                log.info("load: %s, so this load compiles in a temporary cache", why)
                 where = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tweakpipe-load-")))
         saved = os.environ.get("TRITON_CACHE_DIR")
         if saved is not None:
@@ -389,22 +386,17 @@ def load_cache(artifacts: Optional[Usable]) -> Iterator[Path]:
 
 
 def install(contents: Contents, skip: Any = ()) -> None:
-    """Put trusted artifacts into the current Inductor cache (the load's own, :func:`load_cache`): this unpickles
-    them and writes the libraries it carries where the cache has none yet (checked by :func:`usable` first).
-    Backends in ``skip`` (those served by programs built ahead of time) need none of it: where that is all of
-    them, nothing is installed and Inductor is not even imported."""
+    """Put trusted artifacts into the current Inductor cache (the load's own fresh folder, :func:`load_cache`): this
+    unpickles them and writes the libraries it carries, each a new file that follows no link (their paths were
+    checked by :func:`usable` first). Backends in ``skip`` (those served by programs built ahead of time) need none
+    of it: where that is all of them, nothing is installed and Inductor is not even imported."""
     if not [name for name in contents.backends if name not in skip]:
         return
     from torch._inductor.runtime.cache_dir_utils import cache_dir
 
-    root = Path(cache_dir()).resolve()
+    root = Path(cache_dir())
     for relative, data in contents.files.items():
-        path = (root / relative).resolve()
-        if path.is_relative_to(root) and not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-            tmp.write_bytes(data)
-            os.replace(tmp, path)
+        loads.create(root / relative, data)
     for name, data in contents.backends.items():
         if name not in skip:
             torch.compiler.load_cache_artifacts(data)
@@ -457,7 +449,8 @@ class BackendLoad(BuildCost):
 
     artifacts: str = "none"  # used | ignored: <why> | none (it compiles nothing)
     warmup_s: float = 0.0
-    program: str = "none"  # ahead of time (a package, loaded: pipeline.compile.aot) | traced | none (no compile)
+    # ahead of time (saved, loaded: pipeline.compile.aot) | traced | exported (a runtime's model built again) | none
+    program: str = "none"
     traced: bool = False  # whether Dynamo traced or Inductor compiled anything while it was built and warmed
 
 

@@ -26,12 +26,15 @@ import contextlib
 import functools
 import logging
 import os
+import socket
 import sys
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Set, Tuple
 from urllib.parse import urlparse
 
 from pipeline import disks, private
+from pipeline.compile import remote_entry
+from pipeline.redact import REDACTED, redacted
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +44,7 @@ REDIS_EXTRA = 'pip install -e ".[redis]"'
 # stalls past it is given up for the rest of the process, and candidates compile locally.
 PING_SECONDS = 2.0
 CALL_SECONDS = 5.0
-PASSWORD_ENV = "TWEAKPIPE_REDIS_PASSWORD"  # keeps the password out of the command line and Hydra's .hydra/ files
-REDACTED = "***"
+PASSWORD_ENV = "TWEAKPIPE_REDIS_PASSWORD"  # keeps the password off the command line, which other users can read (ps)
 REDIS_FORM = "redis://[[USER]:PASSWORD@]HOST[:PORT] (rediss:// for TLS), e.g. compile_cache.remote=redis://localhost:6379"
 
 
@@ -58,22 +60,6 @@ def remote_address(url: str) -> Tuple[str, int]:
     return parsed.hostname, port
 
 
-def redacted(url: str) -> str:
-    """``url`` with its password replaced by ``***``: what logs, config.yaml and MLflow may show."""
-    parsed = urlparse(str(url))
-    if not parsed.password:
-        return str(url)
-    user = f"{parsed.username}:" if parsed.username else ":"
-    host = parsed.netloc.rpartition("@")[2]
-    return parsed._replace(netloc=f"{user}{REDACTED}@{host}").geturl()
-
-
-def redacted_config(cfg: Dict[str, Any]) -> Dict[str, Any]:
-    """A run's config as plain data with ``compile_cache.remote``'s password redacted (config.yaml, MLflow)."""
-    remote = (cfg.get("compile_cache") or {}).get("remote")
-    return {**cfg, "compile_cache": {**cfg["compile_cache"], "remote": redacted(remote)}} if remote else cfg
-
-
 def redis_client(url: str, seconds: float) -> Any:
     """A Redis client for ``url`` (user, password and TLS from the URL; the password from ``$TWEAKPIPE_REDIS_PASSWORD``
     where the URL has none or a redacted one) whose every call gives up after ``seconds``, without retries: a
@@ -82,9 +68,12 @@ def redis_client(url: str, seconds: float) -> Any:
     from redis.backoff import NoBackoff
     from redis.retry import Retry
 
-    password = urlparse(url).password
-    extra = ({"password": os.environ[PASSWORD_ENV]} if password in (None, REDACTED) and os.environ.get(PASSWORD_ENV)
-             else {})
+    parsed = urlparse(url)
+    extra = {}
+    if parsed.password in (None, REDACTED) and os.environ.get(PASSWORD_ENV):
+        extra["password"] = os.environ[PASSWORD_ENV]  # the URL's own would win over it (redis-py's from_url)
+        user = f"{parsed.username}@" if parsed.username else ""
+        url = parsed._replace(netloc=user + parsed.netloc.rpartition("@")[2]).geturl()
     return redis.Redis.from_url(url, socket_timeout=seconds, socket_connect_timeout=seconds,
                                 retry=Retry(NoBackoff(), 0), **extra)
 
@@ -106,7 +95,7 @@ def redis_failure(url: str, exc: BaseException, seconds: float) -> str:
 
 def remote_problem(url: str) -> Optional[str]:
     """Why ``url`` cannot serve as Inductor's remote cache (bad address, no client package, no server, refused
-    credentials, a stalled server), or None."""
+    credentials, a stalled server, a plain server asked for TLS), or None."""
     try:
         remote_address(url)
     except ValueError as exc:
@@ -118,10 +107,27 @@ def remote_problem(url: str) -> Optional[str]:
     try:
         redis_client(url, PING_SECONDS).ping()
     except Exception as exc:  # noqa: BLE001 -- any failure means no usable server
-        port = remote_address(url)[1]
+        host, port = remote_address(url)
+        if urlparse(url).scheme == "rediss" and answers_plain(host, port, PING_SECONDS):
+            plain = redacted(url).replace("rediss://", "redis://", 1)
+            return (f"compile_cache.remote={redacted(url)}: the Redis at {host}:{port} does not speak TLS (it answers "
+                    f"plain Redis, and rediss:// waits for a TLS handshake); use {plain}, turn TLS on in the server "
+                    f"(its tls-port), or drop compile_cache.remote")
         return (f"compile_cache.remote={redacted(url)}: {redis_failure(url, exc, PING_SECONDS)}; start one "
                 f"(redis-server --port {port}), fix the URL, or drop compile_cache.remote")
     return None
+
+
+def answers_plain(host: str, port: int, seconds: float) -> bool:
+    """Whether a Redis without TLS listens at ``host:port``: a bare ``PING`` gets a reply in Redis's own protocol
+    (``+PONG``, or ``-NOAUTH`` from a server with a password). A client that asked for TLS meets such a server
+    as a stall: it waits for a handshake the server never sends."""
+    try:
+        with socket.create_connection((host, port), timeout=seconds) as conn:
+            conn.sendall(b"PING\r\n")
+            return conn.recv(1) in (b"+", b"-")
+    except OSError:
+        return False
 
 
 def directory(cfg: Mapping[str, Any]) -> Path:
@@ -213,6 +219,8 @@ REDIS_URL_ENV = "TORCHINDUCTOR_REDIS_URL"  # where workers (and torch's own Redi
 REMOTE_CACHES = ("RemoteFxGraphCache", "RemoteAOTAutogradCache", "RemoteAutotuneCache", "RemoteBundledAutotuneCache")
 # Why the Redis at a URL was given up in this process (one warning each): later calls go straight to local compiles.
 _REMOTE_FAILED: Dict[str, str] = {}
+# The Redis keys whose values were not Inductor's entries (one warning each); each read of them is a miss.
+_BAD_ENTRIES: Set[str] = set()
 # Why compiled code loaded now may not be this user's own (pipeline.compile.artifacts writes such artifacts unsigned).
 _FOREIGN: List[Optional[str]] = [None]
 
@@ -222,7 +230,9 @@ def guarded_redis() -> type:
     """Inductor's Redis cache backend, but with the URL's credentials and TLS, a CALL_SECONDS timeout on every call,
     and any failure (refused credentials, no server, a stall) said once, naming Redis, after which this process
     compiles locally. torch's own backend knows a host and port only, waits as long as the socket does, and
-    raises a timeout that fails the compile without naming Redis."""
+    raises a timeout that fails the compile without naming Redis. A value that is not an entry Inductor wrote
+    (``pipeline.compile.remote_entry``) is named once and read as a miss: torch would fail the compile on it with
+    an assertion that names no cache."""
     from torch._inductor.remote_cache import RemoteCacheBackend
 
     class GuardedRedis(RemoteCacheBackend):  # type: ignore[misc]
@@ -244,7 +254,21 @@ def guarded_redis() -> type:
 
         def _get(self, key: str) -> Optional[bytes]:
             value = self._call(lambda client: client.get(key))
-            return value if isinstance(value, bytes) else None
+            if not isinstance(value, bytes):
+                return None
+            problem = remote_entry.problem(key, value)
+            if problem is None:
+                return value
+            if key not in _BAD_ENTRIES:
+                _BAD_ENTRIES.add(key)
+                host, port = remote_address(self.url)
+                log.warning("compile cache: the remote cache at Redis %s:%s holds an entry that is not a valid "
+                            "Inductor cache entry (key %s: %s), damaged or written by another torch version or by "
+                            "someone else; it was passed over, this process compiles that program itself and stores "
+                            "it in its place. If it comes back, someone else writes that server: clear it "
+                            "(redis-cli -h %s -p %s DEL %s) or drop compile_cache.remote",
+                            host, port, key, problem, host, port, key)
+            return None
 
         def _put(self, key: str, data: bytes) -> None:
             self._call(lambda client: client.set(key, data))

@@ -1,9 +1,11 @@
-"""A compile worker process: ``python -m pipeline.compile.worker SETUP RESULTS_FD PARENT_PID``.
+"""A compile worker process: this module run as ``__main__`` with ``SETUP RESULTS_FD PARENT_PID`` (:func:`command`).
 
 Started by :mod:`pipeline.compile.ahead` through tweakpipe's own entry point, never through
 multiprocessing's ``spawn`` or ``forkserver``, which import the parent's ``__main__`` in every child: a
 user's script that calls ``pipeline.tune`` at top level (no ``if __name__ == "__main__":``) would run again
-in each worker. Here the worker's ``__main__`` is this module; it reads the run's setup file (the build spec,
+in each worker. Nor through ``python -m``, which puts the current directory first on ``sys.path``: run from a
+folder others can write (``/tmp``), a ``json.py`` planted there would run inside the worker. The worker imports
+from exactly the run's own ``sys.path`` (:data:`BOOT`). Here the worker's ``__main__`` is this module; it reads the run's setup file (the build spec,
 the inputs at every tuned cell, the cache settings, the run's process state: ``compile.state``), then compiles one job per line of its standard input (a
 JSON object: the candidate's name and settings), built and warmed exactly as capture will
 (``pipeline.compile.build``), and answers each with one JSON line on the file descriptor ``RESULTS_FD``: the
@@ -30,6 +32,26 @@ from typing import Any, Dict, List, Optional
 
 PR_SET_PDEATHSIG = 1
 PARENT_POLL_S = 1.0
+
+# What the worker's interpreter runs first (``python -c BOOT PATH ...``), before it imports anything that is not
+# built in: it drops the entry ``-c`` puts first on Python 3.10 (the current directory; 3.11's ``-P`` adds none),
+# sets ``sys.path`` to the run's own (a JSON list: the user's script's folder where the run is a script, and no
+# folder the run did not import from), then runs this module as ``__main__``.
+BOOT = ("import sys\n"
+        "if not getattr(sys.flags, 'safe_path', False): del sys.path[0]\n"
+        "import json, runpy\n"
+        "sys.path[:] = json.loads(sys.argv.pop(1))\n"
+        "runpy.run_module('pipeline.compile.worker', run_name='__main__', alter_sys=True)\n")
+
+
+def command(*args: str) -> List[str]:
+    """The command line that starts a worker with ``args``: this interpreter with the run's own interpreter flags
+    (isolated, no user site, no environment, where the run has them), never the current directory's modules
+    (``-P`` where Python has it, :data:`BOOT` else), and the run's ``sys.path``."""
+    flags = [flag for flag, on in (("-I", sys.flags.isolated), ("-s", sys.flags.no_user_site and not sys.flags.isolated),
+                                   ("-E", sys.flags.ignore_environment and not sys.flags.isolated),
+                                   ("-P", sys.version_info >= (3, 11))) if on]
+    return [sys.executable, *flags, "-c", BOOT, json.dumps(sys.path), *args]
 
 
 def die_with_parent(parent: int) -> None:
@@ -58,7 +80,7 @@ def start(setup_path: str) -> Dict[str, Any]:
     import torch
 
     setup = torch.load(setup_path, map_location="cpu", weights_only=False)  # written by this run a moment ago
-    from pipeline.compile import aot
+    from pipeline.compile import standalone
     from pipeline.compile import cache as compile_cache
     from pipeline.compile import state as process_state
 
@@ -70,7 +92,7 @@ def start(setup_path: str) -> Dict[str, Any]:
     on = lambda inputs: {n: t.to(spec.device) for n, t in inputs.items()}  # noqa: E731
     return {"spec": replace(spec, model=spec.model.eval().to(spec.device), sample=on(spec.sample)),
             "cells": [on(cell) for cell in setup["cells"].values()],
-            "standalone": aot.standalone_wanted(setup["cache"].get("standalone"), spec.device),
+            "standalone": standalone.standalone_wanted(setup["cache"].get("standalone"), spec.device),
             "directory": Path(setup_path).parent}
 
 
@@ -80,15 +102,15 @@ def compile_one(state: Dict[str, Any], name: str, settings: Dict[str, Any]) -> D
     (capture loads it instead of tracing)."""
     from pipeline import backends
     from pipeline.backends.candidate import Candidate
-    from pipeline.compile import aot
+    from pipeline.compile import standalone
     from pipeline.compile.build import build_and_warm
     from pipeline.compile.cost import BuildCost, Stopwatch
 
     watch, counted, spec, candidate = Stopwatch(), BuildCost(), state["spec"], Candidate.of(name, settings)
     backend, built = backends.create(candidate), []
-    unfit = aot.standalone_unfit(backend, bool(spec.dims.seq)) if state["standalone"] else "off"
+    unfit = standalone.standalone_unfit(backend, bool(spec.dims.seq)) if state["standalone"] else "off"
     if not unfit:
-        backend.prebuilt = aot.compiled_here(backend, spec.sample, state["directory"], built.append)
+        backend.prebuilt = standalone.compiled_here(backend, spec.sample, state["directory"], built.append)
     warm = lambda backend: [backend(**cell) for cell in state["cells"]]  # noqa: E731
     try:
         build_and_warm(backend, spec, counted, warm)
@@ -99,7 +121,7 @@ def compile_one(state: Dict[str, Any], name: str, settings: Dict[str, Any]) -> D
         counted = BuildCost()
         build_and_warm(backends.create(candidate), spec, counted, warm)
     return {"seconds": watch.seconds, "cache_hits": counted.cache_hits, "cache_misses": counted.cache_misses,
-            **({"standalone": aot.answer_of(built[0])} if built else {}),
+            **({"standalone": standalone.answer_of(built[0])} if built else {}),
             **({"standalone_unfit": unfit} if state["standalone"] and unfit else {})}
 
 

@@ -22,6 +22,8 @@ from typing import Iterable, List, NoReturn, Optional, Sequence
 
 from omegaconf import OmegaConf
 
+from pipeline.redact import redacted
+
 DEFAULT_CONF = SHIPPED_CONF
 _CHOICE = re.compile(r"^[+~]*(?P<group>[\w/]+)=\[?(?P<values>[^\]=]*)\]?$")
 # Lines of Hydra's and OmegaConf's reports that locate rather than explain.
@@ -29,8 +31,9 @@ _LOCATING = ("full_key:", "reference_type=", "object_type=", "provider=")
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
-    """One line on stderr and an exit code: 2 for a user's mistake (the command-line tools' way out)."""
-    print(f"error: {message}", file=sys.stderr)
+    """One line on stderr and an exit code: 2 for a user's mistake (the command-line tools' way out). A URL's
+    password in it (an override the line quotes) is shown as ``***``, as in every record (``pipeline.redact``)."""
+    print(f"error: {redacted(message)}", file=sys.stderr)
     raise SystemExit(code)
 
 

@@ -150,10 +150,11 @@ class RouteConfig:
     # Fail the run, saving nothing, when the route rests on cells the profile flagged noisy.
     require_confident: bool = False
     checkpoint_name: str = "model.tweak"
-    # Save each routed Inductor program ahead of time too (in the compiled artifacts, where it matches the traced
-    # program's outputs and speed: an AOTInductor package on the CPU, Inductor's standalone_compile form on CUDA):
-    # a trusted load then traces nothing. false:
-    # the checkpoint carries Inductor's cache entries only (a load traces each program), and saving is quicker.
+    # Save each routed program ahead of time too (in the compiled artifacts, where it matches the backend's own
+    # outputs and speed: for Inductor an AOTInductor package on the CPU, Inductor's standalone_compile form on CUDA;
+    # for ONNX Runtime and OpenVINO the runtime's own model): a trusted load then traces and compiles nothing. false:
+    # the checkpoint carries Inductor's cache entries only (a load traces each program and exports each runtime's
+    # model again), and saving is quicker.
     aot: bool = True
     # Measured against fp32 eager at every tuned size; a candidate outside it never serves.
     accuracy_budget: AccuracyBudget = field(default_factory=AccuracyBudget)
@@ -184,7 +185,8 @@ class CompileCacheConfig:
     # can write it to run code in your runs (Inductor imports what it finds there); artifacts are then unsigned.
     shared: bool = False
     # redis[s]://[USER:PASSWORD@]HOST:PORT: Inductor's remote caches (pip install -e ".[redis]"); every client of
-    # that server can run code in your runs. The password may come from $TWEAKPIPE_REDIS_PASSWORD instead.
+    # that server can run code in your runs. The password may come from $TWEAKPIPE_REDIS_PASSWORD instead; every
+    # record the run writes shows it as *** (a resumed run takes it from $TWEAKPIPE_REDIS_PASSWORD).
     remote: Optional[str] = None
     # Worker processes that compile candidates' programs ahead of capture (pipeline/compile/ahead.py);
     # null: one per 4 CPU cores, none below 8 cores; 0: compile in the run's own process only.

@@ -8,7 +8,13 @@ noisy. This module names what it sees instead, from two cheap readings (:func:`r
 - runnable tasks besides this process's own threads (``procs_running`` of ``/proc/stat``, a snapshot, so the
   median of a few), on the cores this process may use, against those cores;
 - a calibration kernel, a fixed pure-Python loop on one thread, timed in wall time and in the thread's CPU
-  time: on a free core the two agree, so wall over CPU time is how many times its quiet time it took.
+  time: on a free core the two agree, so wall over CPU time is how many times its quiet time it took;
+- a parallel calibration on the run's own threads (torch's intra-op pool, as the backends use it): a few rounds
+  of a small parallel kernel, each a fraction of a millisecond when every thread has a core. One thread that
+  waits for a core stalls the others at the kernel's barrier for a scheduler slice (milliseconds), so the rounds'
+  mean moves far beyond their own noise above the fastest round seen this run. That catches what the task count
+  misses: a 2-thread run beside one spinning task (one core free, so "quiet for the thread that fits") whose
+  cells took 4.6 ms against 0.5 ms quiet.
 
 What the readings mean is a pure function (:func:`judge`, and :func:`start` for the run's first look), so its
 thresholds are tested on synthetic readings; :class:`Watch` takes readings around every measured cell, waits
@@ -28,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Tuple
 
+import torch
+
 from pipeline.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -37,6 +45,15 @@ ON_BUSY = ("warn", "wait", "fail")
 # its time for a core. A free core gives about 1.0; one shared with one other spinning task about 2.
 SLOWED = 1.5
 SNAPSHOTS = 5  # runnable-task snapshots per reading, one before each calibration round (odd: a whole median)
+# The parallel calibration: up to PARALLEL_ROUNDS rounds of PARALLEL_OPS parallel adds of PARALLEL_NUMEL floats on the
+# run's threads. It is stalled where the rounds' mean exceeds both STALL_FACTOR times the fastest round seen and
+# that round plus STALL_MS: a barrier that waits for a descheduled thread costs a scheduler slice (milliseconds),
+# while a quiet round's own jitter is microseconds (a CPU clock that halves stays within the factor).
+PARALLEL_ROUNDS = 9
+PARALLEL_OPS = 10
+PARALLEL_NUMEL = 1 << 18
+STALL_FACTOR = 3.0
+STALL_MS = 0.5
 # One round of the calibration kernel: this much CPU time of pure Python, longer than a scheduler's time slice, so
 # that a round shares its core with whatever else is runnable there (a round of a millisecond often runs whole).
 ROUND_CPU_S = 0.004
@@ -61,6 +78,8 @@ class Reading:
     runnable: int  # tasks ready to run besides this process's own threads, on the cores it may use
     cores: int  # the cores this process may use (its affinity, within its cgroup's CPU quota)
     slowdown: float  # the calibration kernel's wall time over its quiet time (its CPU time); 1.0 on a free core
+    parallel_ms: float = 0.0  # the parallel calibration's mean round on the run's threads (0: not taken)
+    parallel_fastest_ms: float = 0.0  # its fastest round in this reading
 
 
 @dataclass(frozen=True)
@@ -77,20 +96,31 @@ def counted(n: int, thing: str) -> str:
     return f"{n} {thing}{'s' * (n != 1)}"
 
 
-def judge(reading: Reading, threads: int) -> Verdict:
+def judge(reading: Reading, threads: int, fastest_ms: Optional[float] = None) -> Verdict:
     """Whether a run of ``threads`` threads measures the host rather than itself.
 
-    Busy where even the threads that fit would share a core with other runnable tasks (no core is free), or
-    where the calibration kernel took more than ``SLOWED`` times its quiet time. Where only some cores are free,
-    the host is quiet for the threads that fit (``fit``): a run with fewer threads measures itself.
+    Busy where even the threads that fit would share a core with other runnable tasks (no core is free), where
+    the calibration kernel took more than ``SLOWED`` times its quiet time, or where the parallel calibration on
+    the run's threads stalled (:func:`stalled`) against the fastest round seen so far (``fastest_ms``, this
+    reading's own where None). Where only some cores are free and nothing stalls, the host is quiet for the
+    threads that fit (``fit``): a run with fewer threads measures itself.
     """
     free = max(1, reading.cores - reading.runnable)
     fit = max(1, min(threads, free))
     crowded = reading.runnable + fit > reading.cores
     slowed = reading.slowdown > SLOWED
+    floor = min(reading.parallel_fastest_ms, fastest_ms) if fastest_ms else reading.parallel_fastest_ms
     seen = f"{counted(reading.runnable, 'runnable task')} besides this run's on {counted(reading.cores, 'core')}, " \
            f"calibration {reading.slowdown:.1f}x its quiet time"
-    return Verdict(crowded or slowed, seen, fit)
+    if reading.parallel_ms:
+        seen += f", {counted(threads, 'thread')} {reading.parallel_ms:.2f} ms a round against {floor:.2f} ms at best"
+    return Verdict(crowded or slowed or stalled(reading.parallel_ms, floor), seen, fit)
+
+
+def stalled(mean_ms: float, fastest_ms: float) -> bool:
+    """Whether parallel rounds of mean ``mean_ms`` stalled at their barrier, against a fastest round of
+    ``fastest_ms``: beyond both ``STALL_FACTOR`` times it and it plus ``STALL_MS``."""
+    return bool(mean_ms and fastest_ms) and mean_ms > max(STALL_FACTOR * fastest_ms, fastest_ms + STALL_MS)
 
 
 @dataclass(frozen=True)
@@ -181,8 +211,38 @@ def calibration_round() -> Tuple[float, float]:
     return time.perf_counter() - wall, time.thread_time() - cpu
 
 
+class ParallelCalibration:
+    """The parallel calibration's kernel: adds of preallocated tensors in torch's intra-op pool, on the threads in
+    force. Rounds stop early once their sum alone says the mean stalled against the fastest round of the reading,
+    so a busy host costs a round or two, not all of them."""
+
+    def __init__(self) -> None:
+        self.a, self.b, self.out = torch.ones(PARALLEL_NUMEL), torch.ones(PARALLEL_NUMEL), torch.empty(PARALLEL_NUMEL)
+        self.add = torch.add
+
+    def round_ms(self) -> float:
+        start = time.perf_counter()
+        for _ in range(PARALLEL_OPS):
+            self.add(self.a, self.b, out=self.out)
+        return (time.perf_counter() - start) * 1e3
+
+    def reading(self) -> Tuple[float, float]:
+        """The rounds' mean and the fastest, in milliseconds."""
+        self.round_ms()  # wakes the pool's threads
+        times: list = []
+        while len(times) < PARALLEL_ROUNDS:
+            times.append(self.round_ms())
+            if stalled(sum(times) / PARALLEL_ROUNDS, min(times)):  # the rest cannot bring the mean back
+                break
+        return sum(times) / len(times), min(times)
+
+
+_parallel: Optional[ParallelCalibration] = None
+
+
 def read_host() -> Reading:
     """A reading of the host, over a few calibration rounds (some tens of milliseconds)."""
+    global _parallel
     cores, online = usable_cores(), os.cpu_count() or 1
     counts, wall, cpu = [], 0.0, 0.0
     for _ in range(SNAPSHOTS):
@@ -192,7 +252,10 @@ def read_host() -> Reading:
         round_wall, round_cpu = calibration_round()
         wall, cpu = wall + round_wall, cpu + round_cpu
     runnable = round(statistics.median(counts)) if counts else 0
-    return Reading(runnable, cores, wall / cpu)
+    if torch.get_num_threads() < 2:  # one thread meets no barrier: the single-thread kernel above says it all
+        return Reading(runnable, cores, wall / cpu)
+    _parallel = _parallel or ParallelCalibration()
+    return Reading(runnable, cores, wall / cpu, *_parallel.reading())
 
 
 class Watch:
@@ -213,10 +276,14 @@ class Watch:
         self.on_busy, self.threads, self.wait_s = on_busy, threads, wait_s
         self.read, self.sleep, self.clock = read, sleep, clock
         self.last: Optional[Tuple[float, Verdict]] = None  # when the latest reading was taken, and its verdict
+        self.fastest_ms: Optional[float] = None  # the parallel calibration's fastest round so far
 
     def verdict(self) -> Verdict:
-        """A verdict on a new reading."""
-        verdict = judge(self.read(), self.threads)
+        """A verdict on a new reading, against the fastest parallel round seen so far."""
+        reading = self.read()
+        if reading.parallel_fastest_ms:
+            self.fastest_ms = min(self.fastest_ms or reading.parallel_fastest_ms, reading.parallel_fastest_ms)
+        verdict = judge(reading, self.threads, self.fastest_ms)
         self.last = (self.clock(), verdict)
         return verdict
 

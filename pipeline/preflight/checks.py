@@ -240,6 +240,9 @@ def check_config(cfg: DictConfig, run_dir: Optional[Path] = None) -> Dict[str, C
         check_sizes(cfg, device)
         if run_dir is not None:
             check_run_dir(run_dir, bool(cfg.get("resume")))
+        problem = disks.temp_problem()  # Inductor's C++ compiles, exports and packages write there
+        if problem:
+            raise ConfigError(problem)
         cache = OmegaConf.to_container(cfg.compile_cache, resolve=True)
         problem = compile_cache.settings_problem(cache)
         if problem:

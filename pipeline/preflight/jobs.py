@@ -1,20 +1,29 @@
-"""A Hydra callback that composes and checks every job of a multirun sweep before the sweep starts.
+"""Hydra callbacks on a multirun sweep's jobs: each one checked before the sweep starts, and the sweep's exit code
+from what became of them.
 
 A config mistake in one job (``device=cuda`` on a CPU machine, a bad value in a list of values, a misspelt option in
 a list of options: ``profile=quick,quik``) would otherwise surface only when that job runs: after the sweep
 directory, the MLflow parent run and every job before it. ``on_multirun_start`` runs before all of them
-(``check_jobs`` comes first in ``hydra.callbacks``): each job's config is composed as the launcher will compose it
+(``sweep_jobs`` comes first in ``hydra.callbacks``): each job's config is composed as the launcher will compose it
 and is prepared as a single run prepares it (``pipeline.preflight.prepare``: its inputs completed and set at the
-longest tuned length, then every check); the first mistake stops the sweep, naming the job (:class:`SweepRefused`:
-Hydra turns a callback's ``Exception`` into a warning and launches the sweep anyway). A job Hydra cannot compose is
-named the way a single run's command line is (``pipeline.config.errors.composition_problem``: the misspelt option
-and the valid ones).
+longest tuned length, then every check). Where every job is mistaken, the sweep is refused before it makes anything,
+naming each job and its mistake in one line (:class:`SweepRefused`: Hydra turns a callback's ``Exception`` into a
+warning and launches the sweep anyway); where only some are, each is named in a warning and the others run, the
+mistaken ones failing at their own check (or not launched, where Hydra cannot compose them) and recorded FAILED as
+any failed job is. A job Hydra cannot compose is named the way a single run's command line is
+(``pipeline.config.errors.composition_problem``: the misspelt option and the valid ones).
 
-Only Hydra's basic sweeper lists its jobs up front; under another sweeper each job is checked as it starts.
+``on_multirun_end`` comes last (Hydra ends callbacks in reverse order, so after the MLflow parent run is closed): where
+a job failed, :class:`SweepFailed` ends the sweep with exit code 1, or 2 where no job could run for mistakes in their
+configs (``pipeline.record.sweep_jobs``, which tweakpipe's sweeper wrote).
+
+Only Hydra's basic sweeper, and tweakpipe's built on it, list their jobs up front; under another sweeper each job is
+checked as it starts.
 """
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any, List
 
@@ -23,17 +32,30 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import ConfigCompositionException, OverrideParseException
 from hydra.experimental.callback import Callback
+from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from pipeline.config.errors import composition_problem
 from pipeline.errors import ConfigError
 from pipeline.preflight.prepare import prepare
+from pipeline.record import sweep_jobs
+from pipeline.redact import redacted
 
-BASIC_SWEEPER = f"{BasicSweeper.__module__}.{BasicSweeper.__name__}"
+log = logging.getLogger(__name__)
+BASIC_SWEEPER = f"{BasicSweeper.__module__}.{BasicSweeper.__qualname__}"
 
 
 class SweepRefused(BaseException):
-    """A sweep job's :class:`ConfigError`; ``python -m pipeline`` prints it in one line and exits 2."""
+    """Every job of a sweep is a :class:`ConfigError`; ``python -m pipeline`` prints them in one line and exits 2."""
+
+
+class SweepFailed(BaseException):
+    """Some job of a sweep failed (each is named in the log and the parent run); ``python -m pipeline`` prints the
+    count in one line and exits with ``code``."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 def job_overrides(sweep: DictConfig) -> List[List[str]]:
@@ -63,14 +85,36 @@ def job_config(sweep: DictConfig, overrides: List[str]) -> DictConfig:
     return cfg
 
 
-class CheckJobs(Callback):
-    """Every job's config checked before the sweep makes anything."""
+def lists_jobs(sweep: DictConfig) -> bool:
+    """Whether the sweep's sweeper is Hydra's basic one or built on it: its jobs are known before it starts. By name:
+    Hydra's plugin scan imports its core plugins' modules again, so the class a plugin subclasses may be another
+    object than the one imported here."""
+    sweeper = get_class(sweep.hydra.sweeper._target_)
+    return any(f"{c.__module__}.{c.__qualname__}" == BASIC_SWEEPER for c in sweeper.__mro__)
+
+
+class SweepJobs(Callback):
+    """Every job's config checked before the sweep makes anything; the sweep's exit code from its jobs' ends."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        if config.hydra.sweeper._target_ != BASIC_SWEEPER:
+        if not lists_jobs(config):
             return
-        for num, overrides in enumerate(job_overrides(config)):
+        jobs = job_overrides(config)
+        mistakes = []
+        for num, overrides in enumerate(jobs):
             try:
                 prepare(job_config(config, overrides))
             except ConfigError as exc:
-                raise SweepRefused(f"sweep job {num} ({' '.join(overrides)}): {exc}; nothing was run") from None
+                mistakes.append(f"sweep job {num} ({' '.join(overrides)}): {exc}")
+        if len(mistakes) == len(jobs):
+            raise SweepRefused(f"{'; '.join(mistakes)}; no job of the sweep can run, so nothing was run")
+        for mistake in mistakes:
+            log.warning("%s; it is recorded FAILED and the sweep runs its other jobs", redacted(mistake))
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep_dir = Path(str(config.hydra.sweep.dir))
+        ends = sweep_jobs.read(sweep_dir)
+        code = sweep_jobs.exit_code(ends) if ends else 0
+        if code:
+            raise SweepFailed(f"{sweep_jobs.headline(ends)}, each named above with its reason, and in "
+                              f"{sweep_dir / sweep_jobs.JOBS_FILE}", code)

@@ -6,10 +6,14 @@ Two panels over batch size (log 2):
   into each other as shaded bands do), noisy cells drawn hollow, the routed model as a black dashed
   line, the reference peer (the user's own ``torch.compile``) dotted; plain-millisecond ticks (``0.5``, ``1``, ``2``), not powers of ten; candidates the screen dropped
   (``pipeline.measure.screening``) greyed, dashed, at the sizes the screen timed, with a legend entry each, so a
-  backend that did not go on to the profile is seen not to, not missing;
+  backend that did not go on to the profile is seen not to, not missing; cells measured on a busy host ringed in red;
 - **speed-up over eager** (over the first backend where there is no ``eager``): each backend's
   ``eager ms / its ms`` per batch size, the routed model in black, and each routed range shaded
-  with the name of the backend that serves it written inside.
+  with the name of the backend that serves it written inside; a ratio that rests on a cell measured on a busy host
+  (either side's) ringed in red.
+
+Where any cell was measured on a busy host (``pipeline.measure.contention``), the title says how many
+(:func:`contended_title`, drawn in red): a speed-up there measures the other jobs as much as the model.
 
 Drawn on a bare Agg canvas (no pyplot), so it works headless and never changes the caller's
 matplotlib backend.
@@ -31,6 +35,9 @@ Bands = Mapping[str, Mapping[int, Tuple[float, float]]]
 Medians = Mapping[str, Mapping[int, float]]
 BASELINE = "eager"
 NOISY_LABEL = "hollow: noisy cell (profile.csv says why)"
+CONTENDED_LABEL = "red ring: measured on a busy host (contended)"
+CONTENDED_COLOR = "red"
+CONTENDED_HEAD = "CONTENDED:"  # how the title's second line begins where cells were measured on a busy host
 REFERENCE_LABEL = "reference: your own torch.compile"
 SCREENED = "grey"
 SCREENED_MARKERS = ("s", "^", "v", "D", "P", "X")  # one per screened-out candidate, all grey
@@ -58,12 +65,18 @@ def draw_screened(ax: "Axes", screened: Medians) -> None:
                 marker=SCREENED_MARKERS[i % len(SCREENED_MARKERS)], ms=5, label=f"{name} (screened out; screen ms)")
 
 
+def ring(ax: "Axes", points: Sequence[Tuple[float, float]]) -> None:
+    """A red ring around each point: a figure that rests on a cell measured on a busy host."""
+    if points:
+        ax.plot(*zip(*points), marker="o", ms=11, ls="none", mfc="none", mec=CONTENDED_COLOR, mew=1.5, zorder=5)
+
+
 def draw_latency(ax: "Axes", medians: Medians, bands: Bands, noisy: Mapping[str, Set[int]],
                  routed: Sequence[Tuple[int, float]], screened: Optional[Medians] = None,
-                 references: Sequence[str] = ()) -> Dict[str, Any]:
+                 references: Sequence[str] = (), contended: Optional[Mapping[str, Set[int]]] = None) -> Dict[str, Any]:
     """The latency panel (the reference peer's lines dotted and named as the user's own compile); returns each
     backend's colour."""
-    names, colors = list(medians), {}
+    names, colors, contended = list(medians), {}, contended or {}
     for name, per in medians.items():
         xs = sorted(per)
         shift = spread(name, names)
@@ -80,11 +93,14 @@ def draw_latency(ax: "Axes", medians: Medians, bands: Bands, noisy: Mapping[str,
             hollow = x in noisy.get(name, set())
             ax.plot(x * shift, per[x], marker="o", ms=6, color=colors[name], mfc="white" if hollow else colors[name],
                     mew=1.5, zorder=3)
+        ring(ax, [(x * shift, per[x]) for x in xs if x in contended.get(name, set())])
     draw_screened(ax, screened or {})
     if routed:
         ax.plot(*zip(*routed), color="black", ls="--", lw=1.5, marker="x", label="auto (routed)", zorder=4)
     if any(noisy.get(name) for name in medians):
         ax.plot([], [], marker="o", ls="none", color="grey", mfc="white", label=NOISY_LABEL)
+    if any(contended.get(name) for name in medians):
+        ax.plot([], [], marker="o", ls="none", mfc="none", mec=CONTENDED_COLOR, mew=1.5, label=CONTENDED_LABEL)
     ax.set_yscale("log")
     plain_ticks(ax)
     ax.set_ylabel("median latency (ms)\nwhiskers: p10-p90")
@@ -93,17 +109,20 @@ def draw_latency(ax: "Axes", medians: Medians, bands: Bands, noisy: Mapping[str,
 
 
 def draw_speedup(ax: "Axes", medians: Medians, baseline: str, colors: Mapping[str, Any],
-                 route: Optional[Sequence[Range]], routed: Sequence[Tuple[int, float]], edges: Tuple[float, float]
-                 ) -> None:
-    """The speed-up panel: every backend and the routed model against ``baseline``, routed ranges named."""
+                 route: Optional[Sequence[Range]], routed: Sequence[Tuple[int, float]], edges: Tuple[float, float],
+                 contended: Optional[Mapping[str, Set[int]]] = None) -> None:
+    """The speed-up panel: every backend and the routed model against ``baseline``, routed ranges named, a ratio
+    that rests on a contended cell (its own or the baseline's) ringed."""
     from matplotlib.ticker import FuncFormatter
 
-    base = medians[baseline]
+    contended = contended or {}
+    base, busy_base = medians[baseline], contended.get(baseline, set())
     values = [1.0]
     for name, per in medians.items():
         xs = [x for x in sorted(per) if x in base]
         values += [base[x] / per[x] for x in xs]
         ax.plot(xs, [base[x] / per[x] for x in xs], marker="o", ms=4, lw=1, color=colors[name], alpha=0.8)
+        ring(ax, [(x, base[x] / per[x]) for x in xs if x in contended.get(name, set()) | busy_base])
     span = max(values) - min(values) or 1.0
     ax.set_ylim(min(values) - 0.08 * span, max(values) + 0.3 * span)  # headroom for the range names
     auto = [(x, base[x] / ms) for x, ms in routed if x in base]
@@ -125,12 +144,21 @@ def draw_speedup(ax: "Axes", medians: Medians, baseline: str, colors: Mapping[st
     ax.set_ylabel(f"speed-up over {baseline}\n(shaded: who serves)")
 
 
+def contended_title(title: str, contended: Mapping[str, Set[int]]) -> str:
+    """``title``, and where any cell was measured on a busy host, a second line that says so."""
+    count = sum(len(sizes) for sizes in contended.values())
+    return (f"{title}\n{CONTENDED_HEAD} {count} cell(s) measured on a busy host (ringed); their speed-ups measure the "
+            f"other jobs too" if count else title)
+
+
 def latency_figure(medians: Medians, route: Optional[Sequence[Range]], title: str = "",
                    bands: Optional[Bands] = None, noisy: Optional[Mapping[str, Set[int]]] = None,
-                   screened: Optional[Medians] = None, references: Sequence[str] = ()) -> "Figure":
+                   screened: Optional[Medians] = None, references: Sequence[str] = (),
+                   contended: Optional[Mapping[str, Set[int]]] = None) -> "Figure":
     """The figure: ``medians`` is backend -> batch size -> median ms, ``bands`` each cell's p10-p90,
     ``noisy`` backend -> the batch sizes whose cells the profile flagged, ``screened`` each screened-out
-    candidate's screen medians (batch size -> ms), ``references`` the reference peer's candidates."""
+    candidate's screen medians (batch size -> ms), ``references`` the reference peer's candidates, ``contended``
+    backend -> the batch sizes measured on a busy host."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.ticker import NullFormatter
@@ -141,16 +169,17 @@ def latency_figure(medians: Medians, route: Optional[Sequence[Range]], title: st
     sizes = sorted({bs for per in medians.values() for bs in per})
     owners = {bs: backend_for(route, bs) for bs in sizes} if route else {}
     routed = [(bs, medians[b][bs]) for bs, b in owners.items() if bs in medians.get(b, {})]
-    colors = draw_latency(top, medians, bands or {}, noisy or {}, routed, screened, references)
+    contended = contended or {}
+    colors = draw_latency(top, medians, bands or {}, noisy or {}, routed, screened, references, contended)
     edges = (sizes[0] / 1.5, sizes[-1] * 1.5) if sizes else (0.5, 2.0)
     draw_speedup(bottom, medians, BASELINE if BASELINE in medians else next(iter(medians)), colors, route, routed,
-                 edges)
+                 edges, contended)
     bottom.set_xscale("log", base=2)
     bottom.set_xticks(sizes, [str(s) for s in sizes])
     bottom.xaxis.set_minor_formatter(NullFormatter())
     bottom.set_xlim(*edges)
     bottom.set_xlabel("batch size")
-    top.set_title(title)
+    top.set_title(title, **({"color": CONTENDED_COLOR} if CONTENDED_HEAD in title else {}))
     for ax in (top, bottom):
         ax.grid(True, which="major", alpha=0.3)
     fig.tight_layout()
@@ -159,8 +188,9 @@ def latency_figure(medians: Medians, route: Optional[Sequence[Range]], title: st
 
 def latency_plot(medians: Medians, route: Optional[Sequence[Range]], path: Path, title: str = "",
                  bands: Optional[Bands] = None, noisy: Optional[Mapping[str, Set[int]]] = None,
-                 screened: Optional[Medians] = None, references: Sequence[str] = ()) -> Path:
+                 screened: Optional[Medians] = None, references: Sequence[str] = (),
+                 contended: Optional[Mapping[str, Set[int]]] = None) -> Path:
     """Write :func:`latency_figure` as a PNG to ``path`` and return it."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    latency_figure(medians, route, title, bands, noisy, screened, references).savefig(path)
+    latency_figure(medians, route, title, bands, noisy, screened, references, contended).savefig(path)
     return path

@@ -4,7 +4,8 @@ Stages put their results on the run context and do no I/O; the runner hands them
 stage, and the profile's cells as they are measured, so a crash or a kill loses nothing measured
 earlier. Every file is written whatever the tracking setting, for command-line and API runs alike:
 
-- ``config.yaml``: the resolved config (at the start);
+- ``config.yaml``: the resolved config (at the start), the credentials of its URLs redacted as in every record
+  (``pipeline.redact``: ``run.json``, the log and MLflow's params and tags too);
 - ``capture.json``: each backend's status, reason, build seconds, error against eager, evidence;
 - ``profile.csv``: one row per backend and batch size, appended as each cell is measured and
   rewritten whole when the profile ends; ``cells.jsonl`` keeps every cell's raw windows, so an
@@ -28,14 +29,15 @@ from typing import Any, Dict, Iterator, Mapping, Optional, Tuple
 from omegaconf import DictConfig, OmegaConf
 
 from pipeline.compile import artifacts as compiled
-from pipeline.compile import cache as compile_cache
 from pipeline.disks import write_atomic
 from pipeline.errors import ConfigError
 from pipeline.context import BackendOutcome, Earlier, RunContext
 from pipeline.measure.accuracy import describe
 from pipeline.measure.measurement import Measurement
 from pipeline.measure.statistics import samples_per_second
-from pipeline.record.tracker import NullTracker
+from pipeline.record.routed import figure_name
+from pipeline.record.tracker import CONTENDED_TAG, NullTracker
+from pipeline.redact import redacted
 from pipeline.seqlen import Key, metric_suffix
 
 log = logging.getLogger(__name__)
@@ -134,8 +136,8 @@ class Recorder:
             for name in APPENDED:
                 (self.run_dir / name).unlink(missing_ok=True)
         self.record = {"fingerprint": dict(fingerprint), "stages_done": done, "status": "RUNNING", "host": host}
-        write_atomic(self.run_dir / RECORD_FILE, json.dumps(self.record, indent=1))
-        cfg, shown = self.cfg, compile_cache.redacted_config(OmegaConf.to_container(self.cfg, resolve=True))
+        self.write_record()
+        cfg, shown = self.cfg, redacted(OmegaConf.to_container(self.cfg, resolve=True))
         write_atomic(self.run_dir / "config.yaml", OmegaConf.to_yaml(shown))
         tags = {"model": cfg.model.name, "stages": ",".join(cfg.stages), "backends": ",".join(cfg.backends),
                 "run_dir": str(self.run_dir), **({"host": host} if host else {})}
@@ -143,8 +145,13 @@ class Recorder:
         resume_id = json.loads(earlier.read_text())["run_id"] if earlier.is_file() else None
         self.tracker.start(cfg.tracking.get("run_name") or cfg.model.name, shown, tags, resume_id=resume_id)
         if self.tracker.run_id is not None:
-            write_atomic(earlier, json.dumps({"run_id": self.tracker.run_id, "tracking_uri": cfg.tracking.uri}))
+            write_atomic(earlier, json.dumps({"run_id": self.tracker.run_id,
+                                              "tracking_uri": redacted(cfg.tracking.uri)}))
         self.tracker.log_artifact(self.run_dir / "config.yaml")
+
+    def write_record(self) -> None:
+        """``run.json`` as the run stands now (:func:`pipeline.redact.redacted`, as every record a run keeps)."""
+        write_atomic(self.run_dir / RECORD_FILE, json.dumps(redacted(self.record), indent=1))
 
     def cell(self, name: str, key: Key, m: Measurement, phase: str = "profile") -> None:
         """A cell as soon as it is measured: appended to ``cells.jsonl``, and a profile cell to ``profile.csv``;
@@ -181,7 +188,7 @@ class Recorder:
             self.tracker.log_metrics({f"stage_s/{stage}": ctx.stage_seconds[stage]})
             self.tracker.set_tags({f"stage.{stage}": "done"})
             self.record["stages_done"] = list(dict.fromkeys([*self.record["stages_done"], stage]))
-            write_atomic(self.run_dir / RECORD_FILE, json.dumps(self.record, indent=1))
+            self.write_record()
 
     def capture(self, ctx: RunContext) -> None:
         path = write_atomic(self.run_dir / "capture.json",
@@ -226,7 +233,9 @@ class Recorder:
             metrics.update(self.cell_metrics(name, bs, m))
         self.tracker.log_metrics(metrics)
         self.capture(ctx)  # each candidate's screen and profile seconds; a backend caught serving eager is failed now
-        self.tracker.set_tags({f"screened_out.{n}": why for n, why in ctx.screened_out.items()})
+        busy = ctx.contended()
+        self.tracker.set_tags({**{f"screened_out.{n}": why for n, why in ctx.screened_out.items()},
+                               CONTENDED_TAG: str(bool(busy)).lower(), f"{CONTENDED_TAG}_cells": str(len(busy))})
         self.tracker.log_artifact(path)
         self.plot(ctx)
 
@@ -268,12 +277,16 @@ class Recorder:
     @staticmethod
     def reference_metrics(versus: Optional[Mapping[str, Any]]) -> Dict[str, float]:
         """Auto's speed-up over the user's own compile (route.json's ``reference``): ``speedup_vs_compile/bs<N>``
-        (``/len<L>``) per tuned cell, and its worst and geometric mean, which the compare view sorts by."""
+        (``/len<L>``) per tuned cell, and its worst and geometric mean, which the compare view sorts by. A cell
+        measured on a busy host is logged as ``contended_speedup_vs_compile/...`` (:func:`figure_name`) and is in
+        neither summary, which are left out where every cell is."""
         if not versus:
             return {}
-        cells = {f"speedup_vs_compile/{metric_suffix(key_of(c))}": float(c["speedup"]) for c in versus["cells"]}
-        return {**cells, "speedup_vs_compile/worst": float(versus["worst_speedup"]),
-                "speedup_vs_compile/geomean": float(versus["geomean_speedup"])}
+        cells = {f"{figure_name('speedup_vs_compile', c['contended'])}/{metric_suffix(key_of(c))}": float(c["speedup"])
+                 for c in versus["cells"]}
+        summary = {f"speedup_vs_compile/{k}": float(versus[f"{k}_speedup"]) for k in ("worst", "geomean")
+                   if versus[f"{k}_speedup"] is not None}
+        return {**cells, **summary}
 
     def validate(self, ctx: RunContext) -> None:
         if not ctx.validation:
@@ -290,7 +303,11 @@ class Recorder:
         medians = ctx.medians()
         if not any(medians.values()):
             return
-        title = f"{self.cfg.model.name} ({ctx.device})"
+        from pipeline.record.plots import contended_title
+
+        contended = {b: {bs for bs, flag in per.items() if flag}
+                     for b, per in ctx.cell_figures(lambda m: m.contended).items()}
+        title = contended_title(f"{self.cfg.model.name} ({ctx.device})", contended)
         if ctx.lengths:
             from pipeline.record.heatmap import heatmap_plot
             from pipeline.route.decision import baseline
@@ -303,7 +320,7 @@ class Recorder:
         bands = ctx.cell_figures(lambda m: (m.quantile(0.10), m.quantile(0.90)))
         noisy = {b: {bs for bs, flag in per.items() if flag} for b, per in ctx.cell_figures(lambda m: m.noisy).items()}
         self.tracker.log_artifact(latency_plot(medians, ctx.route or None, self.run_dir / "latency.png", title,
-                                               bands, noisy, ctx.screened_medians(), ctx.references()))
+                                               bands, noisy, ctx.screened_medians(), ctx.references(), contended))
 
     def tuned(self, ctx: RunContext, tune_s: float) -> None:
         """The run's own cost: ``tune_s`` (from the first build to the end of its last stage), each stage's and
@@ -329,7 +346,7 @@ class Recorder:
         """The run's final status in ``run.json``, the log as an artifact, then the status in MLflow."""
         if self.record:
             self.record["status"] = status
-            write_atomic(self.run_dir / RECORD_FILE, json.dumps(self.record, indent=1))
+            self.write_record()
         for path in [*sorted(self.run_dir.glob("*.log")), self.run_dir / "cells.jsonl", self.run_dir / RECORD_FILE]:
             self.tracker.log_artifact(path)  # cells.jsonl: every raw window, which a resumed run starts from
         self.tracker.finish(status)

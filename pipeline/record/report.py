@@ -10,8 +10,9 @@ is above eager's (within both cells' intervals, where the router keeps the owner
 a row marked ``(screened out)`` holding the screen's medians (``screen_ms/<backend>/bs<N>``), with why under the
 table. A run that tuned lengths (``latency_ms/<backend>/bs<N>/len<L>``) gives a row per backend and length, and its
 heatmap follows the table: the backend serving each (batch size, length) and its speed-up over eager. The runs come
-from a sweep (its parent run), an experiment (the newest run of each model) or a list of run ids. The table is
-printed and written as Markdown and CSV::
+from a sweep (its parent run), an experiment (the newest run of each model) or a list of run ids; under a sweep's
+table come its failed jobs, each with its overrides and reason (the parent run's ``sweep.failed_job.<N>`` tags). The
+table is printed and written as Markdown and CSV::
 
     tweakpipe report                                  # the newest sweep in outputs/mlflow.db with a finished run
     tweakpipe report --sweep <parent run id> --out outputs/reports/seed
@@ -37,14 +38,19 @@ from pipeline.errors import ConfigError
 from pipeline.config.schema import TrackingConfig
 from pipeline.route.policy import Range, backend_for
 from pipeline.record.store import check_store
-from pipeline.record.tracker import PARENT_TAG, SWEEP_TAG
+from pipeline.record.tracker import CONTENDED_TAG, FAILED_JOB_TAG, JOBS_FAILED_TAG, PARENT_TAG, SWEEP_TAG
 
-METRIC = re.compile(r"^(?P<figure>latency_ms|noisy|screen_ms)/(?P<backend>[^/]+)/bs(?P<bs>\d+)(?:/len(?P<len>\d+))?$")
-VERSUS = re.compile(r"^speedup_vs_compile/bs(?P<bs>\d+)$")  # auto over the reference peer (recorder.reference_metrics)
+METRIC = re.compile(r"^(?P<figure>latency_ms|noisy|contended|screen_ms)/(?P<backend>[^/]+)/bs(?P<bs>\d+)"
+                    r"(?:/len(?P<len>\d+))?$")
+# auto over the reference peer (recorder.reference_metrics), ``contended_`` where it rests on a contended cell
+VERSUS = re.compile(r"^(?P<contended>contended_)?speedup_vs_compile/bs(?P<bs>\d+)$")
 SCORE = re.compile(r"^accuracy/(?P<metric>[^/]+)/(?P<backend>[^/]+)$")  # the budget's metric (recorder.capture)
 AUTO = "auto"
 VERSUS_ROW = "auto vs own compile (x)"  # the speed-up of auto over the user's own torch.compile, not a latency
 LEGEND = "`*` noisy: the profile flagged this cell (its samples or passes disagreed; profile.csv says why)"
+CONTENDED_LEGEND = ("`!` contended: measured on a busy host (profile.csv: contention); its figure measures the other "
+                    "jobs as much as the model, so quote none of them: profile again on a quiet machine or with "
+                    "profile.on_busy=wait")
 SCREENED = "screened out"  # a candidate the screen dropped: its row holds the screen's medians
 SCREENED_TAG = "screened_out."  # + candidate: why the screen dropped it (the recorder's tag)
 EAGER = "eager"
@@ -59,6 +65,7 @@ class Row:
     backend: str
     ms: Dict[int, float]
     noisy: Set[int] = field(default_factory=set)  # batch sizes whose cell was flagged noisy
+    contended: Set[int] = field(default_factory=set)  # batch sizes whose figure rests on a cell measured on a busy host
     # --accuracy: the candidate's precision and its score against fp32 eager (accuracy/<metric>/<backend>)
     precision: str = ""
     score: Optional[float] = None
@@ -79,6 +86,7 @@ class Table:
     notes: List[str] = field(default_factory=list)  # one per run whose route rests on noisy cells
     accuracy: bool = False  # show each candidate's precision and score beside its latencies
     heatmaps: List[str] = field(default_factory=list)  # one per run that tuned lengths (Markdown)
+    failed: List[str] = field(default_factory=list)  # a sweep's "N of M jobs failed", then each failed job in one line
 
 
 ACCURACY_COLUMNS = ["precision", "score", "in budget"]
@@ -184,10 +192,11 @@ def screened_rows(run, label: str, score: Mapping[str, float]) -> List[Row]:
             for name in [key[len(SCREENED_TAG):]]]
 
 
-def build(runs: Sequence, accuracy: bool = False) -> Table:
+def build(runs: Sequence, accuracy: bool = False, failed: Sequence[str] = ()) -> Table:
     """The table over ``runs`` in the order given (sweeps: job order); ``accuracy`` adds each candidate's
-    precision and its score, the budget's metric (the budget, e.g. ``cosine >= 0.999``, goes in the title)."""
-    table = Table(accuracy=accuracy)
+    precision and its score, the budget's metric (the budget, e.g. ``cosine >= 0.999``, goes in the title);
+    ``failed``: the sweep's failed jobs (:func:`failed_jobs`), under the table."""
+    table = Table(accuracy=accuracy, failed=list(failed))
     budgets = sorted({r.data.tags["accuracy_budget"] for r in runs if "accuracy_budget" in r.data.tags})
     if accuracy and budgets:
         table.title += f"; score against fp32 eager (worst tuned size), budget {' / '.join(budgets)}"
@@ -197,13 +206,14 @@ def build(runs: Sequence, accuracy: bool = False) -> Table:
         if not lat:
             sizes.update(length_rows(run, label, table))
             continue
-        noisy = {b: {bs for bs, flag in per.items() if flag} for b, per in per_cell(run, "noisy").items()}
+        noisy, busy = ({b: {bs for bs, flag in per.items() if flag} for b, per in per_cell(run, figure).items()}
+                       for figure in ("noisy", "contended"))
         order = [b for b in run.data.tags.get("backends", "").split(",") if b in lat]
         order += sorted(b for b in lat if b not in order and b != AUTO)
         metrics, tags, score = run.data.metrics, run.data.tags, scores(run)
         for backend in order:
             within = metrics.get(f"within_budget/{backend}")
-            table.rows.append(Row(label, backend, lat[backend], noisy.get(backend, set()),
+            table.rows.append(Row(label, backend, lat[backend], noisy.get(backend, set()), busy.get(backend, set()),
                                   tags.get(f"precision.{backend}", ""), score.get(backend),
                                   None if within is None else bool(within)))
         table.rows += screened_rows(run, label, score)
@@ -211,10 +221,16 @@ def build(runs: Sequence, accuracy: bool = False) -> Table:
         auto = auto_row(lat, route)
         if auto:
             served = {bs: backend_for(route, bs) for bs in auto} if route else {}
-            table.rows.append(Row(label, AUTO, auto, {bs for bs, b in served.items() if bs in noisy.get(b, ())}))
-        versus = {int(m["bs"]): v for key, v in run.data.metrics.items() if (m := VERSUS.match(key))}
+            table.rows.append(Row(label, AUTO, auto, {bs for bs, b in served.items() if bs in noisy.get(b, ())},
+                                  {bs for bs, b in served.items() if bs in busy.get(b, ())}))
+        versus = {int(m["bs"]): (v, bool(m["contended"])) for key, v in run.data.metrics.items()
+                  if (m := VERSUS.match(key))}
         if versus:
-            table.rows.append(Row(label, VERSUS_ROW, versus))
+            table.rows.append(Row(label, VERSUS_ROW, {bs: v for bs, (v, _) in versus.items()},
+                                  contended={bs for bs, (_, flag) in versus.items() if flag}))
+        if tags.get(CONTENDED_TAG) == "true":
+            table.notes.append(f"{label}: {tags.get(f'{CONTENDED_TAG}_cells', 'some')} cell(s) measured on a busy "
+                               f"host (marked `!`): no figure of this run is the model's alone")
         above = [bs for bs in sorted(auto) if auto[bs] > lat.get(EAGER, {}).get(bs, math.inf)]
         if above and route and run.data.params.get("route.strategy") == "router":
             table.notes.append(f"{label}: auto is above {EAGER} at bs {', '.join(map(str, above))}: {WITHIN_NOISE}")
@@ -226,18 +242,23 @@ def build(runs: Sequence, accuracy: bool = False) -> Table:
 
 
 def cell(row: Row, bs: int) -> str:
-    """A row's median at ``bs`` as printed, ``*`` after it where the cell was noisy."""
+    """A row's median at ``bs`` as printed, ``*`` after it where the cell was noisy, ``!`` where it was measured on a
+    busy host."""
     ms = row.ms.get(bs)
     text = "" if ms is None else f"{ms:.2f}" if ms >= 0.1 else f"{ms:.4f}"
-    return text + "*" if text and bs in row.noisy else text
+    if not text:
+        return text
+    return text + "*" * (bs in row.noisy) + "!" * (bs in row.contended)
 
 
 def footer(table: Table) -> List[str]:
-    """The legend of ``*`` (where a cell has one), why each screened-out candidate was, and the notes on routes that
-    rest on noisy cells."""
+    """The legends of ``*`` and ``!`` (where a cell has one), why each screened-out candidate was, the notes on
+    routes that rest on noisy cells and runs measured on a busy host, and a sweep's failed jobs."""
     screened = [f"{r.model}: {r.backend} {SCREENED} (its row: the screen's medians): {r.screened}"
                 for r in table.rows if r.screened]
-    return ([LEGEND] if any(r.noisy for r in table.rows) else []) + screened + table.notes
+    legends = [legend for legend, on in ((LEGEND, any(r.noisy for r in table.rows)),
+                                         (CONTENDED_LEGEND, any(r.contended for r in table.rows))) if on]
+    return legends + screened + table.notes + table.failed
 
 
 def markdown(table: Table) -> str:
@@ -261,11 +282,12 @@ def write(table: Table, stem: Path) -> List[Path]:
     with csv_path.open("w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["model", "backend", *(["precision", "score", "within_budget"] if table.accuracy else []),
-                         *table.sizes, "noisy"])
+                         *table.sizes, "noisy", "contended"])
         for r in table.rows:
             extra = [r.precision, "" if r.score is None else r.score, "" if r.within is None else r.within]
             writer.writerow([r.model, r.label, *(extra if table.accuracy else []),
-                             *(r.ms.get(bs, "") for bs in table.sizes), " ".join(map(str, sorted(r.noisy)))])
+                             *(r.ms.get(bs, "") for bs in table.sizes), " ".join(map(str, sorted(r.noisy))),
+                             " ".join(map(str, sorted(r.contended)))])
     return [md, csv_path]
 
 
@@ -298,6 +320,15 @@ def runs_of_sweep(client, parent_id: str) -> list:
     parent = client.get_run(parent_id)
     runs = client.search_runs([parent.info.experiment_id], f"tags.`{PARENT_TAG}` = '{parent_id}'", max_results=10000)
     return sorted(runs, key=lambda r: (int(r.data.tags.get("hydra.job.num", 0)), r.info.start_time))
+
+
+def failed_jobs(client, parent_id: str) -> List[str]:
+    """A sweep's failed jobs, from its parent run's tags: ``N of M jobs failed:``, then ``job N (overrides): reason``
+    for each, in job order (none where every job ran, or the sweep's sweeper did not say)."""
+    tags = client.get_run(parent_id).data.tags
+    jobs = sorted((int(key[len(FAILED_JOB_TAG):]), line) for key, line in tags.items()
+                  if key.startswith(FAILED_JOB_TAG) and key[len(FAILED_JOB_TAG):].isdigit())
+    return [f"{tags[JOBS_FAILED_TAG]}:", *(line for _, line in jobs)] if jobs else []
 
 
 def finished_children(client, parent) -> int:
@@ -361,7 +392,7 @@ def table_of(args: argparse.Namespace) -> Tuple[Table, str, str]:
 
     check_store(args.uri, reading=True)
     client = MlflowClient(tracking_uri=args.uri)
-    picked = ""
+    picked, failed = "", []
     try:
         if args.runs:
             runs, label = [client.get_run(r) for r in args.runs], f"runs-{args.runs[0][:8]}"
@@ -371,10 +402,10 @@ def table_of(args: argparse.Namespace) -> Tuple[Table, str, str]:
             sweep = args.sweep
             if sweep in (None, "latest"):
                 sweep, picked = latest_sweep(client, args.experiment or "tweakpipe")
-            runs, label = runs_of_sweep(client, sweep), f"sweep-{sweep[:8]}"
+            runs, label, failed = runs_of_sweep(client, sweep), f"sweep-{sweep[:8]}", failed_jobs(client, sweep)
     except MlflowException as exc:  # an unknown run id, most often
         raise ConfigError(f"{args.uri}: {one_line(exc)}; list the runs with mlflow ui, or pass --experiment") from None
-    table = build(runs, accuracy=args.accuracy)
+    table = build(runs, accuracy=args.accuracy, failed=failed)
     if not table.rows:
         raise ConfigError(f"none of the {len(runs)} run(s) has latency_ms/<backend>/bs<N>[/len<L>] metrics; "
                           f"did their profile stage run?")

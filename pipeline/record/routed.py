@@ -11,11 +11,14 @@ model a run ships. Per tuned cell (``bs<N>``, or ``bs<N>/len<L>`` where lengths 
 ``speedup_vs_eager/geomean`` and ``speedup_vs_best_single/geomean``: the geometric mean over the cells, one figure per
 run whatever its cells (the experiment's primary metric, ``pipeline.record.store.PRIMARY_METRIC``); and, where
 validate reloaded the checkpoint, ``load_s``: how long that load took (``pipeline.load``'s report).
+
+A speed-up that rests on a cell measured on a busy host (either side's: ``pipeline.measure.contention``) is logged
+as ``contended_<figure>/<cell>`` and is in no geometric mean: where every cell is contended the run logs no
+``geomean``, so the primary metric never shows a busy machine's number as the model's.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Dict, Optional
 
 from omegaconf import OmegaConf
@@ -26,7 +29,18 @@ from pipeline.record.report import AUTO
 from pipeline.route.decision import baseline, decide
 from pipeline.route.policy import backend_for
 from pipeline.route.table import backend_at
+from pipeline.route.versus import geomean
 from pipeline.seqlen import Key, metric_suffix
+
+
+CONTENDED = "contended_"  # the prefix of a speed-up metric that rests on a cell measured on a busy host
+
+
+def figure_name(figure: str, contended: bool) -> str:
+    """A speed-up's metric name: ``contended_<figure>`` where it rests on a cell measured on a busy host, so that no
+    figure a compare view, the primary metric or the report reads as a result stands on one
+    (``pipeline.measure.contention``)."""
+    return f"{CONTENDED}{figure}" if contended else figure
 
 
 def served_by(ctx: RunContext, key: Key) -> Optional[str]:
@@ -48,7 +62,7 @@ def routed_metrics(ctx: RunContext) -> Dict[str, float]:
     route."""
     if ctx.routed is None:
         return {}
-    medians, eager, single = ctx.medians(), baseline(ctx.candidates), best_single(ctx)
+    medians, eager, single, busy = ctx.medians(), baseline(ctx.candidates), best_single(ctx), ctx.contended()
     metrics: Dict[str, float] = {}
     for key in ctx.cells:
         owner = served_by(ctx, key)
@@ -58,11 +72,12 @@ def routed_metrics(ctx: RunContext) -> Dict[str, float]:
         metrics[f"latency_ms/{AUTO}/{cell}"] = ms
         for figure, other in (("speedup_vs_eager", eager), ("speedup_vs_best_single", single)):
             if key in medians.get(other, {}):
-                metrics[f"{figure}/{cell}"] = medians[other][key] / ms
+                contended = (owner, key) in busy or (other, key) in busy
+                metrics[f"{figure_name(figure, contended)}/{cell}"] = medians[other][key] / ms
     for figure in ("speedup_vs_eager", "speedup_vs_best_single"):  # one figure per run, whatever its cells
-        ratios = [v for k, v in metrics.items() if k.startswith(figure + "/")]
-        if ratios:
-            metrics[f"{figure}/geomean"] = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+        ratio = geomean([v for k, v in metrics.items() if k.startswith(figure + "/")])
+        if ratio is not None:
+            metrics[f"{figure}/geomean"] = ratio
     if "reload" in ctx.validation:
         metrics["load_s"] = float(ctx.validation["reload"]["total_s"])
     return metrics

@@ -6,8 +6,10 @@ application's database (MLflow would add its tables to it), a store left half-mi
 store is created beside its path and renamed into place, so an interrupted first run leaves none.
 
 Many processes may write one SQLite file: every write takes an exclusive file lock next to the
-database (one writer at a time) and a write that still meets ``database is locked`` is retried
-with backoff, then fails (:class:`StoreLocked`) with a message that points at ``tracking=server``.
+database (one writer at a time) and first makes sure no other program holds SQLite's own lock (MLflow
+would wait 20 s on it, per call, and print SQLAlchemy's traceback); a write that meets ``database is
+locked`` is retried with backoff, then fails (:class:`StoreLocked`) with a message that points at
+``tracking=server``.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ def server_command(host: str, port: int, listen: Optional[str] = None) -> str:
 
 SERVER_HINT = ("many processes writing one SQLite file: run a tracking server instead (docs/scaling-out.md), e.g.\n"
                f"  {server_command('HOST', 5000, listen='0.0.0.0')}\n"
-               "  python -m pipeline -m tracking=server tracking.uri=http://HOST:5000 ...   (conf/tracking/server.yaml)")
+               "  python -m pipeline -m tracking=server tracking.uri=http://HOST:5000 ...  (conf/tracking/server.yaml)")
 # What MLflow's server answers (403) to a request whose Host it does not allow (mlflow.server.security_utils).
 REFUSED_HOST = "Invalid Host header"
 # MLflow's experiment-kind tag: tweakpipe's runs are model runs to compare, not GenAI traces.
@@ -164,12 +166,12 @@ def sqlite_problem(db: Path, reading: bool = False) -> Optional[str]:
     if reading:
         fresh = "pass the store a run wrote, e.g. --uri sqlite:///outputs/mlflow.db"
     if not db.exists():
-        return f"no MLflow store at {db}; {fresh}" if reading else writable_problem(db.parent)
+        return f"no MLflow store at {db}; {fresh}" if reading else folder_problem(db, fresh)
     if not db.is_file():
         return f"{db} is not a file; {fresh}"
     if not db.stat().st_size:
         return f"{db} is empty, so it holds no MLflow store; it was left unchanged; {fresh}" if reading \
-            else writable_problem(db.parent)
+            else folder_problem(db, fresh)
     if not sqlite_header(db).startswith(SQLITE_MAGIC):
         return f"{db} is not a SQLite database, so it is no MLflow store; it was left unchanged; {fresh}"
     try:
@@ -190,20 +192,41 @@ def sqlite_problem(db: Path, reading: bool = False) -> Optional[str]:
                 f"would add its own tables to it; it was left unchanged; {fresh}")
     if not tables:
         return f"{db} is a SQLite database without tables, so it holds no MLflow store; {fresh}" if reading \
-            else writable_problem(db.parent)
+            else folder_problem(db, fresh)
     problem = schema_problem(db, tables)
     if problem or reading:
         return problem
     if not os.access(db, os.W_OK):
         return f"{db} cannot be written (read-only); make it writable, or {fresh}"
-    return writable_problem(db.parent)
+    return folder_problem(db, fresh)
+
+
+def folder_problem(db: Path, fresh: str) -> Optional[str]:
+    """Why a run cannot write the store ``db`` where it lies (its folder, where SQLite writes its journal and a new
+    store is made, or the lock every writer takes: another user's, left unwritable), naming the fix, or None."""
+    problem = writable_problem(db.parent)
+    if problem:
+        return f"{problem}; make it writable, or {fresh}"
+    lock = lock_path(db)
+    if lock.exists() and not os.access(lock, os.W_OK):
+        return (f"{lock} cannot be written (another user's run left it?), and every process that writes this store "
+                f"takes it: make it writable for everyone who writes the store (chmod g+w or a+w), or {fresh}")
+    return None
+
+
+def lock_path(db: Path) -> Path:
+    """The file every writer of the SQLite store ``db`` locks (``flock``) while it writes: ``<db>.lock``."""
+    return db.with_name(db.name + ".lock")
 
 
 def server_problem(uri: str) -> Optional[str]:
     """Why the tracking server at ``uri`` cannot be used, or None: it does not answer within seconds, or it refuses
     the name ``uri`` reaches it by (MLflow answers ``/health`` to any name, its API only to the allowed hosts, so an
-    API path is asked too)."""
-    base, where = uri.rstrip("/"), urllib.parse.urlsplit(uri)
+    API path is asked too). The probes leave out the URL's credentials (``http://USER:PASSWORD@HOST``), which urllib
+    cannot take and MLflow sends itself; a server that asks for them has answered."""
+    where = urllib.parse.urlsplit(uri)
+    host = where.netloc.rpartition("@")[2]
+    base = where._replace(netloc=host).geturl().rstrip("/")
     port = where.port or (443 if where.scheme == "https" else 80)
     try:
         urllib.request.urlopen(f"{base}/health", timeout=PROBE_TIMEOUT_S).close()
@@ -211,7 +234,7 @@ def server_problem(uri: str) -> Optional[str]:
                                timeout=PROBE_TIMEOUT_S).close()
     except urllib.error.HTTPError as exc:
         if exc.code == 403 and REFUSED_HOST in exc.read(500).decode("utf-8", "replace"):
-            return (f"the tracking server at {base} refuses requests addressed to {where.netloc} (MLflow's "
+            return (f"the tracking server at {base} refuses requests addressed to {host} (MLflow's "
                     f"--allowed-hosts: by default localhost and private addresses only); start it with "
                     f"--allowed-hosts {where.hostname}:{port} (every name:port clients use, comma-separated), e.g. "
                     f"{server_command(where.hostname or 'HOST', port, listen='0.0.0.0')}")
@@ -265,6 +288,22 @@ class StoreLocked(RuntimeError):
     """The store stayed locked by other writers for longer than the guard waits."""
 
 
+def sqlite_writable_now(db: Path) -> None:
+    """Raise SQLite's busy error at once where another program holds ``db`` (a writer, or a reader in a long
+    transaction: neither takes tweakpipe's ``<db>.lock``), so that the guard waits for it by its own clock and
+    MLflow never meets the lock: it would wait 20 s on every call (its ``busy_timeout``), whatever
+    ``tracking.max_wait_s`` says, then print SQLAlchemy's traceback. Takes SQLite's exclusive lock and drops it,
+    writing nothing; a store not made yet is left to its creation."""
+    if not db.is_file():
+        return
+    con = sqlite3.connect(f"{db.resolve().as_uri()}?mode=rw", uri=True, timeout=0, isolation_level=None)
+    try:
+        con.execute("BEGIN EXCLUSIVE")
+        con.execute("ROLLBACK")
+    finally:
+        con.close()
+
+
 class StoreGuard:
     """Runs store writes one at a time across processes (SQLite) and retries a locked database.
 
@@ -273,8 +312,8 @@ class StoreGuard:
 
     def __init__(self, uri: str, max_wait_s: float = 120.0) -> None:
         db = sqlite_path(uri)
-        self.uri = uri
-        self.lock_path = db.with_name(db.name + ".lock") if db is not None else None
+        self.uri, self.db = uri, db
+        self.lock_path = lock_path(db) if db is not None else None
         self.max_wait_s = max_wait_s
 
     @contextlib.contextmanager
@@ -299,6 +338,7 @@ class StoreGuard:
                     time.sleep(delay * random.uniform(1.0, 2.0))
                     delay = min(delay * 2, 1.0)
             try:
+                sqlite_writable_now(self.db)
                 yield
             finally:
                 fcntl.flock(fh, fcntl.LOCK_UN)

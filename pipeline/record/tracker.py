@@ -9,7 +9,8 @@ Everything goes through ``MlflowClient`` with an explicit run id, never MLflow's
 run: a user's own ``mlflow.start_run()`` in the same process is left alone, and ending a run is one
 idempotent write of its status, retried while the store is locked. Each run is tagged with its host
 and process, so a run killed outright (SIGKILL) is found and marked KILLED by the next run on the
-store (:func:`pipeline.record.store.mark_orphans_killed`).
+store (:func:`pipeline.record.store.mark_orphans_killed`). Every param and tag is written with the
+credentials of its URLs redacted (:func:`pipeline.redact.redacted`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, TypeVar
 
+from pipeline.redact import redacted
 from pipeline.record.store import StoreGuard, StoreLocked, mark_orphans_killed, open_experiment, process_tags
 
 if TYPE_CHECKING:
@@ -33,6 +35,12 @@ PARENT_FILE = "mlflow_parent.json"
 # MLflow tag that links a child run to its parent (the UI nests runs by it).
 PARENT_TAG = "mlflow.parentRunId"
 SWEEP_TAG = "tweakpipe.sweep"
+# A run's tag where its profile measured cells on a busy host ("true"/"false"; ``contended_cells``: how many): its
+# speed-ups over those cells are logged as ``contended_...`` (``pipeline.record.routed``), the report and the plot
+# mark them.
+CONTENDED_TAG = "contended"
+# On a sweep's parent run: "N of M jobs failed", and one tag per failed job, "job N (overrides): reason".
+JOBS_FAILED_TAG, FAILED_JOB_TAG = "sweep.jobs_failed", "sweep.failed_job."
 MAX_PARAM = 6000  # MLflow's limit on a param value's length
 MAX_PARAMS_TAGS, MAX_METRICS = 100, 1000  # MLflow's limits per batch
 LOCAL_UI = "http://127.0.0.1:5000"  # where `mlflow ui` serves by default
@@ -74,7 +82,7 @@ def hydra_job_tags(uri: str) -> Dict[str, str]:
     if parent is None:
         log.warning("mlflow: no %s in %s; this job's run has no parent (is pipeline.record.sweep.MlflowSweep in "
                     "hydra.callbacks?)", PARENT_FILE, hc.sweep.dir)
-    elif parent["tracking_uri"] != uri:
+    elif redacted(parent["tracking_uri"]) != redacted(uri):  # the file keeps it redacted
         log.warning("mlflow: the sweep's parent run is in %s, this job logs to %s; no parent link",
                     parent["tracking_uri"], uri)
     else:
@@ -182,7 +190,7 @@ class MlflowTracker(NullTracker):
             self.run_id = created.info.run_id
             from mlflow.entities import Param
 
-            for chunk in chunks([Param(k, str(v)[:MAX_PARAM]) for k, v in dotted_params(params).items()],
+            for chunk in chunks([Param(k, redacted(str(v))[:MAX_PARAM]) for k, v in dotted_params(params).items()],
                                 MAX_PARAMS_TAGS):
                 self.write(self.client.log_batch, self.run_id, params=chunk)
         self.set_tags(tags)
@@ -213,7 +221,7 @@ class MlflowTracker(NullTracker):
     def set_tags(self, tags: Mapping[str, str]) -> None:
         from mlflow.entities import RunTag
 
-        for chunk in chunks([RunTag(k, str(v)[:5000]) for k, v in tags.items()], MAX_PARAMS_TAGS):
+        for chunk in chunks([RunTag(k, redacted(str(v))[:5000]) for k, v in tags.items()], MAX_PARAMS_TAGS):
             self.write(self.client.log_batch, self.run_id, tags=chunk)
 
     def log_artifact(self, path: Path) -> None:
@@ -229,7 +237,8 @@ class MlflowTracker(NullTracker):
         if self.run_id is None:
             return None
         logged = self.write(self.client.create_logged_model, self.experiment_id, name=model.name,
-                            source_run_id=self.run_id, tags=dict(model.tags), params=dict(model.params),
+                            source_run_id=self.run_id, tags=redacted(dict(model.tags)),
+                            params=redacted(dict(model.params)),
                             model_type=model.model_type)
         if logged is None:
             return None

@@ -22,6 +22,7 @@ it succeeded.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import hashlib
 import io
@@ -44,6 +45,8 @@ from pipeline.backends import Backend
 from pipeline.batching import BatchDims
 from pipeline.compile import aot
 from pipeline.compile import artifacts as compiled
+from pipeline.compile import loads
+from pipeline.compile.manifest import claims_problem, mismatch
 from pipeline.compile import pool as compile_pool
 from pipeline.compile.build import BuildSpec, build_and_warm
 from pipeline.config import limits
@@ -171,11 +174,12 @@ def ahead_of_time(routed: RoutedModule, used: Sequence[str]) -> Dict[str, Any]:
     routed.aot = {}
     for name in used:
         backend = routed.backends[name]
-        if not backend.candidate.compiles:
-            continue
+        if not (backend.candidate.compiles or backend.kind in aot.RUNTIME_FORMS):
+            continue  # nothing to save: eager, or device graphs of eager
         # the standalone program capture loaded and the profile timed is kept as it is where it is the device's form;
         # on a CPU the AOTInductor package is built as ever (it loads without importing Inductor: far sooner)
-        if backend.ahead is not None and backend.ahead.manifest.get("format") == aot.format_for(backend.device):
+        form = aot.form_for(backend)
+        if backend.ahead is not None and form is not None and backend.ahead.manifest.get("format") == form.name:
             packages[name] = backend.ahead
             routed.aot[name] = {"used": True, "why": "", "build_s": 0.0, "profiled": True,
                                 "worker_build_s": round(backend.ahead.build_s, 3)}
@@ -333,12 +337,10 @@ def load(path: PathLike, model: nn.Module, device: Optional[Union[str, torch.dev
     installing = time.perf_counter()
     artifacts = usable_artifacts(payload, path, dev, trust_compiled, report)
     # what the load compiles or installs stays out of every other cache; a compile-worker pool it starts ends with it
-    with compiled.load_cache(artifacts) as where, compile_pool.none_left_behind():
-        programs = ahead_programs(payload, artifacts, where, dev, path, report)
-        if artifacts is not None:
-            compiled.install(artifacts.contents, skip=programs)
-            report.artifacts = "used"
+    with contextlib.ExitStack() as stack:
+        programs = installed(stack, payload, artifacts, path, dev, trust_compiled, report)
         report.artifacts_s = time.perf_counter() - installing
+        stack.enter_context(compile_pool.none_left_behind())
         routed = rebuilt(payload, holding(model, payload["state_dict"]).eval().to(dev), dev, path, report, programs)
     with torch.no_grad():  # the last step, once everything else succeeded
         model.load_state_dict(payload["state_dict"])
@@ -377,26 +379,61 @@ def usable_artifacts(payload: Mapping[str, Any], path: Path, dev: torch.device, 
         return None
     artifacts, why = compiled.usable(record, path, dev, payload["state_dict"], trust_compiled)
     if artifacts is None:
-        if trust_compiled:
-            raise compiled.ArtifactsRefused(f"{path}: its compiled artifacts cannot be used: {why}; nothing was "
-                                            f"loaded. Load it with trust_compiled=None to rebuild its backends")
-        report.artifacts = f"{IGNORED}{why}"
+        unused(path, why, trust_compiled, report)
     return artifacts
 
 
-def ahead_programs(payload: Mapping[str, Any], artifacts: Optional[compiled.Usable], where: Path, dev: torch.device,
+def unused(path: Path, why: str, trust_compiled: Optional[bool], report: compiled.LoadReport) -> None:
+    """The checkpoint's compiled artifacts are not used, for ``why``: said in the load's line, or raised as
+    :class:`~pipeline.compile.artifacts.ArtifactsRefused` where the caller demanded them."""
+    if trust_compiled:
+        raise compiled.ArtifactsRefused(f"{path}: its compiled artifacts cannot be used: {why}; nothing was "
+                                        f"loaded. Load it with trust_compiled=None to rebuild its backends")
+    report.artifacts = f"{IGNORED}{why}"
+
+
+def installed(stack: contextlib.ExitStack, payload: Mapping[str, Any], artifacts: Optional[compiled.Usable],
+              path: Path, dev: torch.device, trust_compiled: Optional[bool], report: compiled.LoadReport
+              ) -> Dict[str, Callable[[nn.Module], Any]]:
+    """The load's own Inductor cache entered on ``stack`` (``pipeline.compile.artifacts.load_cache``), the trusted
+    artifacts installed in it, and the programs built ahead of time the load uses (``ahead_programs``). Where the
+    load's folder cannot take them (not private, full, not writable: ``pipeline.compile.loads``), nothing of them is
+    used and the backends are rebuilt, as with any other reason the artifacts are unusable."""
+    if artifacts is not None:
+        attempt = contextlib.ExitStack()
+        try:
+            where = attempt.enter_context(compiled.load_cache(artifacts))
+            programs = ahead_programs(payload, artifacts, where, dev, path, report)
+            compiled.install(artifacts.contents, skip=programs)
+        except OSError as exc:
+            attempt.close()
+            report.aot.clear()
+            unused(path, loads.failure(exc, loads.root()), trust_compiled, report)
+        else:
+            stack.enter_context(attempt)
+            report.artifacts = "used"
+            return programs
+    stack.enter_context(compiled.load_cache(None))
+    return {}
+
+
+def ahead_programs(payload: Mapping[str, Any], artifacts: compiled.Usable, where: Path, dev: torch.device,
                    path: Path, report: compiled.LoadReport) -> Dict[str, Callable[[nn.Module], Any]]:
     """Backend -> what builds its program ahead of time (``pipeline.compile.aot.loader_for``), for the trusted
-    artifacts' packages that fit this machine; one made elsewhere, or refused, leaves its backend traced."""
-    if artifacts is None:
-        return {}
-    manifests, programs = payload["compiled"].get("aot", {}), {}
+    artifacts' packages that fit this machine, each as its signed manifest describes it; one made elsewhere, one
+    whose manifest is not signed (written before manifests were) or differs from the checkpoint's claims, or one
+    refused, leaves its backend traced."""
+    claimed, programs = payload["compiled"].get("aot", {}), {}
     for name, data in artifacts.contents.aot.items():
-        why = aot.mismatch(manifests[name], dev)
+        signed = artifacts.contents.manifests.get(name)
+        why = ("its manifest is not under the signature (saved by an older tweakpipe; save it again to load it ahead "
+               "of time)" if signed is None else
+               claims_problem(signed, claimed[name], payload["inputs"], int(payload["max_batch_size"]))
+               or mismatch(signed, dev))
         if not why:
             graph = payload["backends"][name].get("kind") == "graph"
             try:
-                programs[name] = aot.loader_for(data, manifests[name], where, dev, single_threaded=graph)
+                programs[name] = aot.loader_for(data, signed, where, dev, single_threaded=graph)
             except ValueError as exc:
                 why = str(exc)
         if why:
@@ -423,7 +460,8 @@ def rebuilt(payload: Mapping[str, Any], own: nn.Module, dev: torch.device, path:
         candidate = payload_check.stored_candidate(name, payload["backends"][name])
         owned, owned_tuned, lengths = owned_by(route, name, servable, tuned, seq)
         dims = BatchDims.of(inputs, output_dims, seq.with_lengths(lengths) if seq else None)
-        stored = name in (payload.get("compiled") or {}).get("backends", [])
+        record = payload.get("compiled") or {}
+        stored = name in record.get("backends", []) or name in record.get("aot", {})
         entry = report.backends[name] = compiled.BackendLoad(artifacts=report.artifacts if stored else "none")
         spec = BuildSpec(own, make_inputs(inputs, max(owned), dev, SAMPLE_SEED), dev, owned, owned_tuned, dims)
 
@@ -454,7 +492,8 @@ def rebuilt(payload: Mapping[str, Any], own: nn.Module, dev: torch.device, path:
                                       f"{first}); nothing was loaded, your model is as it was. Re-tune on this "
                                       f"machine") from exc
         entry.program = ("ahead of time" if backend.prebuilt is not None else
-                         "traced" if backend.candidate.compiles else "none")
+                         "traced" if backend.candidate.compiles else
+                         "exported" if backend.kind in aot.RUNTIME_FORMS else "none")
         entry.traced = aot.activity() != before
         built[name] = backend  # its artifacts on it (build_and_warm): a loaded module saves them again
     devices.synchronize(dev)

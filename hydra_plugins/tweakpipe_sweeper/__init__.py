@@ -1,0 +1,1 @@
+"""Hydra sweeper plugin of tweakpipe: every job of a sweep runs, whatever the others did."""
