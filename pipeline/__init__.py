@@ -8,7 +8,7 @@ lists them.
 import importlib as _importlib
 
 _LAZY = {"tune": "pipeline.api", "save": "pipeline.route.checkpoint", "load": "pipeline.api",
-         "load_logged_model": "pipeline.record.logged_model"}
+         "load_logged_model": "pipeline.api"}
 
 __all__ = sorted(_LAZY)
 

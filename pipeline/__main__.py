@@ -29,6 +29,7 @@ from omegaconf import DictConfig
 
 from pipeline.config import SHIPPED_CONF
 from pipeline.config.errors import composition_problem, config_dirs_from_argv, fail, one_line
+from pipeline.config.own_model import with_own_model
 from pipeline.errors import ConfigError, JobFailed, RunFailed
 from pipeline.preflight.jobs import SweepFailed, SweepRefused
 from pipeline.redact import redacted
@@ -103,6 +104,7 @@ def entry() -> None:
         if target is not None and target.exists() and not target.is_dir():
             fail(f"resume={target} is a file; resume takes the directory of an interrupted run, "
                  f"e.g. resume=outputs/runs/<time>_<model>_<pid>")
+    sys.argv[1:] = with_own_model(sys.argv[1:])  # your model.build._target_ alone starts from model=custom
     try:
         main()
     except (ConfigCompositionException, OverrideParseException) as exc:

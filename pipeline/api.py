@@ -27,8 +27,10 @@ from pipeline.route import checkpoint
 from pipeline.route.checkpoint import save
 from pipeline.config import limits
 from pipeline.config.errors import explain_unknown_key, one_line
+from pipeline.config.own_model import with_own_model
 from pipeline.errors import ConfigError
 from pipeline.examples import Examples, input_spec, pooled, spec_of
+from pipeline.record import logged_model
 from pipeline.route.served import RoutedModule
 from pipeline.config.schema import InputSpec, register_configs
 
@@ -36,12 +38,13 @@ log = logging.getLogger(__name__)
 
 
 def compose_config(overrides: Sequence[str] = ()) -> DictConfig:
-    """The shipped ``config.yaml`` composed with command-line style overrides, as ``python -m pipeline`` would;
+    """The shipped ``config.yaml`` composed with command-line style overrides, as ``python -m pipeline`` would (your
+    own ``model.build._target_`` without a ``model=`` starts from ``model=custom``: ``pipeline.config.own_model``);
     an override Hydra cannot apply is a one-line ``ConfigError`` (a misspelt key names the closest ones)."""
     register_configs()
     with initialize_config_dir(config_dir=str(SHIPPED_CONF), version_base="1.3", job_name="tweakpipe_api"):
         try:
-            return compose(config_name="config", overrides=list(overrides))
+            return compose(config_name="config", overrides=with_own_model(overrides))
         except (ConfigCompositionException, OverrideParseException) as exc:
             raise ConfigError(explain_unknown_key(exc) or one_line(exc)) from None
 
@@ -103,6 +106,7 @@ def tune(model: nn.Module, example_inputs: Examples, overrides: Sequence[str] = 
     return ctx.routed
 
 
+@runner.said
 def load(path: Union[str, Path], model: nn.Module, device: Optional[Union[str, torch.device]] = None,
          trust_options: bool = False, trust_compiled: Optional[bool] = None) -> RoutedModule:
     """:func:`pipeline.route.checkpoint.load` (its docstring says what is checked and what is trusted), saying in
@@ -110,8 +114,10 @@ def load(path: Union[str, Path], model: nn.Module, device: Optional[Union[str, t
     why not (``tweakpipe trust FILE.tweak`` where they were not signed with your key). The line goes to stderr
     unless the program set up logging itself (the root logger has a handler): then it goes there, as
     :func:`tune`'s lines do."""
-    with runner.console_log():
-        return checkpoint.load(path, model, device, trust_options=trust_options, trust_compiled=trust_compiled)
+    return checkpoint.load(path, model, device, trust_options=trust_options, trust_compiled=trust_compiled)
 
 
-__all__ = ["tune", "save", "load", "compose_config", "input_spec"]
+# The routed model a run logged to MLflow (pipeline.record.logged_model), its lines said where load's are.
+load_logged_model = runner.said(logged_model.load_logged_model)
+
+__all__ = ["tune", "save", "load", "load_logged_model", "compose_config", "input_spec"]

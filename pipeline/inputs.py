@@ -57,8 +57,9 @@ def complete(cfg: DictConfig) -> Dict[str, torch.Tensor]:
     derived, examples = derived_inputs(mcfg, given)
     if derived is None:
         if given is None:
-            raise ConfigError("model.inputs is missing: give each input's per-sample shape "
-                              "(model.inputs.x.shape=[3,224,224]), or model.examples=<a .pt file of your inputs>")
+            raise ConfigError("model.examples is missing, and model.inputs names no input: save a batch of your "
+                              "model's inputs, torch.save({'x': x}, 'my_inputs.pt'), and give "
+                              "model.examples=my_inputs.pt (or write each input's shape under inputs in a model YAML)")
         return {}
     inputs = dict(derived) if given is None else given
     for name, entry in inputs.items():

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import logging
 import sys
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, Optional, Sequence, TypeVar
 
 import torch
 from hydra.utils import instantiate
@@ -50,6 +51,7 @@ from pipeline.seqlen import declared
 log = logging.getLogger(__name__)
 LOG_FILE = "tweakpipe.log"
 LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"  # as Hydra's job log
+T = TypeVar("T")
 
 
 def stage_functions() -> Dict[str, Callable[[RunContext], None]]:
@@ -188,6 +190,18 @@ def console_log() -> Iterator[None]:
         return
     with logging_to(logging.StreamHandler(sys.stderr)):
         yield
+
+
+def said(function: Callable[..., T]) -> Callable[..., T]:
+    """``function`` with its INFO lines where a plain script sees them (:func:`console_log`), for the public
+    functions whose line is the user's answer (``pipeline.load_logged_model``'s load, as ``pipeline.load``'s)."""
+
+    @functools.wraps(function)
+    def saying(*args: Any, **kwargs: Any) -> T:
+        with console_log():
+            return function(*args, **kwargs)
+
+    return saying
 
 
 def first_look(cfg: DictConfig) -> contention.Start:

@@ -61,12 +61,19 @@ def mlflow_server(folder: Path, template: Path, timeout: float = 90) -> Iterator
     """A real ``mlflow server`` on 127.0.0.1 and a free port, over a fresh SQLite store; yields its URL."""
     uri = copy_store(template, folder)
     port = free_port()
+    with serving([sys.executable, "-m", "mlflow", "server", "--backend-store-uri", uri, "--artifacts-destination",
+                  str(folder / "artifacts"), "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
+                 folder, f"http://127.0.0.1:{port}", timeout):
+        yield f"http://127.0.0.1:{port}"
+
+
+@contextlib.contextmanager
+def serving(argv: Sequence[str], folder: Path, url: str, timeout: float = 90) -> Iterator[None]:
+    """``argv`` (a server) started in ``folder`` and up (``url``/health answers), stopped afterwards; its output is
+    ``folder/server.log``."""
     log = (folder / "server.log").open("w")
-    proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri", uri,
-                             "--artifacts-destination", str(folder / "artifacts"), "--host", "127.0.0.1",
-                             "--port", str(port), "--workers", "1"],
-                            cwd=folder, env=clean_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen(list(argv), cwd=folder, env=clean_env(), stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
     try:
         deadline = time.monotonic() + timeout
         while True:
@@ -81,7 +88,7 @@ def mlflow_server(folder: Path, template: Path, timeout: float = 90) -> Iterator
             if time.monotonic() > deadline:
                 raise RuntimeError(f"mlflow server not up after {timeout}s:\n{(folder / 'server.log').read_text()}")
             time.sleep(0.5)
-        yield url
+        yield
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)

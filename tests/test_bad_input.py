@@ -233,7 +233,7 @@ def test_a_tracking_server_that_is_down_fails_within_seconds(compose_cfg):
         check_config(cfg)
     assert time.monotonic() - start < 30
     one_line_naming(str(err.value), r"the tracking server is unreachable",
-                    rf"mlflow server --backend-store-uri sqlite:///outputs/mlflow\.db --host 127\.0\.0\.1 --port {port}")
+                    rf"mlflow server --backend-store-uri sqlite:///mlflow-server/mlflow\.db .*--host 127\.0\.0\.1 --port {port} ")
 
 
 CREATE_STORE = """
@@ -325,7 +325,7 @@ CLI_CASES: Dict[str, tuple] = {  # id: (arguments, what stderr names)
     "zero-extra-size": (["validate.extra_batch_sizes=[0]"], r"validate\.extra_batch_sizes\[0\]=0 is not a batch size"),
     "huge-batch-size": (["model.batch_sizes=[1,1000000000]"], r"model\.batch_sizes.*1000000000"),
     "absent-device": (["device=cuda"], r"sees no cuda device"),
-    "unknown-model": (["model=resnet1800"], r"unknown model 'resnet1800'; available: bert_tiny, hf, mlp"),
+    "unknown-model": (["model=resnet1800"], r"unknown model 'resnet1800'; available: bert_tiny, custom, hf, mlp"),
     "wrong-type": (["profile.min_samples=many"], r"profile\.min_samples=many; Value 'many' of type 'str' could not"),
     "server-down": (["tracking=server", "tracking.uri=http://127.0.0.1:{port}"],
                     r"tracking server is unreachable.*mlflow server --backend-store-uri"),

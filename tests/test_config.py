@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
+import torch
 from hydra.errors import ConfigCompositionException, MissingConfigException
 from omegaconf.errors import ValidationError
 
@@ -24,9 +26,17 @@ def options(group: str) -> list:
     return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
 
 
+def given(option: str, folder: Path) -> list:
+    """What an option leaves to the command line: ``model=custom``'s target and examples."""
+    if option != "custom":
+        return []
+    torch.save({"x": torch.randn(2, 16)}, folder / "x.pt")
+    return ["model.build._target_=pipeline.models.MLP", "+model.build.width=16", f"model.examples={folder / 'x.pt'}"]
+
+
 @pytest.mark.parametrize("group,option", [(g, o) for g in GROUPS for o in options(g)])
-def test_every_group_option_composes(compose_cfg, group, option):
-    extra = ["route.backend=eager"] if option == "one_backend" else []
+def test_every_group_option_composes(compose_cfg, group, option, tmp_path):
+    extra = ["route.backend=eager"] if option == "one_backend" else given(option, tmp_path)
     cfg = compose_cfg([f"{group}={option}", *extra])
     assert cfg[group] is not None
     if group == "model":
@@ -37,9 +47,9 @@ def test_every_group_option_composes(compose_cfg, group, option):
         check_config(cfg)
 
 
-def test_every_model_declares_inputs_and_batch_sizes(compose_cfg):
+def test_every_model_declares_inputs_and_batch_sizes(compose_cfg, tmp_path):
     for name in options("model"):
-        cfg = compose_cfg([f"model={name}"])
+        cfg = compose_cfg([f"model={name}", *given(name, tmp_path)])
         complete(cfg)
         assert all(list(spec.shape) for spec in cfg.model.inputs.values())
         assert all(b >= 1 for b in cfg.model.batch_sizes)

@@ -6,10 +6,12 @@ from pipeline.record.routed import figure_name
 from pipeline.config import SHIPPED_CONF
 import csv
 import fcntl
+import json
 import math
 import os
 import pty
 import re
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -25,8 +27,9 @@ from mlflow.tracking import MlflowClient
 import pipeline
 from conftest import TINY, tweakpipe_home
 
-from mlflow_helpers import ROOT, SWEEP, artifact_names, clean_env, copy_store, init_store, mlflow_server, \
-    run_pipeline, sweep_runs
+from doc_blocks import commands, section
+from mlflow_helpers import ROOT, SWEEP, artifact_names, clean_env, copy_store, free_port, init_store, mlflow_server, \
+    run_pipeline, serving, sweep_runs
 from pipeline.record import report
 from pipeline.measure.measurement import Measurement
 from pipeline.record.plots import contended_title, latency_figure, latency_plot, spread
@@ -338,6 +341,28 @@ def test_a_logged_model_loads_back_with_its_compiled_artifacts(routed_run, tmp_p
         assert torch.equal(served(x), ctx.routed(x)), bs
 
 
+LOAD_LOGGED = """
+import sys, pipeline
+from pipeline.models import MLP
+served = pipeline.load_logged_model(sys.argv[1], MLP(width=16, depth=2).eval(), tracking_uri=sys.argv[2])
+print(served)
+"""
+
+
+@pytest.mark.slow
+def test_load_logged_model_says_its_line_in_a_plain_script_as_load_does(routed_run, tmp_path: Path) -> None:
+    """A script that set up no logging sees the load's one line on stderr, as ``pipeline.load`` shows it."""
+    _, uri, home, found, logged = routed_run
+    env = {**clean_env(), "TWEAKPIPE_HOME": str(home), "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", LOAD_LOGGED, logged.model_id, uri], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip() == "RoutedModule(1..inf: inductor)"
+    (load,) = [line for line in proc.stderr.splitlines() if "[pipeline.route.checkpoint][INFO] - loaded " in line]
+    assert re.search(r"in \d+\.\d\d s on cpu, route 1\.\.inf: inductor; compiled artifacts used", load), load
+    assert f"logged model {logged.model_id} (run {found.info.run_id}) downloaded from {uri}" in proc.stderr
+
+
 def test_a_logged_model_keeps_the_trust_rules_of_a_file(routed_run, tmp_path: Path, monkeypatch) -> None:
     """Another user (another key) gets the same model, rebuilt, unless they trust its compiled artifacts."""
     ctx, uri, _, _, logged = routed_run
@@ -479,6 +504,65 @@ def test_sweep_against_a_real_mlflow_server(tmp_path: Path, template: Path) -> N
         run_pipeline(["-m", *SWEEP, "tracking=server", f"tracking.uri={url}",
                       f"hydra.sweep.dir={tmp_path / 'sweep'}"])
         check_sweep(url)
+
+
+SHARED_SERVER = section(ROOT / "docs" / "scaling-out.md", "## A shared MLflow server")
+# A second machine: reads a run, downloads one of its artifacts and loads its logged model, through the server alone.
+SECOND_MACHINE = """
+import json, sys, mlflow, pipeline
+from mlflow.tracking import MlflowClient
+from pipeline.models import MLP
+uri, folder = sys.argv[1:]
+client = MlflowClient(tracking_uri=uri)
+(run,) = client.search_runs([client.get_experiment_by_name("tweakpipe").experiment_id])
+route = mlflow.artifacts.download_artifacts(run_id=run.info.run_id, artifact_path="route.json", dst_path=folder,
+                                            tracking_uri=uri)
+(logged,) = client.search_logged_models([run.info.experiment_id])
+served = pipeline.load_logged_model(logged.model_id, MLP(width=16, depth=2).eval(), tracking_uri=uri)
+print(json.dumps({"status": run.info.status, "artifacts": run.info.artifact_uri, "route": route, "served": repr(served)}))
+"""
+
+
+@pytest.mark.slow
+def test_the_docs_shared_server_takes_runs_by_host_name_and_serves_them_to_a_second_machine(tmp_path: Path) -> None:
+    """docs/scaling-out.md's ``mlflow server`` command, this machine's host name as HOST: a run logs to it by that
+    name, and another process reads the run, its artifact and its logged model back through it. An address the
+    server was not told to allow is refused before any work, in one line naming ``--allowed-hosts``."""
+    host = socket.gethostname()
+    try:
+        address = socket.gethostbyname(host)
+    except OSError:
+        pytest.skip(f"this machine's host name {host!r} does not resolve")
+    port = free_port()
+    (server, run_line) = commands(SHARED_SERVER)
+    assert server[:2] == ["mlflow", "server"] and run_line[1:3] == ["-m", "pipeline"], SHARED_SERVER
+    # As written, but HOST named, on a free port, listening on the host name's address alone (not every interface)
+    # and with one worker (quicker to start on 2 cores).
+    server = [a.replace("HOST", host).replace("5000", str(port)) for a in server]
+    server[server.index("--host") + 1] = address
+    url = f"http://{host}:{port}"
+    tracking = [a.replace("HOST", host).replace("5000", str(port)) for a in run_line if a.startswith("tracking")]
+    assert tracking == ["tracking=server", f"tracking.uri={url}"], run_line
+    tiny = ["model=tiny_mlp", "profile=quick", "backends=[eager]", "reference=false"]
+    with serving([sys.executable, "-m", *server, "--workers", "1"], tmp_path, url, timeout=120):
+        run_pipeline([*tiny, *tracking, f"hydra.run.dir={tmp_path}/run"])
+        (tmp_path / "elsewhere").mkdir()
+        proc = subprocess.run([sys.executable, "-c", SECOND_MACHINE, url, str(tmp_path / "elsewhere")],
+                              cwd=tmp_path / "elsewhere", env=clean_env(), capture_output=True, text=True, timeout=180)
+        refused = subprocess.run([sys.executable, "-m", "pipeline", *tiny, "tracking=server",
+                                  f"tracking.uri=http://{address}:{port}", f"hydra.run.dir={tmp_path}/refused"],
+                                 cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr[-3000:]
+    assert f"refuses requests addressed to {address}:{port}" in refused.stderr and \
+        f"--allowed-hosts {address}:{port}" in refused.stderr, refused.stderr
+    assert not (tmp_path / "refused").exists()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    read = json.loads(proc.stdout.splitlines()[-1])
+    assert read["status"] == "FINISHED" and read["served"] == "RoutedModule(1..inf: eager)"
+    assert read["artifacts"].startswith("mlflow-artifacts:"), read  # uploaded through the server, not a local path
+    assert Path(read["route"]).read_text() == (tmp_path / "run" / "route.json").read_text()
+    stored = list((tmp_path / "mlflow-server" / "artifacts").rglob("route.json"))  # where --artifacts-destination says
+    assert len(stored) == 1 and stored[0].read_text() == (tmp_path / "run" / "route.json").read_text()
 
 
 @pytest.mark.slow

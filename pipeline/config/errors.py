@@ -6,17 +6,21 @@ The user's mistakes are :class:`pipeline.errors.ConfigError`, raised by every co
 Hydra lists the available options when a single group choice is unknown (``model=resnet1800``),
 but not for a list choice (``backends=[eager,indcutor]``). This names the unknown entries and
 lists what exists, from the same config directories Hydra searched. A misspelt key
-(``profile.budget_m=5``) gets the closest keys its section has, not Hydra's hint to add it with ``+``.
+(``profile.budget_m=5``) gets the closest keys its section has, not Hydra's hint to add it with ``+``; a new key of a
+section that takes any (``model.build.hidden=32``: your model's arguments) gets that hint.
 """
 
 from __future__ import annotations
 
 from pipeline.config import SHIPPED_CONF
+import dataclasses
 import difflib
 import re
 import sys
 from pathlib import Path
 from typing import Iterable, List, NoReturn, Optional, Sequence
+
+from omegaconf import OmegaConf
 
 from pipeline.redact import redacted
 
@@ -94,6 +98,8 @@ def explain_unknown_key(exc: BaseException) -> Optional[str]:
     full_key = getattr(cause, "full_key", None)
     if not full_key or not isinstance(key, str) or not hasattr(node, "keys") or key in node:
         return None
+    if not dataclasses.is_dataclass(OmegaConf.get_type(node)):  # a section that takes any key: a + adds one
+        return f"{full_key} is not in {str(full_key).rpartition('.')[0]} yet; add it with a +: +{full_key}=..."
     return unknown_key(str(full_key), [str(k) for k in node.keys()])
 
 

@@ -13,7 +13,7 @@ from typing import Any, Iterable
 
 from omegaconf import DictConfig, OmegaConf
 
-TARGET_KEY = "model.build._target_"
+from pipeline.config.own_model import TARGET_KEY, override_key
 
 
 def resume_or(resume: Any, fresh: Any) -> Any:
@@ -24,7 +24,7 @@ def model_label(name: Any, target: Any, overrides: Iterable[Any] = ()) -> str:
     """The name a run carries (its directory, its MLflow run): the model config's ``name``, or the class (or
     function) name of ``_target_`` where the overrides set ``model.build._target_`` and not ``model.name``: the
     default model's ``mlp`` would name someone else's model."""
-    keys = {str(o).lstrip("+~").split("=", 1)[0] for o in overrides or ()}
+    keys = {override_key(str(o)) for o in overrides or ()}
     if TARGET_KEY in keys and "model.name" not in keys and target:
         return str(target).rsplit(".", 1)[-1]
     return str(name)

@@ -35,6 +35,9 @@ from pipeline.measure.measurement import Settings
 # A stage needs the ones named here to have run earlier in the same run.
 NEEDS = {"capture": [], "profile": ["capture"], "route": ["profile"], "validate": ["route"]}
 EXAMPLE_SIZES = "[1,8,64]"
+# What to give for a value an option leaves to the command line (check_required).
+GIVE = {"model.build._target_": "name your model's class (or a function that returns it), importable from where you "
+                                "run, e.g. model.build._target_=mypkg.model.MyNet"}
 
 
 @contextlib.contextmanager
@@ -58,6 +61,15 @@ def added_keys(node: DictConfig, path: str = "") -> Iterator[Tuple[str, List[str
             yield f"{path}{key}", fields
         elif isinstance(value, DictConfig) and not OmegaConf.is_missing(node, key) and value != None:  # noqa: E711
             yield from added_keys(value, f"{path}{key}.")
+
+
+def check_required(cfg: DictConfig) -> None:
+    """A value a model option leaves to the command line (``???``, as ``model=custom`` leaves its ``_target_``),
+    named with what to give, before anything reads it. The inputs, or an input's shape, may be left so: they are
+    derived (``pipeline.inputs``)."""
+    missing = sorted(k for k in OmegaConf.missing_keys(cfg.model) if k.split(".")[:2] != ["model", "inputs"])
+    if missing:
+        raise ConfigError(f"{missing[0]} is missing: {GIVE.get(missing[0], f'give it, e.g. {missing[0]}=...')}")
 
 
 def check_stages(stages: List[str]) -> None:

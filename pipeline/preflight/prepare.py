@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Dict, Optional
 
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from pipeline import inputs as model_inputs
 from pipeline.backends.candidate import Candidate
@@ -37,8 +37,9 @@ def prepare(cfg: DictConfig, run_dir: Optional[Path] = None,
     ``cfg.model.inputs``; without them, the config's inputs are completed first. ``builds``: the run builds its
     model from ``model.build`` (not the caller's model), so its ``_target_`` must import
     (``pipeline.preflight.targets``)."""
+    checks.check_required(cfg)
     if builds:
-        problem = targets.model_problem(str(cfg.model.build.get("_target_", "")))
+        problem = targets.model_problem(OmegaConf.to_container(cfg.model.build, resolve=False))
         if problem:
             raise ConfigError(problem)
     if examples is None:

@@ -105,6 +105,8 @@ def load_logged_model(model_id: str, model: nn.Module, tracking_uri: str = Track
     (``True``), or never (``False``), and ``trust_options`` is as ``pipeline.load``'s. The files go to a
     temporary folder removed after the load, or to ``download_to``, kept (``pipeline.load`` reads them again there
     without MLflow). ``tracking_uri`` is the store the run logged to (tweakpipe's default store unless given).
+    As ``pipeline.load_logged_model`` its INFO lines (the download, the load's one line) go to stderr unless the
+    program set up logging itself, as ``pipeline.load``'s do.
     """
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient

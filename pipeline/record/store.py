@@ -34,9 +34,22 @@ from pipeline.config.paths import writable_problem
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-SERVER_HINT = ("many processes writing one SQLite file: run a tracking server instead, e.g.\n"
-               "  mlflow server --backend-store-uri sqlite:///outputs/mlflow.db --host 0.0.0.0 --port 5000\n"
-               "  python -m pipeline -m tracking=server tracking.uri=http://HOST:5000 ...   (conf/tracking/server.yaml)")
+
+
+def server_command(host: str, port: int, listen: Optional[str] = None) -> str:
+    """The ``mlflow server`` command of docs/scaling-out.md for clients that reach it as ``host:port``: a store of
+    its own, artifacts uploaded through it into a folder beside that store, and ``host:port`` among the hosts it
+    answers (MLflow's ``--allowed-hosts``, by default localhost and private addresses only)."""
+    return (f"mlflow server --backend-store-uri sqlite:///mlflow-server/mlflow.db --serve-artifacts "
+            f"--artifacts-destination mlflow-server/artifacts --host {listen or host} --port {port} "
+            f"--allowed-hosts {host}:{port},localhost:{port}")
+
+
+SERVER_HINT = ("many processes writing one SQLite file: run a tracking server instead (docs/scaling-out.md), e.g.\n"
+               f"  {server_command('HOST', 5000, listen='0.0.0.0')}\n"
+               "  python -m pipeline -m tracking=server tracking.uri=http://HOST:5000 ...  (conf/tracking/server.yaml)")
+# What MLflow's server answers (403) to a request whose Host it does not allow (mlflow.server.security_utils).
+REFUSED_HOST = "Invalid Host header"
 # MLflow's experiment-kind tag: tweakpipe's runs are model runs to compare, not GenAI traces.
 EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
 # The experiment's primary metric (MLflow's tags; the UI's charts always include it): the routed model's speed-up over
@@ -207,21 +220,31 @@ def lock_path(db: Path) -> Path:
 
 
 def server_problem(uri: str) -> Optional[str]:
-    """Why the tracking server at ``uri`` cannot be used (it does not answer within seconds), or None. The probe
-    leaves out the URL's credentials (``http://USER:PASSWORD@HOST``), which urllib cannot take and MLflow sends
-    itself."""
+    """Why the tracking server at ``uri`` cannot be used, or None: it does not answer within seconds, or it refuses
+    the name ``uri`` reaches it by (MLflow answers ``/health`` to any name, its API only to the allowed hosts, so an
+    API path is asked too). The probes leave out the URL's credentials (``http://USER:PASSWORD@HOST``), which urllib
+    cannot take and MLflow sends itself; a server that asks for them has answered."""
     where = urllib.parse.urlsplit(uri)
+    host = where.netloc.rpartition("@")[2]
+    base = where._replace(netloc=host).geturl().rstrip("/")
+    port = where.port or (443 if where.scheme == "https" else 80)
     try:
-        probe = where._replace(netloc=where.netloc.rpartition("@")[2]).geturl()
-        urllib.request.urlopen(probe.rstrip("/") + "/health", timeout=PROBE_TIMEOUT_S).close()
-    except urllib.error.HTTPError:
+        urllib.request.urlopen(f"{base}/health", timeout=PROBE_TIMEOUT_S).close()
+        urllib.request.urlopen(f"{base}/api/2.0/mlflow/experiments/get-by-name?experiment_name=Default",
+                               timeout=PROBE_TIMEOUT_S).close()
+    except urllib.error.HTTPError as exc:
+        if exc.code == 403 and REFUSED_HOST in exc.read(500).decode("utf-8", "replace"):
+            return (f"the tracking server at {base} refuses requests addressed to {host} (MLflow's "
+                    f"--allowed-hosts: by default localhost and private addresses only); start it with "
+                    f"--allowed-hosts {where.hostname}:{port} (every name:port clients use, comma-separated), e.g. "
+                    f"{server_command(where.hostname or 'HOST', port, listen='0.0.0.0')}")
         return None  # it answered
     except (urllib.error.URLError, OSError) as exc:
         if isinstance(getattr(exc, "reason", None), ssl.SSLError):
             return None  # it answered, in TLS this probe does not verify as MLflow may be told to
         return (f"the tracking server is unreachable ({getattr(exc, 'reason', exc)}); start one with "
-                f"mlflow server --backend-store-uri sqlite:///outputs/mlflow.db --host {where.hostname} "
-                f"--port {where.port or 5000}, or run with tracking=sqlite or tracking=off")
+                f"{server_command(where.hostname or 'HOST', where.port or 5000)}, or run with tracking=sqlite or "
+                f"tracking=off")
     return None
 
 
