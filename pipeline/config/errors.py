@@ -12,6 +12,7 @@ lists what exists, from the same config directories Hydra searched. A misspelt k
 from __future__ import annotations
 
 from pipeline.config import SHIPPED_CONF
+import dataclasses
 import difflib
 import re
 import sys
@@ -91,6 +92,13 @@ def explain_unknown_key(exc: BaseException) -> Optional[str]:
     full_key = getattr(cause, "full_key", None)
     if not full_key or not isinstance(key, str) or not hasattr(node, "keys") or key in node:
         return None
+    if not node.keys():  # below a plain value (reference.modes): perhaps a top-level key of both words
+        from pipeline.config.schema import Config
+
+        section, flat = str(full_key).rpartition(".")[0], str(full_key).replace(".", "_")
+        close = difflib.get_close_matches(flat, [f.name for f in dataclasses.fields(Config)], n=1, cutoff=0.8)
+        hint = f"; closest: {close[0]}" if close else ""
+        return f"unknown key {full_key}; {section} is a value, not a section{hint}"
     return unknown_key(str(full_key), [str(k) for k in node.keys()])
 
 

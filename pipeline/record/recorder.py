@@ -35,7 +35,7 @@ from pipeline.context import BackendOutcome, Earlier, RunContext
 from pipeline.measure.accuracy import describe
 from pipeline.measure.measurement import Measurement
 from pipeline.measure.statistics import samples_per_second
-from pipeline.record.tracker import NullTracker
+from pipeline.record.tracker import UNMEASURED_TAG, NullTracker
 from pipeline.seqlen import Key, metric_suffix
 
 log = logging.getLogger(__name__)
@@ -237,7 +237,9 @@ class Recorder:
             return
         from pipeline.route import checkpoint
 
-        self.tracker.log_metrics(self.reference_metrics(ctx.route_info.get("reference")))
+        versus = ctx.route_info.get("reference") or {}
+        self.tracker.log_metrics(self.reference_metrics(versus))
+        self.tracker.set_tags({f"{UNMEASURED_TAG}{n}": why for n, why in versus.get("unmeasured", {}).items()})
         self.tracker.set_tags({
             "route.rests_on_noisy": str(ctx.route_info["rests_on_noisy"]).lower(),
             "route.settled": str(ctx.route_info["settled"]).lower(),
@@ -267,9 +269,9 @@ class Recorder:
 
     @staticmethod
     def reference_metrics(versus: Optional[Mapping[str, Any]]) -> Dict[str, float]:
-        """Auto's speed-up over the user's own compile (route.json's ``reference``): ``speedup_vs_compile/bs<N>``
+        """Auto's speed-up over the user's best own compile (route.json's ``reference``): ``speedup_vs_compile/bs<N>``
         (``/len<L>``) per tuned cell, and its worst and geometric mean, which the compare view sorts by."""
-        if not versus:
+        if not versus or not versus["cells"]:
             return {}
         cells = {f"speedup_vs_compile/{metric_suffix(key_of(c))}": float(c["speedup"]) for c in versus["cells"]}
         return {**cells, "speedup_vs_compile/worst": float(versus["worst_speedup"]),

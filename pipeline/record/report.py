@@ -1,17 +1,18 @@
 """``tweakpipe report``: the seed-style latency table, built from MLflow.
 
 Rows are model x backend plus the routed ``auto``; columns are batch sizes; cells are median latency in ms, marked
-``*`` where the profile flagged the cell noisy (``noisy/<backend>/bs<N>``). ``auto`` is the latency of the backend
-the route picked at that size (a run logs it too, as ``latency_ms/auto/bs<N>``: ``pipeline.record.routed``), or a
-logged ``latency_ms/auto/bs<N>`` where a run has no route; the row after it is auto's speed-up over the reference
-peer, the user's own ``torch.compile`` (``speedup_vs_compile/bs<N>``), where the run timed one; a note under the
-table names each run whose route rests on noisy cells (tag ``route.rests_on_noisy``), and each whose routed median
-is above eager's (within both cells' intervals, where the router keeps the owner). A candidate the screen dropped is
-a row marked ``(screened out)`` holding the screen's medians (``screen_ms/<backend>/bs<N>``), with why under the
-table. A run that tuned lengths (``latency_ms/<backend>/bs<N>/len<L>``) gives a row per backend and length, and its
-heatmap follows the table: the backend serving each (batch size, length) and its speed-up over eager. The runs come
-from a sweep (its parent run), an experiment (the newest run of each model) or a list of run ids. The table is
-printed and written as Markdown and CSV::
+``*`` where the profile flagged the cell noisy (``noisy/<backend>/bs<N>``). ``auto`` is the latency of the backend the
+route picked at that size (a run logs it too, as ``latency_ms/auto/bs<N>``: ``pipeline.record.routed``), or a logged
+``latency_ms/auto/bs<N>`` where a run has no route; the row after it is auto's speed-up over the best reference peer
+at each size, the user's best own ``torch.compile`` (``speedup_vs_compile/bs<N>``), where the run timed one; a note
+under the table names each run whose route rests on noisy cells (tag ``route.rests_on_noisy``), each whose routed
+median is above eager's (within both cells' intervals, where the router keeps the owner), and each reference the
+comparison lacks (not built under ``tune.budget_s``, failed: tag ``reference.unmeasured.<name>``). A candidate the
+screen dropped is a row marked ``(screened out)`` holding the screen's medians (``screen_ms/<backend>/bs<N>``), with
+why under the table. A run that tuned lengths (``latency_ms/<backend>/bs<N>/len<L>``) gives a row per backend and
+length, and its heatmap follows the table: the backend serving each (batch size, length) and its speed-up over eager.
+The runs come from a sweep (its parent run), an experiment (the newest run of each model) or a list of run ids. The
+table is printed and written as Markdown and CSV::
 
     tweakpipe report                                  # the newest sweep in outputs/mlflow.db with a finished run
     tweakpipe report --sweep <parent run id> --out outputs/reports/seed
@@ -37,13 +38,13 @@ from pipeline.errors import ConfigError
 from pipeline.config.schema import TrackingConfig
 from pipeline.route.policy import Range, backend_for
 from pipeline.record.store import check_store
-from pipeline.record.tracker import PARENT_TAG, SWEEP_TAG
+from pipeline.record.tracker import PARENT_TAG, SWEEP_TAG, UNMEASURED_TAG
 
 METRIC = re.compile(r"^(?P<figure>latency_ms|noisy|screen_ms)/(?P<backend>[^/]+)/bs(?P<bs>\d+)(?:/len(?P<len>\d+))?$")
-VERSUS = re.compile(r"^speedup_vs_compile/bs(?P<bs>\d+)$")  # auto over the reference peer (recorder.reference_metrics)
+VERSUS = re.compile(r"^speedup_vs_compile/bs(?P<bs>\d+)$")  # auto over the best reference (recorder.reference_metrics)
 SCORE = re.compile(r"^accuracy/(?P<metric>[^/]+)/(?P<backend>[^/]+)$")  # the budget's metric (recorder.capture)
 AUTO = "auto"
-VERSUS_ROW = "auto vs own compile (x)"  # the speed-up of auto over the user's own torch.compile, not a latency
+VERSUS_ROW = "auto vs best own compile (x)"  # auto's speed-up over the user's best torch.compile, not a latency
 LEGEND = "`*` noisy: the profile flagged this cell (its samples or passes disagreed; profile.csv says why)"
 SCREENED = "screened out"  # a candidate the screen dropped: its row holds the screen's medians
 SCREENED_TAG = "screened_out."  # + candidate: why the screen dropped it (the recorder's tag)
@@ -215,6 +216,8 @@ def build(runs: Sequence, accuracy: bool = False) -> Table:
         versus = {int(m["bs"]): v for key, v in run.data.metrics.items() if (m := VERSUS.match(key))}
         if versus:
             table.rows.append(Row(label, VERSUS_ROW, versus))
+        table.notes += [f"{label}: {VERSUS_ROW} leaves out {key[len(UNMEASURED_TAG):]}, not measured: {why}"
+                        for key, why in sorted(tags.items()) if key.startswith(UNMEASURED_TAG)]
         above = [bs for bs in sorted(auto) if auto[bs] > lat.get(EAGER, {}).get(bs, math.inf)]
         if above and route and run.data.params.get("route.strategy") == "router":
             table.notes.append(f"{label}: auto is above {EAGER} at bs {', '.join(map(str, above))}: {WITHIN_NOISE}")

@@ -33,6 +33,8 @@ PARENT_FILE = "mlflow_parent.json"
 # MLflow tag that links a child run to its parent (the UI nests runs by it).
 PARENT_TAG = "mlflow.parentRunId"
 SWEEP_TAG = "tweakpipe.sweep"
+# + a reference candidate: why the comparison with the best own compile lacks it (route.json: reference.unmeasured)
+UNMEASURED_TAG = "reference.unmeasured."
 MAX_PARAM = 6000  # MLflow's limit on a param value's length
 MAX_PARAMS_TAGS, MAX_METRICS = 100, 1000  # MLflow's limits per batch
 LOCAL_UI = "http://127.0.0.1:5000"  # where `mlflow ui` serves by default
