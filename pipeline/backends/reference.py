@@ -36,8 +36,8 @@ EXAMPLE = "'reference_modes=[reduce-overhead,max-autotune]'"
 
 def default_modes(device_type: str) -> Tuple[str, ...]:
     """The by-hand compiles a run times where ``reference_modes`` is null: reduce-overhead and max-autotune on CUDA,
-    default and max-autotune elsewhere (on the 2-core CPU the max-autotune reference cost 0.3-0.6 s more for
-    tiny_mlp, 18 s more for ResNet-18 beside 67 s for the default compile: docs/config/route.md)."""
+    default and max-autotune elsewhere (on a quiet 2-core CPU the max-autotune reference cost 0.3-0.4 s more for
+    tiny_mlp, 7.5 s more for ResNet-18 beside 29 s for the default one: docs/config/route.md)."""
     return ("reduce-overhead", "max-autotune") if device_type == CUDA_GRAPHS else ("default", "max-autotune")
 
 
