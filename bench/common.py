@@ -1,7 +1,8 @@
 """What every bench shares: the command that made its figures (without machine paths), how fast the
 host ran Python while they measured, the lanes of the table benches (one model after another in one
 process, the tables rewritten after each, a failing model recorded as such; ``--combine`` joins lanes),
-and the ``torch.compile(mode="reduce-overhead")`` peer."""
+the reference peers a tune built (the user's own ``torch.compile`` in each mode: what auto is held against), and
+the ``torch.compile(mode="reduce-overhead")`` peer of the benches that compile one themselves."""
 
 from __future__ import annotations
 
@@ -180,6 +181,15 @@ def tune_and_load(overrides: List[str], run_dir: Path) -> Tuple[Any, Any, Any, f
     tune_s, start = time.perf_counter() - start, time.perf_counter()
     auto = checkpoint.load(ctx.checkpoint_path, ctx.model, device=ctx.device)
     return cfg, ctx, auto, tune_s, time.perf_counter() - start
+
+
+def references_of(ctx: Any) -> Tuple[Dict[str, str], Dict[str, str]]:
+    """A tuned run's reference peers (``pipeline.backends.reference``): those it built (candidate -> torch.compile mode
+    as the user writes it), which a bench times auto against, taking the best per cell; and those the route stage
+    found unmeasured (route.json's ``reference.unmeasured``: candidate -> why, ``tune.budget_s``, the precision
+    screen, a failure), which its table must name."""
+    built = {n: m for n, m in ctx.reference_modes().items() if n in ctx.backends}
+    return built, dict((ctx.route_info.get("reference") or {}).get("unmeasured", {}))
 
 
 def tune_process(command: Sequence[str], cwd: Path, env: Dict[str, str], log: Path, run_dir: Path,

@@ -10,17 +10,22 @@ tanh MLP of width 16 on 1-d points, batch 1000; ``phlippe_resnet``: a CIFAR ResN
 Face at sequence length 128).
 
 Each model is tuned through the pipeline at batch sizes [1, its harness size] (``tune_and_load``: the run the CLI
-makes, default backends of the device and the reference peer), its checkpoint is loaded back as a user serves it,
-and at each cell the loaded routed model (``auto``), eager and every reference candidate the run built are timed in
-the same interleaved rounds; the run's validate stage checks the routed model against eager end to end. Per cell: auto over eager, and the best reference over auto (the speed-up over the
-reference). Scored as GraphNet scores compilers (Li et al., "GraphNet: A Large-Scale Computational Graph Dataset for
-Tensor Compiler Research", arXiv 2510.24035, Appendix B): each cell's speed-up over eager is rectified, a failure
-(the tune failed, or its validate stage found the routed outputs off eager's) counting ``b`` = 0.1 and a slowdown ``s < 1`` counting
-``s ** (p + 1)`` with the penalty power ``p`` (0 by default, as GraphNet's); S(t) is the geometric mean of the
-rectified speed-ups at tolerance level t, and ES(t) the same with failures of a kind the level tolerates counted 1
-(an accuracy failure from t >= 1, a crash from t >= 3). At t = 0 nothing is tolerated, so S(0) = ES(0) here; both
-are reported. Writes ``suite-<tag>.json`` (``summary``: models, cells, worst_auto_over_reference,
-geomean_speedup_over_reference, S0, ES0, failed, not_run) and ``.md``.
+makes, default backends of the device and the reference peers: the user's own ``torch.compile`` in each of the
+device's ``reference_modes``, reduce-overhead and max-autotune on a GPU), its checkpoint is loaded back as a user
+serves it, and at each cell the loaded routed model (``auto``), eager and every reference candidate the run built are
+timed in the same interleaved rounds; the run's validate stage checks the routed model against eager end to end. Per
+cell: auto over eager, and the best reference over auto (the speed-up over the user's best own compile), with that
+reference's mode; a reference the run did not build (``tune.budget_s``, a failure) is named with the reason in the row
+and the summary (``references_not_measured``), never silently left out. Scored as GraphNet scores compilers (Li et
+al., "GraphNet: A Large-Scale Computational Graph Dataset for Tensor Compiler Research", arXiv 2510.24035, Appendix
+B): each cell's speed-up over eager is rectified, a failure (the tune failed, or its validate stage found the routed
+outputs off eager's) counting ``b`` = 0.1 and a slowdown ``s < 1`` counting ``s ** (p + 1)`` with the penalty power
+``p`` (0 by default, as GraphNet's); S(t) is the geometric mean of the rectified speed-ups at tolerance level t, and
+ES(t) the same with failures of a kind the level tolerates counted 1 (an accuracy failure from t >= 1, a crash from t
+>= 3). At t = 0 nothing is tolerated, so S(0) = ES(0) here; both are reported. Writes ``suite-<tag>.json``
+(``summary``: models, cells, worst_auto_over_reference, geomean_speedup_over_reference, best_reference_modes,
+references_not_measured, S0, ES0, failed, not_run) and
+``.md``.
 
     source bench/device_env.sh
     python3 bench/suite.py --out OUT --tag h200-a --models BertForMaskedLM lennard_jones ...   # one call
@@ -33,6 +38,7 @@ from __future__ import annotations
 import argparse
 import math
 import platform
+from collections import Counter
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,8 +50,8 @@ from torch import nn
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import (command_line, joined_lanes, lane_arguments, run_lane, tune_and_load,  # noqa: E402
-                          unfinished, within_budget, write_table)
+from bench.common import (command_line, joined_lanes, lane_arguments, references_of, run_lane,  # noqa: E402
+                          tune_and_load, unfinished, within_budget, write_table)
 from pipeline import devices  # noqa: E402
 from pipeline.measure.interleaved import measure_interleaved  # noqa: E402
 from pipeline.route.decision import baseline  # noqa: E402
@@ -151,7 +157,7 @@ def bench_model(name: str, args: argparse.Namespace) -> Dict[str, Any]:
     """Tune one model, load its checkpoint, and time auto, eager and the references at each tuned size."""
     entry = SUITE[name]
     cfg, ctx, auto, tune_s, load_s = tune_and_load(overrides(entry, args), args.runs / f"{args.tag}-{name}")
-    references = [n for n in ctx.references() if n in ctx.backends]
+    references, not_measured = references_of(ctx)
     eager = baseline(ctx.candidates)  # the model as written: eager at fp32 where the run has it
     _, inputs_at = ctx.input_sources()[0]
     cells = {}
@@ -161,7 +167,8 @@ def bench_model(name: str, args: argparse.Namespace) -> Dict[str, Any]:
                                                   for n in dict.fromkeys([eager, *references])}}
         cells[bs] = {n: m.summary() for n, m in measure_interleaved(fns, ctx.device, cfg.profile).items()}
     return {"model": name, "source": entry.source, "harness_batch_size": entry.batch_size,
-            "tune_seconds": tune_s, "load_seconds": load_s, "eager": eager, "references": references,
+            "tune_seconds": tune_s, "load_seconds": load_s, "eager": eager, "references": list(references),
+            "reference_modes": references, "references_not_measured": not_measured,
             "route": [r.to_dict() for r in ctx.route], "validation_ok": bool(ctx.validation.get("ok")),
             "route_reference": ctx.route_info.get("reference"),
             "screened_out": sorted(ctx.screened_out), "stage_seconds": ctx.stage_seconds,
@@ -170,14 +177,15 @@ def bench_model(name: str, args: argparse.Namespace) -> Dict[str, Any]:
 
 
 def ratios(row: Dict[str, Any]) -> List[Dict[str, Any]]:
-    """Per tuned size: auto over eager, auto over the best reference, and the speed-up over the reference."""
+    """Per tuned size: auto over eager, auto over the best reference (and its mode), and the speed-up over it."""
     out = []
     for bs in row["batch_sizes"]:
         cell = row["cells"][bs]
         auto = cell["auto"]["median_ms"]
         best = min(row["references"], key=lambda n: cell[n]["median_ms"]) if row["references"] else None
         out.append({"batch_size": bs, "auto_over_eager": auto / cell[row["eager"]]["median_ms"],
-                    "reference": best, "auto_over_reference": auto / cell[best]["median_ms"] if best else math.nan})
+                    "reference": best, "reference_mode": row.get("reference_modes", {}).get(best),
+                    "auto_over_reference": auto / cell[best]["median_ms"] if best else math.nan})
     return out
 
 
@@ -215,6 +223,9 @@ def summary(rows: List[Dict[str, Any]]) -> Dict[str, Any]:
     return {"models": len(done), "cells": len(cells),
             "worst_auto_over_reference": max((c["auto_over_reference"] for c in cells), default=math.nan),
             "geomean_speedup_over_reference": math.exp(sum(map(math.log, over)) / len(over)) if over else math.nan,
+            "best_reference_modes": dict(Counter(str(c["reference_mode"]) for c in cells)),
+            "references_not_measured": {r["model"]: r["references_not_measured"] for r in done
+                                        if r.get("references_not_measured")},
             "S0": score(scored), "ES0": score(scored, forgiving=True), "ES1": score(scored, 1, forgiving=True),
             "tune_seconds": {r["model"]: round(r["tune_seconds"], 1) for r in done},
             "load_seconds": {r["model"]: round(r["load_seconds"], 2) for r in done},
@@ -234,9 +245,12 @@ def markdown(rows: List[Dict[str, Any]], meta: Dict[str, Any]) -> str:
             cell = row["cells"][c["batch_size"]]
             ref = cell[c["reference"]]["median_ms"] if c["reference"] else math.nan
             lines.append(f"| {row['model']} | {row['source']} | {c['batch_size']} | {cell['auto']['median_ms']:.4g} | "
-                         f"{cell[row['eager']]['median_ms']:.4g} | {c['reference']} | {ref:.4g} | "
+                         f"{cell[row['eager']]['median_ms']:.4g} | {c['reference']} ({c['reference_mode']}) | "
+                         f"{ref:.4g} | "
                          f"{c['auto_over_reference']:.3f} | {c['auto_over_eager']:.3f} | {row['tune_seconds']:.0f} | "
                          f"{row['load_seconds']:.1f} | {route} |")
+    lines += [f"{row['model']}: not measured, so not among its references: {name} ({why[:200]})"
+              for row in rows for name, why in row.get("references_not_measured", {}).items()]
     if meta.get("run_again"):
         lines += ["", f"Run again in a later lane, whose row is kept: {', '.join(meta['run_again'])}."]
     return "\n".join(lines) + "\n"

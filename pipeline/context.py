@@ -218,7 +218,11 @@ class RunContext:
 
     def references(self) -> List[str]:
         """The candidates that play the user's own torch.compile (``pipeline.backends.reference``), in order."""
-        return [n for n, c in self.candidates.items() if c.reference]
+        return list(self.reference_modes())
+
+    def reference_modes(self) -> Dict[str, str]:
+        """Each candidate that plays the user's own torch.compile -> its mode as the user writes it, in order."""
+        return {n: c.reference for n, c in self.candidates.items() if c.reference}
 
     def race(self) -> Race:
         """What the route is decided on, as plain data (``pipeline.route.decision``)."""

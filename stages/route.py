@@ -71,33 +71,56 @@ def warn_if_noise_could_change(ctx: RunContext, at: Dict[int, List[str]]) -> Non
                 where)
 
 
+def unmeasured(ctx: RunContext) -> Dict[str, str]:
+    """The references missing from the comparison at some tuned cell, and why: not built (``tune.budget_s``, the
+    precision screen, ...), failed, or not profiled there. Auto is then compared with the best of the others, and
+    route.json, the log and the report say so."""
+    medians, out = ctx.medians(), {}
+    for name in ctx.references():
+        missing = [key for key in ctx.cells if key not in medians.get(name, {})]
+        if not missing:
+            continue
+        outcome = ctx.outcomes.get(name)
+        out[name] = (f"{outcome.status}: {outcome.reason}" if outcome is not None and outcome.status != "ok" else
+                     f"not profiled at {', '.join(label(key) for key in missing)}")
+    return out
+
+
 def against_reference(ctx: RunContext, route: List[Any], failures: Dict[str, str]) -> Optional[Dict[str, Any]]:
-    """Auto against the reference peer at every tuned cell (``pipeline.route.versus``), for route.json, with one log
-    line of the figures and one warning naming every cell where auto is slower beyond both intervals, and why."""
-    references = ctx.references()
-    if not references:
+    """Auto against the best reference peer at every tuned cell (``pipeline.route.versus``), for route.json, with one
+    log line of the figures, one naming each reference left out of the comparison and why (a warning where
+    ``tune.budget_s`` left it unbuilt), and one warning naming every cell where auto is slower beyond both intervals,
+    and why."""
+    modes = ctx.reference_modes()
+    if not modes:
         return None
+    missing = unmeasured(ctx)
+    if missing:
+        (log.warning if set(missing) & set(ctx.budget_skipped) else log.info)(
+            "route   auto is compared with the best of the references measured; not measured: %s",
+            "; ".join(f"{n} ({modes[n]}): {why[:300]}" for n, why in missing.items()))
     owners = {key: backend_at(route, *key) if ctx.lengths else backend_for(route, key) for key in ctx.cells}
     found = versus.comparison({k: b for k, b in owners.items() if b is not None}, ctx.medians(), ctx.intervals(),
-                              references, failures, ctx.cfg.route.strategy, cell_entry, ctx.contended())
+                              modes, failures, ctx.cfg.route.strategy, cell_entry, ctx.contended())
     if found is None:
-        log.info("route   no reference was measured (%s), so auto is not compared with it", ", ".join(references))
-        return None
+        log.info("route   no reference was measured (%s), so auto is not compared with it", ", ".join(modes))
+        return {"candidates": list(modes), "modes": modes, "cells": [], "unmeasured": missing}
+    named = ", ".join(f"{n}: {m}" for n, m in modes.items())
     clean = [c["speedup"] for c in found["cells"] if not c["contended"]]
     busy = f"; {found['contended_cells']} cell(s) measured on a busy host left out" if found["contended_cells"] else ""
     if clean:
-        log.info("route   against the user's own compile (%s): auto is %.2fx-%.2fx as fast (geometric mean %.2fx over "
-                 "%d cell(s)%s)", ", ".join(references), found["worst_speedup"], max(clean), found["geomean_speedup"],
-                 len(clean), busy)
+        log.info("route   against the user's best own compile (%s): auto is %.2fx-%.2fx as fast (geometric mean %.2fx "
+                 "over %d cell(s)%s)", named, found["worst_speedup"], max(clean), found["geomean_speedup"], len(clean),
+                 busy)
     else:
-        log.info("route   against the user's own compile (%s): no figure stands, every cell was measured on a busy "
-                 "host (route.json: reference.cells, marked contended)", ", ".join(references))
+        log.info("route   against the user's best own compile (%s): no figure stands, every cell was measured on a "
+                 "busy host (route.json: reference.cells, marked contended)", named)
     if found["slower_cells"]:
-        log.warning("route   auto is slower than the reference beyond both intervals at %s",
+        log.warning("route   auto is slower than the best reference beyond both intervals at %s",
                     "; ".join(f"{label((c['batch_size'], c['seq_len']) if 'seq_len' in c else c['batch_size'])}: "
                               f"{c['auto']} {c['auto_ms']:.4g} ms vs {c['reference']} {c['reference_ms']:.4g} ms "
                               f"({c['reason']})" for c in found["slower_cells"]))
-    return found
+    return {**found, "unmeasured": missing}
 
 
 def cell_names(cells: List[Dict[str, Any]]) -> str:

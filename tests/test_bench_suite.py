@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from bench import suite
 from pipeline import inputs as model_inputs
@@ -27,6 +28,8 @@ def test_every_models_gpu_config_composes_and_passes_the_checks(name, tmp_path):
     check_config(cfg)
     assert list(cfg.model.batch_sizes) == [1, suite.SUITE[name].batch_size]
     assert any(c.reference for c in candidates_of(cfg).values())  # the user's own compile competes
+    on_gpu = {c.reference for c in candidates_of(cfg, torch.device("cuda")).values() if c.reference}
+    assert on_gpu == {"reduce-overhead", "max-autotune"}  # the H200 run holds auto to the best of both
 
 
 def test_the_scores_are_graphnets():
@@ -52,7 +55,18 @@ def test_the_smoke_run_writes_the_summary_of_the_h200_table(tmp_path):
                             "ES0"}
     assert summary["models"] == 1 and summary["cells"] == 2 and summary["S0"] > 0
     [row] = result["rows"]
-    assert row["references"] == ["inductor.bf16", "inductor.bf16-weights"]  # on a CPU the run's own inductor plays it
+    # on a CPU the run's own inductor plays the default-mode reference, and max-autotune's is a candidate of its own
+    assert row["reference_modes"] == {"inductor.bf16": "default", "reference_max_autotune.bf16": "max-autotune",
+                                      "inductor.bf16-weights": "default",
+                                      "reference_max_autotune.bf16-weights": "max-autotune"}
+    assert row["references"] == list(row["reference_modes"]) and row["references_not_measured"] == {}
+    cells = {int(bs): per for bs, per in row["cells"].items()}  # JSON turned the batch sizes into strings
+    for c in suite.ratios({**row, "cells": cells}):  # the best of them per cell, and its mode
+        cell = cells[c["batch_size"]]
+        assert c["reference"] == min(row["references"], key=lambda n: cell[n]["median_ms"])
+        assert c["reference_mode"] == row["reference_modes"][c["reference"]]
+    assert set(summary["best_reference_modes"]) <= {"default", "max-autotune"}
+    assert sum(summary["best_reference_modes"].values()) == summary["cells"]
     assert row["route_reference"]["cells"] and row["load_seconds"] > 0 and row["tune_seconds"] > 0
     assert result["command"].startswith("python bench/suite.py --out OUT")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 
 import pytest
 
@@ -78,8 +79,11 @@ def test_a_precision_slower_without_compiling_gets_no_compiled_candidate_and_no_
         assert dropped <= {"bf16", "bf16-weights"}  # and only what quiet cells showed slower everywhere may drop
     else:
         assert dropped == {"bf16", "bf16-weights"} and "slower than fp32" in route["precision_screen"]["bf16"]
-        # the bf16-weights job was the worker's first (the likeliest winner), so it ran; the autocast one never started
-        assert "job(s) never started, their candidates dropped first: inductor.bf16" in caplog.text
+        # the bf16-weights job was the worker's first (the likeliest winner), so it ran; the autocast one never started,
+        # nor did the max-autotune reference peer's at either (the precision screen applies to references too)
+        never = re.search(r"job\(s\) never started, their candidates dropped first: (.*)", caplog.text)
+        assert never and {"inductor.bf16", "reference_max_autotune.bf16", "reference_max_autotune.bf16-weights"} == \
+            set(never.group(1).split(", ")), caplog.text[-2000:]
     for name in ("inductor.bf16", "inductor.bf16-weights"):
         if ctx.candidates[name].numerics in dropped:
             assert outcomes[name].status == "skipped" and "precision screen" in outcomes[name].reason, outcomes[name]
@@ -99,7 +103,8 @@ def test_a_spent_budget_skips_the_candidates_not_built_and_profiles_one_pass_and
     assert ctx.outcomes["eager"].status == "ok"  # the baseline is always built
     assert ctx.outcomes["inductor"].status == "skipped" and "tune.budget_s=0.001 spent" in ctx.outcomes["inductor"].reason
     budget = json.loads((tmp_path / "run" / "route.json").read_text())["budget"]
-    assert budget["budget_s"] == 0.001 and set(budget["skipped"]) == {"inductor"}
+    assert budget["budget_s"] == 0.001 and set(budget["skipped"]) == {"inductor", "reference_max_autotune"}  # the
+    # references are capped like the others (inductor plays the default-mode one)
     assert "one pass" in budget["profile"]
     assert {m.passes[-1] for per in ctx.profile.values() for m in per.values()} == {0}
     assert ctx.validation["ok"]

@@ -238,7 +238,8 @@ def test_an_inductor_backend_competes_with_the_length_dynamic_and_per_length():
 
     cfg = compose_config(["model=bert_tiny", "backends=[eager,inductor,graph_inductor]", "model.seq_lens=[8,16]"])
     names = candidates_of(cfg)
-    assert list(names) == ["eager", "inductor", "inductor.per_length", "graph_inductor"]
+    assert list(names) == ["eager", "inductor", "inductor.per_length", "graph_inductor", "reference_max_autotune",
+                           "reference_max_autotune.per_length"]  # the max-autotune reference peer splits too
     assert names["inductor"].settings.per_length is False and names["inductor.per_length"].settings.per_length is True
     assert "inductor.per_length" not in candidates_of(compose_config(["model=bert_tiny", "backends=[eager,inductor]"]))
     assert create(names["inductor"]).any_length and not create(names["inductor.per_length"]).any_length

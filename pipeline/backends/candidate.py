@@ -30,9 +30,10 @@ AUTOCAST = {"bf16": "bfloat16", "fp16": "float16"}  # precision -> autocast dtyp
 class Candidate:
     name: str
     settings: BackendSettings
-    # It plays the user's own torch.compile (pipeline.backends.reference): kept through the screen, and the route
-    # is reported against it. A run's fact, not a setting: checkpoints do not store it.
-    reference: bool = False
+    # The torch.compile mode (as the user writes it) of the user's own compile it plays (pipeline.backends.reference),
+    # '' where it plays none: kept through the screen, a floor of the route, which is reported against the best of
+    # them. A run's fact, not a setting: checkpoints do not store it.
+    reference: str = ""
 
     @classmethod
     def of(cls, name: str, cfg: Mapping[str, Any]) -> "Candidate":

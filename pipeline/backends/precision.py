@@ -32,6 +32,7 @@ from torch.utils._pytree import tree_map_only
 
 from pipeline.backends import quantize
 from pipeline.backends.candidate import AUTOCAST, Candidate
+from pipeline.config import limits
 from pipeline.errors import ConfigError
 
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16", *quantize.RECIPES)
@@ -63,28 +64,21 @@ def name_problem(candidate: Candidate) -> Optional[str]:
 
 def precisions_problem(precisions: Sequence[Any]) -> Optional[str]:
     """Unknown or repeated precisions in the top-level ``precision`` list, or None."""
-    if not precisions:
-        return "precision=[] names no precision; e.g. 'precision=[fp32,bf16]'"
-    unknown = [p for p in precisions if p not in PRECISIONS]
-    if unknown:
-        return f"precision {unknown[0]!r} is unknown; use some of {list(PRECISIONS)}, e.g. 'precision=[fp32,bf16]'"
-    repeated = sorted({p for p in precisions if list(precisions).count(p) > 1})
-    if repeated:
-        return f"precision lists {repeated[0]} more than once; name each once, e.g. 'precision=[fp32,bf16]'"
-    return None
+    return limits.choices_problem("precision", precisions, PRECISIONS, "precision", "'precision=[fp32,bf16]'")
 
 
 def candidates(backends: Mapping[str, Mapping[str, Any]], precisions: Sequence[str],
-               lengths: bool = False, reference: Optional[str] = None) -> Dict[str, Candidate]:
+               lengths: bool = False, references: Optional[Mapping[str, str]] = None) -> Dict[str, Candidate]:
     """Candidate name -> candidate, precision by precision (in the order given), backend by backend; at bf16 and
     fp16 the autocast candidates, then those with cast weights; with tuned ``lengths``, an Inductor backend's two
     (:attr:`Candidate.splits_by_length`). Each backend is held to its kind's schema once, here.
 
     A backend that sets its own autocast, precision or cast weights keeps them when ``precision`` is
     ``[fp32]`` (the default); beside a longer list it is an error (:func:`conflict`). So is a backend
-    named like another's candidate (``eager.bf16`` beside ``eager``): a ConfigError. The candidates of backend
-    ``reference`` play the reference peer (:mod:`pipeline.backends.reference`)."""
+    named like another's candidate (``eager.bf16`` beside ``eager``): a ConfigError. The candidates of a backend of
+    ``references`` (name -> torch.compile mode) play that reference peer (:mod:`pipeline.backends.reference`)."""
     bases = [Candidate.of(str(name), cfg) for name, cfg in backends.items()]
+    plays = references or {}
     out: Dict[str, Candidate] = {}
     for precision in precisions:
         for cast in (False, True) if precision in AUTOCAST else (False,):
@@ -106,7 +100,7 @@ def candidates(backends: Mapping[str, Mapping[str, Any]], precisions: Sequence[s
                 if taken:
                     raise ConfigError(f"backend {taken[0]!r} has the name of a {SEPARATOR}<precision> candidate"
                                       f"{f' or a {PER_LENGTH} one' if split else ''}; rename it")
-                out.update({n: Candidate(n, s, base.name == reference) for n, s in named.items()})
+                out.update({n: Candidate(n, s, plays.get(base.name, "")) for n, s in named.items()})
     return out
 
 

@@ -84,7 +84,7 @@ def priority(candidate: Candidate) -> Tuple[int, int, int]:
         rank = 0 if candidate.casts_weights else 1
     else:
         rank = 2 if candidate.precision == "tf32" else 3
-    return rank, 0 if candidate.regional else 1, int(candidate.reference)
+    return rank, 0 if candidate.regional else 1, int(bool(candidate.reference))
 
 
 def plan(candidates: Mapping[str, Candidate]) -> Dict[str, str]:

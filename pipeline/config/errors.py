@@ -98,8 +98,15 @@ def explain_unknown_key(exc: BaseException) -> Optional[str]:
     full_key = getattr(cause, "full_key", None)
     if not full_key or not isinstance(key, str) or not hasattr(node, "keys") or key in node:
         return None
+    from pipeline.config.schema import Config
+
+    fields, section = {f.name: f for f in dataclasses.fields(Config)}, str(full_key).rpartition(".")[0]
+    if section in fields and fields[section].default is not dataclasses.MISSING:  # below a plain value
+        close = difflib.get_close_matches(str(full_key).replace(".", "_"), list(fields), n=1, cutoff=0.8)
+        hint = f"; closest: {close[0]}" if close else ""  # perhaps a top-level key of both words (reference_modes)
+        return f"unknown key {full_key}; {section} is a value, not a section{hint}"
     if not dataclasses.is_dataclass(OmegaConf.get_type(node)):  # a section that takes any key: a + adds one
-        return f"{full_key} is not in {str(full_key).rpartition('.')[0]} yet; add it with a +: +{full_key}=..."
+        return f"{full_key} is not in {section} yet; add it with a +: +{full_key}=..."
     return unknown_key(str(full_key), [str(k) for k in node.keys()])
 
 

@@ -7,7 +7,7 @@ these bounds, so a checkpoint can never ask ``load`` for more than a config coul
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Sequence
 
 import torch
 
@@ -38,6 +38,20 @@ INPUT_COPIES = 2
 def is_int(value: Any) -> bool:
     """An integer and not a bool (``True`` is an int to Python, never a size to us)."""
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def choices_problem(key: str, values: Sequence[Any], valid: Sequence[str], what: str, example: str) -> Optional[str]:
+    """Why ``values``, the list under ``key``, is not some of the ``valid`` names (each a ``what``), each once: one
+    line naming them and an ``example``; None where it is."""
+    if not values:
+        return f"{key}=[] names no {what}; e.g. {example}"
+    unknown = [v for v in values if v not in valid]
+    if unknown:
+        return f"{key} {unknown[0]!r} is unknown; use some of {list(valid)}, e.g. {example}"
+    repeated = sorted({str(v) for v in values if list(values).count(v) > 1})
+    if repeated:
+        return f"{key} lists {repeated[0]} more than once; name each once, e.g. {example}"
+    return None
 
 
 def batch_size_problem(value: Any, where: str) -> Optional[str]:

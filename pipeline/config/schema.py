@@ -251,9 +251,13 @@ class Config:
     # null: torch's current count (where other runnable tasks leave fewer cores free, the run's first line names
     # the count that fits: pipeline/measure/contention.py). The run records the count in force (config.yaml, MLflow).
     threads: Optional[int] = None
-    # The reference peer (pipeline.backends.reference): torch.compile as the user would write it, at each precision,
-    # timed beside the candidates; the route is reported against it. false: a cheaper run without it.
+    # The reference peers (pipeline.backends.reference): torch.compile as the user would write it, once per mode of
+    # reference_modes, at each precision, timed beside the candidates; the route is reported against the best of
+    # them and never serves a tuned size slower. false: a cheaper run without them.
     reference: bool = True
+    # The torch.compile modes of the user's by-hand compiles (default, reduce-overhead, max-autotune,
+    # max-autotune-no-cudagraphs). null: reduce-overhead and max-autotune on CUDA, default and max-autotune elsewhere.
+    reference_modes: Optional[List[str]] = None
     seed: int = 0
     stages: List[str] = field(default_factory=lambda: list(STAGE_NAMES))
     # An interrupted run's directory: its config, failed backends and measured cells are reused.

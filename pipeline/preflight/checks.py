@@ -83,11 +83,13 @@ def check_stages(stages: List[str]) -> None:
 
 def candidates_of(cfg: DictConfig, device: Optional[torch.device] = None) -> Dict[str, Candidate]:
     """The run's candidates (``cfg.backends`` x ``cfg.precision``, twice per length where lengths are tuned), the
-    reference peer's among them unless ``reference=false`` (what it compiles depends on ``device``, by default
-    ``cfg.device``'s)."""
-    backends, plays = OmegaConf.to_container(cfg.backends, resolve=True), None
+    reference peers' among them (one per ``reference_modes``) unless ``reference=false`` (what they compile depends on
+    ``device``, by default ``cfg.device``'s)."""
+    backends, plays = OmegaConf.to_container(cfg.backends, resolve=True), {}
     if cfg.get("reference", True):
-        backends, plays = reference.with_reference(backends, (device or devices.resolve(cfg.device)).type)
+        modes = cfg.get("reference_modes")
+        backends, plays = reference.with_reference(backends, (device or devices.resolve(cfg.device)).type,
+                                                   None if modes is None else [str(m) for m in modes])
     return precision.candidates(backends, [str(p) for p in cfg.precision], bool(cfg.model.get("seq_lens")), plays)
 
 
@@ -219,6 +221,9 @@ def check_config(cfg: DictConfig, run_dir: Optional[Path] = None) -> Dict[str, C
         if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float)) or not budget > 0):
             raise ConfigError(f"tune.budget_s={budget:g} must be a positive number of seconds, or null for no limit; "
                               f"e.g. tune.budget_s=300")
+        problem = reference.modes_problem(cfg.get("reference_modes"))
+        if problem:
+            raise ConfigError(problem)
         device = devices.resolve(cfg.device)
         candidates = candidates_of(cfg, device)
         check_route(cfg, candidates)

@@ -36,7 +36,7 @@ from pipeline.measure.accuracy import describe
 from pipeline.measure.measurement import Measurement
 from pipeline.measure.statistics import samples_per_second
 from pipeline.record.routed import figure_name
-from pipeline.record.tracker import CONTENDED_TAG, NullTracker
+from pipeline.record.tracker import CONTENDED_TAG, UNMEASURED_TAG, NullTracker
 from pipeline.redact import redacted
 from pipeline.seqlen import Key, metric_suffix
 
@@ -246,7 +246,9 @@ class Recorder:
             return
         from pipeline.route import checkpoint
 
-        self.tracker.log_metrics(self.reference_metrics(ctx.route_info.get("reference")))
+        versus = ctx.route_info.get("reference") or {}
+        self.tracker.log_metrics(self.reference_metrics(versus))
+        self.tracker.set_tags({f"{UNMEASURED_TAG}{n}": why for n, why in versus.get("unmeasured", {}).items()})
         self.tracker.set_tags({
             "route.rests_on_noisy": str(ctx.route_info["rests_on_noisy"]).lower(),
             "route.settled": str(ctx.route_info["settled"]).lower(),
@@ -276,11 +278,11 @@ class Recorder:
 
     @staticmethod
     def reference_metrics(versus: Optional[Mapping[str, Any]]) -> Dict[str, float]:
-        """Auto's speed-up over the user's own compile (route.json's ``reference``): ``speedup_vs_compile/bs<N>``
+        """Auto's speed-up over the user's best own compile (route.json's ``reference``): ``speedup_vs_compile/bs<N>``
         (``/len<L>``) per tuned cell, and its worst and geometric mean, which the compare view sorts by. A cell
         measured on a busy host is logged as ``contended_speedup_vs_compile/...`` (:func:`figure_name`) and is in
         neither summary, which are left out where every cell is."""
-        if not versus:
+        if not versus or not versus["cells"]:
             return {}
         cells = {f"{figure_name('speedup_vs_compile', c['contended'])}/{metric_suffix(key_of(c))}": float(c["speedup"])
                  for c in versus["cells"]}

@@ -1,17 +1,19 @@
 """``tweakpipe report``: the seed-style latency table, built from MLflow.
 
 Rows are model x backend plus the routed ``auto``; columns are batch sizes; cells are median latency in ms, marked
-``*`` where the profile flagged the cell noisy (``noisy/<backend>/bs<N>``). ``auto`` is the latency of the backend
-the route picked at that size (a run logs it too, as ``latency_ms/auto/bs<N>``: ``pipeline.record.routed``), or a
-logged ``latency_ms/auto/bs<N>`` where a run has no route; the row after it is auto's speed-up over the reference
-peer, the user's own ``torch.compile`` (``speedup_vs_compile/bs<N>``), where the run timed one; a note under the
-table names each run whose route rests on noisy cells (tag ``route.rests_on_noisy``), and each whose routed median
-is above eager's (within both cells' intervals, where the router keeps the owner). A candidate the screen dropped is
-a row marked ``(screened out)`` holding the screen's medians (``screen_ms/<backend>/bs<N>``), with why under the
-table. A run that tuned lengths (``latency_ms/<backend>/bs<N>/len<L>``) gives a row per backend and length, and its
-heatmap follows the table: the backend serving each (batch size, length) and its speed-up over eager. The runs come
-from a sweep (its parent run), an experiment (the newest run of each model) or a list of run ids; under a sweep's
-table come its failed jobs, each with its overrides and reason (the parent run's ``sweep.failed_job.<N>`` tags). The
+``*`` where the profile flagged the cell noisy (``noisy/<backend>/bs<N>``). ``auto`` is the latency of the backend the
+route picked at that size (a run logs it too, as ``latency_ms/auto/bs<N>``: ``pipeline.record.routed``), or a logged
+``latency_ms/auto/bs<N>`` where a run has no route; the row after it is auto's speed-up over the best reference peer
+at each size, the user's best own ``torch.compile`` (``speedup_vs_compile/bs<N>``), where the run timed one; a note
+under the table names each run whose route rests on noisy cells (tag ``route.rests_on_noisy``), each whose routed
+median is above eager's (within both cells' intervals, where the router keeps the owner), and each reference the
+comparison lacks (not built under ``tune.budget_s``, failed: tag ``reference.unmeasured.<name>``). A candidate the
+screen dropped is a row marked ``(screened out)`` holding the screen's medians (``screen_ms/<backend>/bs<N>``), with
+why under the table. A run that tuned lengths (``latency_ms/<backend>/bs<N>/len<L>``) gives a row per backend and
+length, and its heatmap follows the table: the backend serving each (batch size, length) and its speed-up over eager.
+The runs come from a sweep (its parent run), an experiment (the newest run of each model) or a list of run ids; under
+a sweep's table come its failed jobs, each with its overrides and reason (the parent run's ``sweep.failed_job.<N>``
+tags). The
 table is printed and written as Markdown and CSV::
 
     tweakpipe report                                  # the newest sweep in outputs/mlflow.db with a finished run
@@ -38,15 +40,16 @@ from pipeline.errors import ConfigError
 from pipeline.config.schema import TrackingConfig
 from pipeline.route.policy import Range, backend_for
 from pipeline.record.store import check_store
-from pipeline.record.tracker import CONTENDED_TAG, FAILED_JOB_TAG, JOBS_FAILED_TAG, PARENT_TAG, SWEEP_TAG
+from pipeline.record.tracker import (CONTENDED_TAG, FAILED_JOB_TAG, JOBS_FAILED_TAG, PARENT_TAG, SWEEP_TAG,
+                                    UNMEASURED_TAG)
 
 METRIC = re.compile(r"^(?P<figure>latency_ms|noisy|contended|screen_ms)/(?P<backend>[^/]+)/bs(?P<bs>\d+)"
                     r"(?:/len(?P<len>\d+))?$")
-# auto over the reference peer (recorder.reference_metrics), ``contended_`` where it rests on a contended cell
+# auto over the best reference peer (recorder.reference_metrics), ``contended_`` where it rests on a contended cell
 VERSUS = re.compile(r"^(?P<contended>contended_)?speedup_vs_compile/bs(?P<bs>\d+)$")
 SCORE = re.compile(r"^accuracy/(?P<metric>[^/]+)/(?P<backend>[^/]+)$")  # the budget's metric (recorder.capture)
 AUTO = "auto"
-VERSUS_ROW = "auto vs own compile (x)"  # the speed-up of auto over the user's own torch.compile, not a latency
+VERSUS_ROW = "auto vs best own compile (x)"  # auto's speed-up over the user's best torch.compile, not a latency
 LEGEND = "`*` noisy: the profile flagged this cell (its samples or passes disagreed; profile.csv says why)"
 CONTENDED_LEGEND = ("`!` contended: measured on a busy host (profile.csv: contention); its figure measures the other "
                     "jobs as much as the model, so quote none of them: profile again on a quiet machine or with "
@@ -231,6 +234,8 @@ def build(runs: Sequence, accuracy: bool = False, failed: Sequence[str] = ()) ->
         if tags.get(CONTENDED_TAG) == "true":
             table.notes.append(f"{label}: {tags.get(f'{CONTENDED_TAG}_cells', 'some')} cell(s) measured on a busy "
                                f"host (marked `!`): no figure of this run is the model's alone")
+        table.notes += [f"{label}: {VERSUS_ROW} leaves out {key[len(UNMEASURED_TAG):]}, not measured: {why}"
+                        for key, why in sorted(tags.items()) if key.startswith(UNMEASURED_TAG)]
         above = [bs for bs in sorted(auto) if auto[bs] > lat.get(EAGER, {}).get(bs, math.inf)]
         if above and route and run.data.params.get("route.strategy") == "router":
             table.notes.append(f"{label}: auto is above {EAGER} at bs {', '.join(map(str, above))}: {WITHIN_NOISE}")

@@ -41,6 +41,8 @@ SWEEP_TAG = "tweakpipe.sweep"
 CONTENDED_TAG = "contended"
 # On a sweep's parent run: "N of M jobs failed", and one tag per failed job, "job N (overrides): reason".
 JOBS_FAILED_TAG, FAILED_JOB_TAG = "sweep.jobs_failed", "sweep.failed_job."
+# + a reference candidate: why the comparison with the best own compile lacks it (route.json: reference.unmeasured)
+UNMEASURED_TAG = "reference.unmeasured."
 MAX_PARAM = 6000  # MLflow's limit on a param value's length
 MAX_PARAMS_TAGS, MAX_METRICS = 100, 1000  # MLflow's limits per batch
 LOCAL_UI = "http://127.0.0.1:5000"  # where `mlflow ui` serves by default
