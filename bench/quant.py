@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import math
 import platform
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -102,9 +103,11 @@ def overrides(model: str, args: argparse.Namespace) -> List[str]:
 
 def routed_over(ctx: RunContext, precision_list: Sequence[str], path: Path) -> Any:
     """The route of ``ctx``'s measurements over ``precision_list``'s candidates (the route stage run again on them
-    alone: ``runner.rerun``), saved to ``path`` and loaded back."""
+    alone: ``runner.rerun``, which saves its checkpoint), copied to ``path`` and loaded back."""
     sub = runner.rerun(ctx, "route", precision=precision_list)
-    checkpoint.save(sub.routed, path)
+    for saved in (sub.checkpoint_path, sub.route_report.artifacts):
+        if saved is not None:
+            shutil.copyfile(saved, path.parent / saved.name.replace(sub.checkpoint_path.name, path.name))
     return sub, checkpoint.load(path, ctx.model, device=ctx.device)
 
 

@@ -10,8 +10,11 @@ The model is tuned on the rows of ``example_inputs`` (``pipeline.examples``), no
 from __future__ import annotations
 
 from pipeline.config import SHIPPED_CONF
+import contextlib
 import datetime
 import logging
+import os
+import tempfile
 from pathlib import Path
 from typing import Mapping, Optional, Sequence, Union
 
@@ -32,7 +35,8 @@ from pipeline.errors import ConfigError
 from pipeline.examples import Examples, input_spec, pooled, spec_of
 from pipeline.record import logged_model
 from pipeline.route.served import RoutedModule
-from pipeline.config.schema import InputSpec, register_configs
+from pipeline.config.schema import InputSpec, TrackingConfig, register_configs
+from pipeline.record.store import check_store
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +121,62 @@ def load(path: Union[str, Path], model: nn.Module, device: Optional[Union[str, t
     return checkpoint.load(path, model, device, trust_options=trust_options, trust_compiled=trust_compiled)
 
 
-# The routed model a run logged to MLflow (pipeline.record.logged_model), its lines said where load's are.
-load_logged_model = runner.said(logged_model.load_logged_model)
+
+def artifact_name(tags: Mapping[str, str], key: str, model_id: str) -> Optional[str]:
+    """A file name a tweakpipe model's tag records (None for "none"); a name with a folder in it is refused, so a
+    download lands only in the folder asked for."""
+    name = tags.get(key)
+    if name is None:
+        raise ConfigError(f"logged model {model_id} was not logged by tweakpipe (it has no {key} tag); load it with "
+                          f"the loader of the flavor its MLmodel names")
+    if name == logged_model.NONE:
+        return None
+    if Path(name).name != name or name in ("", ".", ".."):
+        raise ConfigError(f"logged model {model_id}: its {key} tag is {name!r}, not a file name; it was not "
+                          f"downloaded. Log the model again with a tweakpipe run")
+    return name
+
+
+@runner.said
+def load_logged_model(model_id: str, model: nn.Module, tracking_uri: str = TrackingConfig.uri,
+                      device: Optional[Union[str, torch.device]] = None, trust_options: bool = False,
+                      trust_compiled: Optional[bool] = None,
+                      download_to: Optional[Union[str, os.PathLike]] = None) -> RoutedModule:
+    """The routed model a run logged to MLflow (``model_id``, or ``models:/<model_id>``), loaded into ``model``.
+
+    Downloads its checkpoint and compiled artifacts, then loads them with :func:`pipeline.load` and the same
+    arguments, so the same checks and trust hold as for a file on disk: the checkpoint runs no code; the compiled
+    artifacts are used where signed with this user's key (``trust_compiled=None``), also unsigned
+    (``True``), or never (``False``), and ``trust_options`` is as ``pipeline.load``'s. The files go to a
+    temporary folder removed after the load, or to ``download_to``, kept (``pipeline.load`` reads them again there
+    without MLflow). ``tracking_uri`` is the store the run logged to (tweakpipe's default store unless given).
+    As ``pipeline.load_logged_model`` its INFO lines (the download, the load's one line) go to stderr unless the
+    program set up logging itself, as ``pipeline.load``'s do.
+    """
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+    import mlflow.artifacts
+
+    model_id = model_id.removeprefix("models:/")
+    check_store(tracking_uri, reading=True)
+    client = MlflowClient(tracking_uri=tracking_uri)
+    try:
+        logged = client.get_logged_model(model_id)
+    except MlflowException:
+        raise ConfigError(f"model_id={model_id}: {tracking_uri} holds no logged model of that id; the id is on the "
+                          f"run's Models tab (or mlflow.search_logged_models), and tracking_uri= names the store "
+                          f"the run logged to") from None
+    names = [n for n in (artifact_name(logged.tags, key, model_id) for key in (logged_model.CHECKPOINT_TAG, logged_model.COMPILED_TAG)) if n]
+    with contextlib.ExitStack() as stack:
+        folder = Path(download_to) if download_to is not None else Path(stack.enter_context(
+            tempfile.TemporaryDirectory(prefix="tweakpipe-model-")))
+        folder.mkdir(parents=True, exist_ok=True)
+        for name in names:
+            mlflow.artifacts.download_artifacts(artifact_uri=f"{logged.artifact_location.rstrip('/')}/{name}",
+                                                dst_path=str(folder), tracking_uri=tracking_uri)
+        log.info("load: logged model %s (run %s) downloaded from %s", model_id, logged.source_run_id, tracking_uri)
+        return checkpoint.load(folder / names[0], model, device=device, trust_options=trust_options,
+                               trust_compiled=trust_compiled)
+
 
 __all__ = ["tune", "save", "load", "load_logged_model", "compose_config", "input_spec"]

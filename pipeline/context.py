@@ -20,6 +20,7 @@ from pipeline.compile.cost import CandidateCost
 from pipeline.measure import accuracy
 from pipeline.config.schema import STAGE_NAMES
 from pipeline.route.decision import Race, baseline
+from pipeline.route.outcome import RouteReport
 from pipeline.route.policy import Range
 from pipeline.measure.contention import Watch
 from pipeline.measure.measurement import Measurement
@@ -35,7 +36,7 @@ ALLOW_HINT = " (validate.allow_unverified=true routes over unverified backends)"
 WRITES = {"capture": ("output_batch_dims", "output_seq_dims", "backends", "outcomes", "precision_screened",
                       "budget_skipped"),
           "profile": ("screen", "screened_out", "profile", "profile_reduced"),
-          "route": ("route", "route_info", "routed", "checkpoint_path"),
+          "route": ("route", "route_report", "routed"),
           "validate": ("validation",)}
 
 
@@ -135,9 +136,8 @@ class RunContext:
     profile: Dict[str, Dict[Key, Measurement]] = field(default_factory=dict)  # cells: pipeline.seqlen.Key
     # route
     route: List[Range] = field(default_factory=list)
-    route_info: Dict[str, Any] = field(default_factory=dict)  # route.json: the rule, ranges, medians, exclusions
+    route_report: Optional[RouteReport] = None  # the route done: route.json, the figures, the checkpoint written
     routed: Optional[nn.Module] = None
-    checkpoint_path: Optional[Path] = None  # written by the recorder once route has run
     # validate
     validation: Dict[str, Any] = field(default_factory=dict)
     stage_seconds: Dict[str, float] = field(default_factory=dict)
@@ -223,6 +223,20 @@ class RunContext:
     def reference_modes(self) -> Dict[str, str]:
         """Each candidate that plays the user's own torch.compile -> its mode as the user writes it, in order."""
         return {n: c.reference for n, c in self.candidates.items() if c.reference}
+
+    @property
+    def route_info(self) -> Dict[str, Any]:
+        """route.json as the route stage wrote it ({} before it ran): the rule, ranges, medians, exclusions."""
+        return dict(self.route_report.info) if self.route_report is not None else {}
+
+    @property
+    def checkpoint_path(self) -> Optional[Path]:
+        """The checkpoint the route stage saved (None before, or where nothing shipped)."""
+        return self.route_report.checkpoint if self.route_report is not None else None
+
+    def baseline(self) -> Optional[str]:
+        """Plain eager at fp32 where it competes: what the route never loses to, and speed-ups are over."""
+        return baseline(self.candidates)
 
     def race(self) -> Race:
         """What the route is decided on, as plain data (``pipeline.route.decision``)."""

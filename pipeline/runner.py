@@ -18,6 +18,7 @@ import copy
 import functools
 import logging
 import sys
+import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -63,14 +64,16 @@ def stage_functions() -> Dict[str, Callable[[RunContext], None]]:
 
 def rerun(ctx: RunContext, stage: str, precision: Optional[Sequence[str]] = None) -> RunContext:
     """``stage`` run again on a copy of a run's context, as the stages before it left it (``RunContext.before``):
-    nothing is built again, nothing is recorded, and ``ctx`` is left as it was. With ``precision``, over the
-    candidates of that list alone: what a run of that list would choose from the same measurements. The benches
-    ask it how far a profile moves on a re-run (``bench/timing.py``) and what a narrower race routes
+    nothing is built again, nothing is recorded, and ``ctx`` is left as it was (what the stage writes itself, the
+    route's checkpoint, goes to a folder of its own in the run directory, ``rerun-<stage>-<n>``). With ``precision``,
+    over the candidates of that list alone: what a run of that list would choose from the same measurements. The
+    benches ask it how far a profile moves on a re-run (``bench/timing.py``) and what a narrower race routes
     (``bench/quant.py``)."""
     cfg = copy.deepcopy(ctx.cfg)
     if precision is not None:
         cfg.precision = list(precision)
-    again = replace(ctx.before(stage, candidates_of(cfg, ctx.device)), cfg=cfg)
+    folder = Path(tempfile.mkdtemp(prefix=f"rerun-{stage}-", dir=ctx.run_dir))
+    again = replace(ctx.before(stage, candidates_of(cfg, ctx.device)), cfg=cfg, run_dir=folder)
     with devices.cpu_threads(cfg.threads), progress.scope():
         stage_functions()[stage](again)
     again.restore_model_state()

@@ -1,19 +1,29 @@
-"""Route: pick the backend for each range of batch sizes from the profile and build the routed model.
+"""Route: pick the backend for each range of batch sizes from the profile, build the routed model, save it, and
+hand on the route done (``pipeline.route.outcome.RouteReport``).
 
-The route and what it rests on land on the context (``route_info``); the recorder writes
-``route.json`` and the checkpoint. A route that rests on noisy cells is shipped with a warning, or
-refused under ``route.require_confident``; so is one whose choice at some cell rests on cells measured on a busy
-host (``contended_cells``: the route is then unsettled, whatever the noise flags say). Where lengths are tuned,
-the route is a (batch range x length range) table (``pipeline.route.table``): route.json's ``table`` instead of
-``ranges``, its cells by length."""
+The stage decides, builds each routed program ahead of time and packs the checkpoint (``pipeline.route.checkpoint``),
+and computes every figure of the routed model once (``pipeline.route.figures``: its speed-ups over eager, the best
+single backend and the user's best own compile); the recorder writes ``route.json``, the checkpoint as an artifact and
+MLflow's figures from the report and decides nothing. A route that rests on noisy cells is shipped with a warning, or
+refused under ``route.require_confident``; so is one whose choice at some cell rests on cells measured on a busy host
+(``contended_cells``: the route is then unsettled, whatever the noise flags say). Where lengths are tuned, the route
+is a (batch range x length range) table (``pipeline.route.table``): route.json's ``table`` instead of ``ranges``, its
+cells by length."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any, Dict, List, Optional
 
+from omegaconf import OmegaConf
+
+from pipeline.compile import artifacts as compiled
 from pipeline.errors import RouteError, RunFailed
 from pipeline.context import RunContext
+from pipeline.route import checkpoint, table
+from pipeline.route.figures import reference_figures, routed_figures
+from pipeline.route.outcome import RouteReport
 from pipeline.route.served import RoutedModule, TuneRecord
 from pipeline.measure.accuracy import budget_of
 from pipeline.measure.padding import PROVED
@@ -152,7 +162,7 @@ def run(ctx: RunContext) -> None:
     routed_names = {r.backend for r in route}
     unverified = sorted(routed_names & set(ctx.unverified()))
     lengths = {"seq_lens": ctx.lengths} if ctx.lengths else {}
-    ctx.route_info = {
+    info: Dict[str, Any] = {
         "strategy": rcfg.strategy,
         "min_gain": rcfg.min_gain,
         "never_slower_than": decision.baseline if rcfg.strategy == "router" else None,  # only the router applies it
@@ -180,9 +190,10 @@ def run(ctx: RunContext) -> None:
         "budget": {"budget_s": ctx.cfg.tune.budget_s, "skipped": dict(ctx.budget_skipped),
                    "profile": ctx.profile_reduced or None},
         "reference": against_reference(ctx, route, failures),
-        "cost": {"candidates": {n: o.cost.to_dict() for n, o in ctx.outcomes.items()},
-                 "stage_s": dict(ctx.stage_seconds)},
+        "cost": cost_block(ctx),
     }
+    # route.json as decided, written whatever follows (a refusal, a save that fails)
+    ctx.route_report = RouteReport(info, reference_figures=reference_figures(info["reference"]))
     for r in route:
         log.info("route   %sbatch %s..%s -> %s (%s)", f"length {r.len_lo}..{r.len_hi} " if ctx.lengths else "",
                  r.lo, r.hi if r.hi is not None else "inf", r.backend, ctx.outcomes[r.backend].precision)
@@ -210,3 +221,48 @@ def run(ctx: RunContext) -> None:
                         output_batch_dims=ctx.output_batch_dims, seq=ctx.dims().seq,
                         padded=sorted(n for n in routed_names if ctx.outcomes[n].padding == PROVED))
     ctx.routed = RoutedModule({n: ctx.backends[n] for n in routed_names}, route, record)
+    single = best_single(ctx)
+    ctx.route_report = dataclasses.replace(
+        ctx.route_report, text=route_text(ctx), tiles=[r.to_dict() for r in route], best_single=single,
+        figures=routed_figures({key: served_by(ctx, key) for key in ctx.cells}, ctx.medians(), ctx.baseline(),
+                               single, ctx.contended()))
+    ctx.route_report = packed(ctx, ctx.route_report)
+
+
+def packed(ctx: RunContext, report: RouteReport) -> RouteReport:
+    """``report`` once the checkpoint is saved: each routed program built ahead of time (``route.aot``), its cost on
+    the candidate's account and in route.json's ``cost`` (as in ``cost.json``), its report in route.json's ``aot``."""
+    path = checkpoint.save(ctx.routed, ctx.run_dir / ctx.cfg.route.checkpoint_name, aot=ctx.cfg.route.aot)
+    log.info("route   checkpoint %s", path)
+    for name, aot in ctx.routed.aot.items():  # its program built ahead of time: what it cost, and whether
+        ctx.outcomes[name].cost.aot_s = float(aot.get("build_s", 0.0))
+    artifacts = compiled.path_for(path)
+    return dataclasses.replace(report, info={**report.info, "aot": ctx.routed.aot, "cost": cost_block(ctx)},
+                               checkpoint=path, artifacts=artifacts if artifacts.is_file() else None,
+                               checkpoint_format=checkpoint.FORMAT)
+
+
+def cost_block(ctx: RunContext) -> Dict[str, Any]:
+    """route.json's ``cost``: each candidate's account (``cost.json`` holds the same, and the stages' seconds)."""
+    return {"candidates": {n: o.cost.to_dict() for n, o in ctx.outcomes.items()}, "stage_s": dict(ctx.stage_seconds)}
+
+
+def served_by(ctx: RunContext, key: Key) -> Optional[str]:
+    """The backend the route serves ``key`` with (None where lengths are tuned and no tile holds it)."""
+    return backend_for(ctx.route, key) if isinstance(key, int) else backend_at(ctx.route, *key)
+
+
+def best_single(ctx: RunContext) -> Optional[str]:
+    """The backend ``route=highest_throughput`` picks over this run's profile: the best one to deploy alone."""
+    try:
+        decision = decide(ctx.race(), OmegaConf.merge(ctx.cfg.route, {"strategy": "highest_throughput"}))
+    except RouteError:  # nothing the route could serve from; the run's own route then says why
+        return None
+    return decision.route[0].backend
+
+
+def route_text(ctx: RunContext) -> str:
+    """The route in one line: ``1-3:eager; 4-inf:inductor``, or the table's tiles where lengths are tuned."""
+    if ctx.lengths:
+        return table.describe(ctx.route)
+    return "; ".join(f"{r.lo}-{r.hi or 'inf'}:{r.backend}" for r in ctx.route)

@@ -57,7 +57,13 @@ def test_save_builds_the_routed_program_ahead_of_time_and_holds_it_to_the_traced
     assert saved["candidates"]["inductor"]["aot_s"] == pytest.approx(report["build_s"])
     manifest = checkpoint.read(path)["compiled"]["aot"]["inductor"]
     assert manifest["constants"] and all(fqn.startswith("inner.") for fqn in manifest["constants"])
-    assert json.loads((path.parent / "route.json").read_text())["aot"]["inductor"]["used"] is True
+    route = json.loads((path.parent / "route.json").read_text())
+    assert route["aot"]["inductor"]["used"] is True
+    # issue 55: route.json's cost showed the ahead-of-time build as 0 s while cost.json held its seconds; the route
+    # stage now packs the checkpoint before it hands route.json on, so both say the same, candidate by candidate
+    assert {n: c["aot_s"] for n, c in route["cost"]["candidates"].items()} == \
+        {n: c["aot_s"] for n, c in saved["candidates"].items()}
+    assert ctx.route_report.checkpoint == path and ctx.route_report.artifacts == compiled.path_for(path)
     reload = ctx.validation["reload"]["backends"]["inductor"]
     assert reload["program"] == "ahead of time" and reload["traced"] is False
 

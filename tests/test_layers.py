@@ -25,14 +25,32 @@ def test_the_tree_keeps_every_contract():
     assert "0 broken" in proc.stdout and " kept, " in proc.stdout
 
 
-def test_an_import_back_up_breaks_the_contract(tmp_path):
+def lint_with(tmp_path: Path, module: str, imports: str) -> subprocess.CompletedProcess:
+    """``lint-imports`` over a copy of the tree in which ``module`` (a path under it) ends with ``imports``."""
     for name in ("pipeline", "stages", "bench"):
         shutil.copytree(ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__", "results"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path)
-    statistics = tmp_path / "pipeline" / "measure" / "statistics.py"
-    statistics.write_text(statistics.read_text() + "\nfrom pipeline.record import recorder  # noqa: E402,F401\n")
-    proc = lint(tmp_path)
+    source = tmp_path / module
+    source.write_text(source.read_text() + "\n" + imports)
+    return lint(tmp_path)
+
+
+def test_an_import_back_up_breaks_the_contract(tmp_path):
+    proc = lint_with(tmp_path, "pipeline/measure/statistics.py",
+                     "from pipeline.record import recorder  # noqa: E402,F401\n")
     assert proc.returncode == 1, proc.stdout[-4000:] + proc.stderr[-2000:]
     assert "one way down: no room imports a room above it BROKEN" in proc.stdout
     assert "measure knows no backend and no recorder BROKEN" in proc.stdout
     assert "pipeline.measure.statistics -> pipeline.record.recorder" in proc.stdout
+
+
+def test_a_recorder_that_builds_a_route_breaks_the_contract(tmp_path):
+    """Issue 55: the recorder saved and compiled the checkpoint and decided the route again for a metric; the route
+    stage now hands it the route done (``pipeline.route.outcome.RouteReport``), and an import of route building or of
+    compilation into ``pipeline/record/`` is refused."""
+    proc = lint_with(tmp_path, "pipeline/record/recorder.py", "from pipeline.route import checkpoint  # noqa: E402,F401\n"
+                     "from pipeline.compile import aot  # noqa: E402,F401\n")
+    assert proc.returncode == 1, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert "the recorder writes what it is handed, building nothing BROKEN" in proc.stdout
+    assert "pipeline.record.recorder -> pipeline.route.checkpoint" in proc.stdout
+    assert "pipeline.record.recorder -> pipeline.compile.aot" in proc.stdout

@@ -15,12 +15,11 @@ import torch
 from torch import nn
 
 import pipeline
-from pipeline.record.routed import figure_name
+from pipeline.route.figures import figure_name, reference_figures
 from pipeline.backends import reference
 from pipeline.errors import ConfigError
 from pipeline.preflight.checks import candidates_of, check_config
 from pipeline.record import report
-from pipeline.record.recorder import Recorder
 from pipeline.route import versus
 from pipeline.route.decision import Race, decide
 from pipeline.route.policy import Range, choose_route, owners_with
@@ -51,15 +50,15 @@ def test_a_cell_measured_on_a_busy_host_is_marked_and_left_out_of_the_summaries(
     """Issue 54: a speed-up that rests on a contended cell (auto's or the reference's) is no result."""
     medians = {"eager": {1: 1.0, 8: 2.0}, "reference": {1: 0.5, 8: 4.0}}
     intervals = {b: {k: (v * 0.99, v * 1.01) for k, v in per.items()} for b, per in medians.items()}
-    found = versus.comparison({1: "eager", 8: "eager"}, medians, intervals, ["reference"], {}, "router",
+    found = versus.comparison({1: "eager", 8: "eager"}, medians, intervals, {"reference": "default"}, {}, "router",
                               contended={("reference", 1)})
     assert [c["contended"] for c in found["cells"]] == [True, False] and found["contended_cells"] == 1
     assert found["worst_speedup"] == found["geomean_speedup"] == 2.0  # bs 8 alone
-    everywhere = versus.comparison({1: "eager", 8: "eager"}, medians, intervals, ["reference"], {}, "router",
-                                   lambda cell: {"batch_size": cell}, contended={("eager", 1), ("eager", 8)})
+    everywhere = versus.comparison({1: "eager", 8: "eager"}, medians, intervals, {"reference": "default"}, {},
+                                   "router", lambda cell: {"batch_size": cell}, contended={("eager", 1), ("eager", 8)})
     assert everywhere["worst_speedup"] is None and everywhere["geomean_speedup"] is None
-    assert Recorder.reference_metrics(everywhere) == {"contended_speedup_vs_compile/bs1": 0.5,
-                                                      "contended_speedup_vs_compile/bs8": 2.0}
+    assert reference_figures(everywhere) == {"contended_speedup_vs_compile/bs1": 0.5,
+                                             "contended_speedup_vs_compile/bs8": 2.0}
 
 
 def test_the_comparison_names_each_slower_cell_with_its_reason():

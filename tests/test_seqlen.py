@@ -65,7 +65,8 @@ def test_inputs_are_padded_with_their_own_pad_values_and_outputs_cut_back_along_
 
 def test_metric_names_and_csv_rows_carry_the_length_only_where_lengths_are_tuned():
     from pipeline.measure.measurement import Measurement
-    from pipeline.record.recorder import key_of, profile_row
+    from pipeline.record.recorder import profile_row
+    from pipeline.route.figures import cell_key as key_of
 
     m = Measurement()
     m.windows.append([1.0, 1.1, 0.9])

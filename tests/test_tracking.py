@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pipeline.record.routed import figure_name
+from pipeline.route.figures import figure_name
 from pipeline.config import SHIPPED_CONF
 import csv
 import fcntl
@@ -309,7 +309,7 @@ def test_each_run_logs_its_routed_model_with_its_metrics_and_artifacts(routed_ru
     medians = ctx.medians()
     peak = {b: max(bs / ms for bs, ms in per.items()) for b, per in medians.items()}  # samples per ms at its best size
     best = max(("eager", "inductor"), key=peak.get)  # the one backend route=highest_throughput would deploy
-    busy = ctx.contended()  # a figure over a cell measured on a busy host is named so (pipeline.record.routed)
+    busy = ctx.contended()  # a figure over a cell measured on a busy host is named so (pipeline.route.figures)
     for bs in (1, 3, 8):
         auto = medians["inductor"][bs]  # the route's backend serves every size
         assert on_model[f"latency_ms/auto/bs{bs}"] == pytest.approx(auto)

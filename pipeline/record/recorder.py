@@ -1,8 +1,10 @@
 """The one place a run's results leave the process: run-directory files, the plot and MLflow.
 
-Stages put their results on the run context and do no I/O; the runner hands them here after each
-stage, and the profile's cells as they are measured, so a crash or a kill loses nothing measured
-earlier. Every file is written whatever the tracking setting, for command-line and API runs alike:
+Stages put their results on the run context and do no I/O but their product (the route stage saves the checkpoint
+and hands on the route done, ``pipeline.route.outcome.RouteReport``); the runner hands them here after each stage,
+and the profile's cells as they are measured, so a crash or a kill loses nothing measured earlier. The recorder
+writes what it is handed and decides nothing: it imports no compilation, backend or route building (a contract of
+``pyproject.toml``). Every file is written whatever the tracking setting, for command-line and API runs alike:
 
 - ``config.yaml``: the resolved config (at the start), the credentials of its URLs redacted as in every record
   (``pipeline.redact``: ``run.json``, the log and MLflow's params and tags too);
@@ -10,8 +12,8 @@ earlier. Every file is written whatever the tracking setting, for command-line a
 - ``profile.csv``: one row per backend and batch size, appended as each cell is measured and
   rewritten whole when the profile ends; ``cells.jsonl`` keeps every cell's raw windows, so an
   interrupted profile resumes where it stopped;
-- ``route.json``, ``model.tweak`` (the checkpoint), ``validation.json``, ``latency.png`` (where lengths are
-  tuned, a heatmap of the chosen backend and its speed-up over eager per (batch size, length));
+- ``route.json`` (the route stage writes ``model.tweak``, the checkpoint), ``validation.json``, ``latency.png``
+  (where lengths are tuned, a heatmap of the chosen backend and its speed-up over eager per (batch size, length));
 - ``cost.json``: the tune's own cost, per stage and per candidate, and ``tune_s`` (once every stage ran);
 - ``tweakpipe.log``: the run's log (Hydra writes it for command-line runs; the runner for API runs);
 - ``run.json``: what the run measures (its fingerprint), the stages it finished and how it ended.
@@ -24,20 +26,19 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Any, Dict, Iterator, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterator, Mapping, Tuple
 
 from omegaconf import DictConfig, OmegaConf
 
-from pipeline.compile import artifacts as compiled
 from pipeline.disks import write_atomic
 from pipeline.errors import ConfigError
 from pipeline.context import BackendOutcome, Earlier, RunContext
 from pipeline.measure.accuracy import describe
 from pipeline.measure.measurement import Measurement
 from pipeline.measure.statistics import samples_per_second
-from pipeline.record.routed import figure_name
 from pipeline.record.tracker import CONTENDED_TAG, UNMEASURED_TAG, NullTracker
 from pipeline.redact import redacted
+from pipeline.route.figures import cell_key
 from pipeline.seqlen import Key, metric_suffix
 
 log = logging.getLogger(__name__)
@@ -58,12 +59,6 @@ COLUMNS_2D = COLUMNS[:2] + ["seq_len"] + COLUMNS[2:]
 def cell_fields(key: Key) -> Dict[str, int]:
     """A cell's columns and JSON fields: ``batch_size``, and ``seq_len`` where lengths are tuned."""
     return {"batch_size": key} if isinstance(key, int) else {"batch_size": key[0], "seq_len": key[1]}
-
-
-def key_of(row: Mapping[str, Any]) -> Key:
-    """A row's cell back from :func:`cell_fields`."""
-    bs = int(row["batch_size"])
-    return (bs, int(row["seq_len"])) if row.get("seq_len") is not None else bs
 
 
 def profile_row(name: str, key: Key, m: Measurement) -> Dict[str, Any]:
@@ -106,7 +101,7 @@ def earlier_results(run_dir: Path) -> Earlier:
         try:
             row = json.loads(line)
             found = earlier.screen if row.get("phase") == "screen" else earlier.cells
-            found.setdefault(str(row["backend"]), {})[key_of(row)] = Measurement.from_dict(row["cell"])
+            found.setdefault(str(row["backend"]), {})[cell_key(row)] = Measurement.from_dict(row["cell"])
         except json.JSONDecodeError:
             if number == len(lines):
                 continue  # the last line of a run killed mid-write
@@ -240,55 +235,23 @@ class Recorder:
         self.plot(ctx)
 
     def route(self, ctx: RunContext) -> None:
-        """The checkpoint, which validate then reloads, and ``route.json`` (with what building each routed program
-        ahead of time found, once the checkpoint is saved)."""
-        if not ctx.route_info:
+        """What the route stage handed on (``pipeline.route.outcome.RouteReport``): ``route.json``, the figures
+        against the user's own compile, the route's tags and, where a route shipped, the checkpoint and its compiled
+        artifacts (validate then reloads it)."""
+        report = ctx.route_report
+        if report is None:
             return
-        from pipeline.route import checkpoint
-
-        versus = ctx.route_info.get("reference") or {}
-        self.tracker.log_metrics(self.reference_metrics(versus))
-        self.tracker.set_tags({f"{UNMEASURED_TAG}{n}": why for n, why in versus.get("unmeasured", {}).items()})
-        self.tracker.set_tags({
-            "route.rests_on_noisy": str(ctx.route_info["rests_on_noisy"]).lower(),
-            "route.settled": str(ctx.route_info["settled"]).lower(),
-            "route.noisy_cells": ", ".join(f"{c['backend']} bs={c['batch_size']}"
-                                           + (f" len={c['seq_len']}" if "seq_len" in c else "")
-                                           for c in ctx.route_info["noisy_cells"]),
-        })
-        if ctx.routed is not None:  # else refused (route.require_confident): route.json says why, nothing ships
-            # the table (pipeline.route.table) has its own tag: the report's 1-D route_json stays away
-            self.tracker.set_tags({"route": route_text(ctx),
-                                   ("route_table_json" if ctx.lengths else "route_json"):
-                                       json.dumps([r.to_dict() for r in ctx.route])})
-            write_atomic(self.run_dir / "route.json", json.dumps(ctx.route_info, indent=2))  # kept if the save fails
-            ctx.checkpoint_path = checkpoint.save(ctx.routed, self.run_dir / self.cfg.route.checkpoint_name,
-                                                  aot=self.cfg.route.aot)
-            log.info("route   checkpoint %s", ctx.checkpoint_path)
-            for name, aot in ctx.routed.aot.items():  # its program built ahead of time: what it cost, and whether
-                ctx.outcomes[name].cost.aot_s = float(aot.get("build_s", 0.0))
-            ctx.route_info["aot"] = ctx.routed.aot
-        self.tracker.log_artifact(write_atomic(self.run_dir / "route.json", json.dumps(ctx.route_info, indent=2)))
-        if ctx.routed is None:
+        self.tracker.log_metrics(dict(report.reference_figures))
+        self.tracker.set_tags({**{f"{UNMEASURED_TAG}{n}": why for n, why in report.unmeasured.items()},
+                               **report.tags()})
+        self.tracker.log_artifact(write_atomic(self.run_dir / "route.json", report.to_json()))
+        if report.checkpoint is None:  # refused (route.require_confident) or not saved: route.json says why
             return
         if self.cfg.tracking.log_checkpoint:  # and its compiled artifacts, so a copy taken from the run compiles nothing
-            self.tracker.log_artifact(ctx.checkpoint_path)
-            self.tracker.log_artifact(compiled.path_for(ctx.checkpoint_path))
+            for path in (report.checkpoint, report.artifacts):
+                if path is not None:
+                    self.tracker.log_artifact(path)
         self.plot(ctx)
-
-    @staticmethod
-    def reference_metrics(versus: Optional[Mapping[str, Any]]) -> Dict[str, float]:
-        """Auto's speed-up over the user's best own compile (route.json's ``reference``): ``speedup_vs_compile/bs<N>``
-        (``/len<L>``) per tuned cell, and its worst and geometric mean, which the compare view sorts by. A cell
-        measured on a busy host is logged as ``contended_speedup_vs_compile/...`` (:func:`figure_name`) and is in
-        neither summary, which are left out where every cell is."""
-        if not versus or not versus["cells"]:
-            return {}
-        cells = {f"{figure_name('speedup_vs_compile', c['contended'])}/{metric_suffix(key_of(c))}": float(c["speedup"])
-                 for c in versus["cells"]}
-        summary = {f"speedup_vs_compile/{k}": float(versus[f"{k}_speedup"]) for k in ("worst", "geomean")
-                   if versus[f"{k}_speedup"] is not None}
-        return {**cells, **summary}
 
     def validate(self, ctx: RunContext) -> None:
         if not ctx.validation:
@@ -312,9 +275,8 @@ class Recorder:
         title = contended_title(f"{self.cfg.model.name} ({ctx.device})", contended)
         if ctx.lengths:
             from pipeline.record.heatmap import heatmap_plot
-            from pipeline.route.decision import baseline
 
-            self.tracker.log_artifact(heatmap_plot(medians, ctx.route or None, baseline(ctx.candidates),
+            self.tracker.log_artifact(heatmap_plot(medians, ctx.route or None, ctx.baseline(),
                                                    self.run_dir / "latency.png", title))
             return
         from pipeline.record.plots import latency_plot
@@ -326,20 +288,24 @@ class Recorder:
 
     def tuned(self, ctx: RunContext, tune_s: float) -> None:
         """The run's own cost: ``tune_s`` (from the first build to the end of its last stage), each stage's and
-        each candidate's account, in ``cost.json`` and MLflow; and the routed model's figures
-        (``pipeline.record.routed``) on the run and, with ``tracking.log_checkpoint``, on the routed model logged as
-        an MLflow model (``pipeline.record.logged_model``)."""
+        each candidate's account, in ``cost.json`` and MLflow; and the routed model's figures (the route stage's,
+        ``pipeline.route.figures``, and validate's ``load_s``: how long its reload of the checkpoint took) on the run
+        and, with ``tracking.log_checkpoint``, on the routed model logged as an MLflow model
+        (``pipeline.record.logged_model``)."""
         from pipeline.record.logged_model import routed_files
-        from pipeline.record.routed import routed_metrics
 
         path = write_atomic(self.run_dir / "cost.json", json.dumps(
             {"tune_s": tune_s, "stage_s": ctx.stage_seconds,
              "candidates": {n: o.cost.to_dict() for n, o in ctx.outcomes.items()}}, indent=2))
-        metrics = {"tune_s": tune_s, **routed_metrics(ctx)}
-        if ctx.checkpoint_path is not None and self.cfg.tracking.log_checkpoint:
+        report = ctx.route_report
+        shipped = report is not None and report.checkpoint is not None
+        metrics = {"tune_s": tune_s, **(report.figures if shipped else {}),
+                   **({"load_s": float(ctx.validation["reload"]["total_s"])} if "reload" in ctx.validation else {})}
+        if shipped and self.cfg.tracking.log_checkpoint:
             params = {"model": self.cfg.model.name, "device": str(ctx.device), "route.strategy": self.cfg.route.strategy,
-                      "route": route_text(ctx)}
-            self.tracker.log_model(routed_files(self.cfg.model.name, ctx.checkpoint_path, metrics, params))
+                      "route": report.text}
+            self.tracker.log_model(routed_files(self.cfg.model.name, report.checkpoint, report.artifacts,
+                                                report.checkpoint_format, metrics, params))
         else:
             self.tracker.log_metrics(metrics)
         self.tracker.log_artifact(path)
@@ -352,15 +318,6 @@ class Recorder:
         for path in [*sorted(self.run_dir.glob("*.log")), self.run_dir / "cells.jsonl", self.run_dir / RECORD_FILE]:
             self.tracker.log_artifact(path)  # cells.jsonl: every raw window, which a resumed run starts from
         self.tracker.finish(status)
-
-
-def route_text(ctx: RunContext) -> str:
-    """The route in one line: ``1-3:eager; 4-inf:inductor``, or the table's tiles where lengths are tuned."""
-    if ctx.lengths:
-        from pipeline.route.table import describe
-
-        return describe(ctx.route)
-    return "; ".join(f"{r.lo}-{r.hi or 'inf'}:{r.backend}" for r in ctx.route)
 
 
 def cells_of(profile: Mapping[str, Mapping[Key, Measurement]]) -> Iterator[Tuple[str, Key, Measurement]]:

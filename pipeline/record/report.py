@@ -2,7 +2,7 @@
 
 Rows are model x backend plus the routed ``auto``; columns are batch sizes; cells are median latency in ms, marked
 ``*`` where the profile flagged the cell noisy (``noisy/<backend>/bs<N>``). ``auto`` is the latency of the backend the
-route picked at that size (a run logs it too, as ``latency_ms/auto/bs<N>``: ``pipeline.record.routed``), or a logged
+route picked at that size (a run logs it too, as ``latency_ms/auto/bs<N>``: ``pipeline.route.figures``), or a logged
 ``latency_ms/auto/bs<N>`` where a run has no route; the row after it is auto's speed-up over the best reference peer
 at each size, the user's best own ``torch.compile`` (``speedup_vs_compile/bs<N>``), where the run timed one; a note
 under the table names each run whose route rests on noisy cells (tag ``route.rests_on_noisy``), each whose routed
@@ -38,6 +38,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Set, Tuple
 from pipeline.config.errors import fail, one_line
 from pipeline.errors import ConfigError
 from pipeline.config.schema import TrackingConfig
+from pipeline.route.figures import AUTO
 from pipeline.route.policy import Range, backend_for
 from pipeline.record.store import check_store
 from pipeline.record.tracker import (CONTENDED_TAG, FAILED_JOB_TAG, JOBS_FAILED_TAG, PARENT_TAG, SWEEP_TAG,
@@ -45,10 +46,10 @@ from pipeline.record.tracker import (CONTENDED_TAG, FAILED_JOB_TAG, JOBS_FAILED_
 
 METRIC = re.compile(r"^(?P<figure>latency_ms|noisy|contended|screen_ms)/(?P<backend>[^/]+)/bs(?P<bs>\d+)"
                     r"(?:/len(?P<len>\d+))?$")
-# auto over the best reference peer (recorder.reference_metrics), ``contended_`` where it rests on a contended cell
+# auto over the best reference peer (pipeline.route.figures.reference_figures), ``contended_`` where it rests on a
+# contended cell
 VERSUS = re.compile(r"^(?P<contended>contended_)?speedup_vs_compile/bs(?P<bs>\d+)$")
 SCORE = re.compile(r"^accuracy/(?P<metric>[^/]+)/(?P<backend>[^/]+)$")  # the budget's metric (recorder.capture)
-AUTO = "auto"
 VERSUS_ROW = "auto vs best own compile (x)"  # auto's speed-up over the user's best torch.compile, not a latency
 LEGEND = "`*` noisy: the profile flagged this cell (its samples or passes disagreed; profile.csv says why)"
 CONTENDED_LEGEND = ("`!` contended: measured on a busy host (profile.csv: contention); its figure measures the other "

@@ -53,7 +53,7 @@ REFUSED_HOST = "Invalid Host header"
 # MLflow's experiment-kind tag: tweakpipe's runs are model runs to compare, not GenAI traces.
 EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
 # The experiment's primary metric (MLflow's tags; the UI's charts always include it): the routed model's speed-up over
-# eager, one figure per run whatever its batch sizes (pipeline.record.routed). A primary metric already set is left.
+# eager, one figure per run whatever its batch sizes (pipeline.route.figures). A primary metric already set is left.
 PRIMARY_METRIC = {"mlflow.experiment.primaryMetric.name": "speedup_vs_eager/geomean",
                   "mlflow.experiment.primaryMetric.greaterIsBetter": "true"}
 # Tables every MLflow SQLite store has; a database with tables but not these belongs to something else.

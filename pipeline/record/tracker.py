@@ -36,7 +36,7 @@ PARENT_FILE = "mlflow_parent.json"
 PARENT_TAG = "mlflow.parentRunId"
 SWEEP_TAG = "tweakpipe.sweep"
 # A run's tag where its profile measured cells on a busy host ("true"/"false"; ``contended_cells``: how many): its
-# speed-ups over those cells are logged as ``contended_...`` (``pipeline.record.routed``), the report and the plot
+# speed-ups over those cells are logged as ``contended_...`` (``pipeline.route.figures``), the report and the plot
 # mark them.
 CONTENDED_TAG = "contended"
 # On a sweep's parent run: "N of M jobs failed", and one tag per failed job, "job N (overrides): reason".
