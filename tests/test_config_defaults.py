@@ -90,6 +90,16 @@ def test_every_kind_has_a_schema_and_an_implementation() -> None:
     assert graph_plan.DEFAULT_CAP == backend_schema.GraphSettings().max_recorded_batch_size
 
 
+@pytest.mark.parametrize("kind", sorted(backend_schema.KINDS))
+def test_a_candidates_settings_are_values_no_room_can_edit(kind: str) -> None:
+    """Issue 55: settings were a mutable dict any room could change under the others; a variant is a new one."""
+    candidate = Candidate.of(f"my_{kind}", {"kind": kind})
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        candidate.settings.precision = "bf16"  # type: ignore[misc]
+    variant = dataclasses.replace(candidate, settings=dataclasses.replace(candidate.settings, precision="bf16"))
+    assert (candidate.precision, variant.settings.precision) == ("fp32", "bf16")
+
+
 def foreign_keys() -> List[Tuple[str, str, Any]]:
     """(kind, key, a valid value) for every key some other kind has and this kind lacks."""
     values = {key: value for schema in backend_schema.KINDS.values() for key, value in schema_defaults(schema).items()}

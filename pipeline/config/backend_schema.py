@@ -6,7 +6,8 @@ config is composed, so a misspelt key, a wrong type or another kind's key fails 
 only says ``kind: ...`` (a user's own, written before the schemas existed) composes untyped and is
 held to the same schema by :func:`settings` in the early checks, as is every checkpoint's backend.
 
-A new kind is a dataclass here, in :data:`KINDS`, beside its class in ``pipeline.backends``.
+A new kind is a dataclass here, in :data:`KINDS`, beside its class in ``pipeline.backends``. Each is frozen: a
+candidate's settings are values, and a variant is a new one (``dataclasses.replace``), never an edit.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pipeline.config import flags
 from pipeline.errors import ConfigError
 
 
-@dataclass
+@dataclass(frozen=True)
 class BackendSettings:
     """What every kind has."""
 
@@ -32,7 +33,7 @@ class BackendSettings:
     precision: str = "fp32"
 
 
-@dataclass
+@dataclass(frozen=True)
 class TorchSettings(BackendSettings):
     """What every kind that runs PyTorch code has. Autocast applies to any of them; tolerances then
     follow its dtype."""
@@ -49,14 +50,14 @@ class TorchSettings(BackendSettings):
     large_linears_only: Optional[bool] = None
 
 
-@dataclass
+@dataclass(frozen=True)
 class EagerSettings(TorchSettings):
     """Plain PyTorch: the reference every other backend is checked against."""
 
     kind: str = "eager"
 
 
-@dataclass
+@dataclass(frozen=True)
 class InductorSettings(TorchSettings):
     """torch.compile with Inductor, set up by at most one of mode / options / template."""
 
@@ -81,7 +82,7 @@ class InductorSettings(TorchSettings):
     regional: bool = False
 
 
-@dataclass
+@dataclass(frozen=True)
 class GraphSettings(InductorSettings):
     """Device graphs over a batch-size grid, of eager's kernels or (compile_with_inductor) Inductor's.
 
@@ -101,7 +102,7 @@ class GraphSettings(InductorSettings):
     max_pool_mb: Optional[float] = None
 
 
-@dataclass
+@dataclass(frozen=True)
 class ExportedSettings(BackendSettings):
     """A runtime outside PyTorch, serving the model's ``torch.export`` graph on the CPU. Its own thread
     pool is sized here; null takes the run's count (top-level ``threads``), as eager and Inductor do."""
@@ -109,7 +110,7 @@ class ExportedSettings(BackendSettings):
     threads: Optional[int] = None
 
 
-@dataclass
+@dataclass(frozen=True)
 class OpenVinoSettings(ExportedSettings):
     """OpenVINO's CPU plugin. ``precision`` sets its INFERENCE_PRECISION_HINT (fp32 -> f32, bf16, fp16 ->
     f16): OpenVINO picks bf16 by itself on CPUs that have it, so f32 is set explicitly at fp32."""
@@ -118,7 +119,7 @@ class OpenVinoSettings(ExportedSettings):
     performance_hint: str = "LATENCY"  # or THROUGHPUT (several streams; a single call uses one)
 
 
-@dataclass
+@dataclass(frozen=True)
 class OnnxRuntimeSettings(ExportedSettings):
     """ONNX Runtime's CPU execution provider. ``graph_optimization_level``: disable | basic | extended | all."""
 
