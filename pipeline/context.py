@@ -22,7 +22,7 @@ from pipeline.config.schema import STAGE_NAMES
 from pipeline.route.decision import Race, baseline
 from pipeline.route.outcome import RouteReport
 from pipeline.route.policy import Range
-from pipeline.measure.contention import Watch
+from pipeline.measure.contention import Watch, read_host
 from pipeline.measure.measurement import Measurement
 from pipeline.measure.padding import PROVED
 from pipeline.measure.references import InputSource, input_sources
@@ -170,8 +170,8 @@ class RunContext:
 
     def watch(self) -> Watch:
         """The host's watch for what this run times (``profile.on_busy``), judging readings for the threads in force."""
-        pcfg = self.cfg.profile
-        return Watch(pcfg.on_busy, torch.get_num_threads(), pcfg.on_busy_wait_s)
+        pcfg, on_cpu = self.cfg.profile, self.device.type == "cpu"
+        return Watch(pcfg.on_busy, torch.get_num_threads(), pcfg.on_busy_wait_s, lambda: read_host(parallel=on_cpu))
 
     def calls(self, key: Key, names: Sequence[str]) -> Dict[str, Callable[[], Any]]:
         """Each named backend's call on the batch of the cell ``key`` (its rows, at its length) that capture

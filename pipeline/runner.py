@@ -213,7 +213,8 @@ def first_look(cfg: DictConfig) -> contention.Start:
     profile keeps its threads and says nothing."""
     if "profile" not in cfg.stages:
         return contention.Start(cfg.threads, "", "")
-    return contention.start(contention.read_host(), cfg.profile.on_busy, cfg.threads, torch.get_num_threads())
+    reading = contention.read_host(parallel=devices.resolve(cfg.device).type == "cpu")
+    return contention.start(reading, cfg.profile.on_busy, cfg.threads, torch.get_num_threads())
 
 
 def run(cfg: DictConfig, run_dir: Path, model: Optional[torch.nn.Module] = None, resume: bool = False,

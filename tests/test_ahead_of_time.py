@@ -578,8 +578,8 @@ def test_a_workers_standalone_program_that_fails_in_the_run_is_traced_there_inst
     monkeypatch.setattr(aot.STANDALONE, "loader", refused)  # in this process only: the worker builds as ever
     with tweakpipe_home(tmp_path / "home"):
         ctx = run(compose_config([*TINY, "backends=[eager,inductor]", "stages=[capture]", "compile_cache.workers=1",
-                                  "compile_cache.standalone=true", f"compile_cache.dir={tmp_path / 'cache'}"]),
-                  tmp_path / "run")
+                                  "compile_cache.standalone=true", f"compile_cache.dir={tmp_path / 'cache'}",
+                                  "reference=false"]), tmp_path / "run")
     said = [r.getMessage() for r in caplog.records
             if "standalone program from its worker failed here" in r.getMessage()]
     assert len(said) == 1 and "the program's file was cut short" in said[0] and "traced instead" in said[0], said

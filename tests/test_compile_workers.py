@@ -23,7 +23,8 @@ from pipeline.compile import ahead as compile_ahead
 from pipeline.api import compose_config
 from pipeline.runner import run
 
-WORKERS = [*TINY, "backends=[eager,inductor]", "stages=[capture]", "compile_cache.workers=1"]
+# reference=false: one compiling candidate, so one worker job (the max-autotune reference peer would be a second)
+WORKERS = [*TINY, "backends=[eager,inductor]", "stages=[capture]", "compile_cache.workers=1", "reference=false"]
 
 USER_SCRIPT = """
 import os, torch, pipeline

@@ -50,7 +50,7 @@ def test_a_host_is_busy_where_no_core_is_free_or_the_calibration_kernel_waited()
 def test_a_parallel_calibration_that_stalls_beyond_its_own_noise_is_busy():
     """Issue 54: a 2-thread run beside one spinning task (one core free: quiet by the task count) took 4.6 ms a call
     against 0.5 ms quiet, and no cell was marked. The run's own threads stall at the barrier of a parallel kernel for
-    a scheduler slice; their rounds' mean moves far beyond a quiet round's jitter above the fastest round."""
+    a scheduler slice; their rounds' median moves far beyond a quiet round's jitter above the fastest round."""
     one_free = Reading(runnable=1, cores=2, slowdown=1.0, parallel_ms=6.0, parallel_fastest_ms=0.2)
     verdict = judge(one_free, threads=2)
     assert verdict.busy and "2 threads 6.00 ms a round against 0.20 ms at best" in verdict.seen
@@ -59,6 +59,38 @@ def test_a_parallel_calibration_that_stalls_beyond_its_own_noise_is_busy():
     # against the fastest round seen this run, where this reading never had a quiet one
     assert judge(Reading(0, 2, 1.0, parallel_ms=9.0, parallel_fastest_ms=8.0), threads=2, fastest_ms=0.2).busy
     assert not judge(Reading(0, 2, 1.0, parallel_ms=9.0, parallel_fastest_ms=8.0), threads=2).busy
+
+
+def calibrated(rounds: List[float]) -> Any:
+    """A parallel calibration whose rounds take ``rounds`` ms (the first wakes the pool and is not counted)."""
+    calibration = contention.ParallelCalibration()
+    times = iter([0.0, *rounds])
+    calibration.round_ms = lambda: next(times)
+    return calibration
+
+
+def test_a_pool_that_was_slow_to_wake_for_one_round_is_not_a_busy_host():
+    """On an H100 host every cell of a CUDA run was marked contended: the pool's threads, asleep while the GPU worked,
+    took milliseconds to wake for a round (7.66 ms a round against 0.13 ms at best, no other task runnable), and the
+    rounds' mean took that for a stalled barrier. The median stands for the rounds; a host that stalls most of them
+    is still busy, and it costs half the rounds, not all."""
+    woke_late = calibrated([7.7, 0.13, 0.14, 0.13, 0.15, 0.13, 0.14, 0.13, 0.14])
+    median, fastest = woke_late.reading()
+    assert (median, fastest) == (0.14, 0.13) and not contention.stalled(median, fastest)
+    rounds = [0.2, 6.0, 5.0, 7.0, 6.5, 5.5, 0.3, 0.2, 0.2]
+    stalling = calibrated(rounds)
+    median, fastest = stalling.reading()
+    assert contention.stalled(median, fastest)
+    assert [stalling.round_ms() for _ in range(3)] == rounds[6:]  # it stopped once most rounds had stalled
+
+
+def test_a_gpu_run_takes_no_parallel_calibration(monkeypatch):
+    """A CUDA run's cells do not wait at the intra-op pool's barrier: its readings are the task count and the
+    single-thread kernel."""
+    monkeypatch.setattr(contention, "ParallelCalibration", lambda: pytest.fail("a parallel calibration was taken"))
+    monkeypatch.setattr(contention, "_parallel", None)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 4)
+    assert contention.read_host(parallel=False).parallel_ms == 0.0
 
 
 def test_the_watch_judges_each_reading_against_the_fastest_round_of_the_run():

@@ -134,12 +134,18 @@ def test_an_input_batched_in_its_second_dimension_keeps_its_batch_dynamic_there(
 
 
 # Makes importing the runtimes fail, as on a machine without them, before the pipeline starts.
+# The runtimes as a machine without them has them: an import fails, a lookup (importlib.util.find_spec, which
+# Dynamo's trace rules ask of every package they know) finds a spec of no file, so asking does not raise.
 BLOCKED_RUN = """
-import runpy, sys
-class Missing:
+import importlib.abc, importlib.machinery, runpy, sys
+class Missing(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def find_spec(self, name, path=None, target=None):
         if name.split(".")[0] in ("openvino", "onnxruntime"):
-            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+            return importlib.machinery.ModuleSpec(name, self)
+    def create_module(self, spec):
+        raise ModuleNotFoundError(f"No module named {spec.name!r}", name=spec.name)
+    def exec_module(self, module):
+        pass
 sys.meta_path.insert(0, Missing())
 runpy.run_module("pipeline", run_name="__main__", alter_sys=True)
 """

@@ -13,7 +13,8 @@ from pipeline.measure.compare import uninformative
 from pipeline.leaves import tensor_leaves
 from pipeline.models import make_inputs
 
-MODELS = sorted(p.stem for p in (CONF / "model").glob("*.yaml") if p.stem != "base_model")
+# model=custom is your own model, named on the command line (tests/test_own_model.py runs it)
+MODELS = sorted(p.stem for p in (CONF / "model").glob("*.yaml") if p.stem not in ("base_model", "custom"))
 # model=hf and model=timm at a size that builds in a second.
 SMALL = {"hf": ["+model.hf.config={num_hidden_layers: 2, hidden_size: 64, num_attention_heads: 2}",
                 "model.hf.seq_len=16"],

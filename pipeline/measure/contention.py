@@ -12,9 +12,12 @@ noisy. This module names what it sees instead, from two cheap readings (:func:`r
 - a parallel calibration on the run's own threads (torch's intra-op pool, as the backends use it): a few rounds
   of a small parallel kernel, each a fraction of a millisecond when every thread has a core. One thread that
   waits for a core stalls the others at the kernel's barrier for a scheduler slice (milliseconds), so the rounds'
-  mean moves far beyond their own noise above the fastest round seen this run. That catches what the task count
+  median moves far beyond their own noise above the fastest round seen this run. That catches what the task count
   misses: a 2-thread run beside one spinning task (one core free, so "quiet for the thread that fits") whose
-  cells took 4.6 ms against 0.5 ms quiet.
+  cells took 4.6 ms against 0.5 ms quiet. The median, not the mean: a pool's threads that slept while a GPU worked
+  take milliseconds to wake for one round, which is not a busy host (an H100 run's every cell was marked so by
+  the mean). Taken for CPU runs only: a GPU run's cells do not wait at the pool's barrier, the single-thread kernel
+  and the task count say what matters to them.
 
 What the readings mean is a pure function (:func:`judge`, and :func:`start` for the run's first look), so its
 thresholds are tested on synthetic readings; :class:`Watch` takes readings around every measured cell, waits
@@ -46,7 +49,7 @@ ON_BUSY = ("warn", "wait", "fail")
 SLOWED = 1.5
 SNAPSHOTS = 5  # runnable-task snapshots per reading, one before each calibration round (odd: a whole median)
 # The parallel calibration: up to PARALLEL_ROUNDS rounds of PARALLEL_OPS parallel adds of PARALLEL_NUMEL floats on the
-# run's threads. It is stalled where the rounds' mean exceeds both STALL_FACTOR times the fastest round seen and
+# run's threads. It is stalled where the rounds' median exceeds both STALL_FACTOR times the fastest round seen and
 # that round plus STALL_MS: a barrier that waits for a descheduled thread costs a scheduler slice (milliseconds),
 # while a quiet round's own jitter is microseconds (a CPU clock that halves stays within the factor).
 PARALLEL_ROUNDS = 9
@@ -78,7 +81,7 @@ class Reading:
     runnable: int  # tasks ready to run besides this process's own threads, on the cores it may use
     cores: int  # the cores this process may use (its affinity, within its cgroup's CPU quota)
     slowdown: float  # the calibration kernel's wall time over its quiet time (its CPU time); 1.0 on a free core
-    parallel_ms: float = 0.0  # the parallel calibration's mean round on the run's threads (0: not taken)
+    parallel_ms: float = 0.0  # the parallel calibration's median round on the run's threads (0: not taken)
     parallel_fastest_ms: float = 0.0  # its fastest round in this reading
 
 
@@ -227,21 +230,22 @@ class ParallelCalibration:
         return (time.perf_counter() - start) * 1e3
 
     def reading(self) -> Tuple[float, float]:
-        """The rounds' mean and the fastest, in milliseconds."""
+        """The rounds' median and the fastest, in milliseconds."""
         self.round_ms()  # wakes the pool's threads
         times: list = []
         while len(times) < PARALLEL_ROUNDS:
             times.append(self.round_ms())
-            if stalled(sum(times) / PARALLEL_ROUNDS, min(times)):  # the rest cannot bring the mean back
+            if sum(stalled(t, min(times)) for t in times) > PARALLEL_ROUNDS // 2:  # the rest cannot move the median
                 break
-        return sum(times) / len(times), min(times)
+        return statistics.median(times), min(times)
 
 
 _parallel: Optional[ParallelCalibration] = None
 
 
-def read_host() -> Reading:
-    """A reading of the host, over a few calibration rounds (some tens of milliseconds)."""
+def read_host(parallel: bool = True) -> Reading:
+    """A reading of the host, over a few calibration rounds (some tens of milliseconds); with ``parallel``, the
+    parallel calibration too (a run on the CPU: its cells wait at the pool's barrier)."""
     global _parallel
     cores, online = usable_cores(), os.cpu_count() or 1
     counts, wall, cpu = [], 0.0, 0.0
@@ -252,7 +256,7 @@ def read_host() -> Reading:
         round_wall, round_cpu = calibration_round()
         wall, cpu = wall + round_wall, cpu + round_cpu
     runnable = round(statistics.median(counts)) if counts else 0
-    if torch.get_num_threads() < 2:  # one thread meets no barrier: the single-thread kernel above says it all
+    if not parallel or torch.get_num_threads() < 2:  # one thread meets no barrier: the kernel above says it all
         return Reading(runnable, cores, wall / cpu)
     _parallel = _parallel or ParallelCalibration()
     return Reading(runnable, cores, wall / cpu, *_parallel.reading())
