@@ -328,7 +328,7 @@ def test_a_model_whose_outputs_change_under_padding_is_served_at_exact_lengths_o
     ids = torch.randint(1, 40, (6, 16))
     tuned = pipeline.tune(model, {"input_ids": ids}, seq_dims={"input_ids": 1}, seq_lens=[8, 16],
                           overrides=["backends=[eager,inductor]", "profile=quick", "tracking=off", "device=cpu",
-                                     "model.batch_sizes=[1,4]", "compile_cache.workers=1"],
+                                     "model.batch_sizes=[1,4]", "compile_cache.workers=1", "reference=false"],
                           run_dir=tmp_path / "run")
     capture = json.loads((tmp_path / "run" / "capture.json").read_text())
     assert set(capture) == {"eager", "inductor", "inductor.per_length"}  # Inductor competes both ways
