@@ -123,6 +123,32 @@ def test_a_candidate_out_of_memory_beside_busy_workers_is_built_again_once_they_
     assert list(ctx.outcomes) == ["eager", "inductor"]  # config order, as ever
 
 
+# A worker's compile as max-autotune and ptxas make it: one short process after another, the worker waiting on each.
+SHORT_CHILDREN = """
+import subprocess, sys, time
+burn = "import time; t = time.process_time()\\nwhile time.process_time() - t < 0.25: pass"
+end = time.monotonic() + 30
+while time.monotonic() < end:
+    subprocess.run([sys.executable, "-c", burn])
+"""
+
+
+def test_a_worker_waiting_on_one_short_process_after_another_is_making_progress():
+    """On an H100, a max-autotune reference's job was ended as stalled ("its processes used no CPU") while its
+    compile ran short processes one after another: a snapshot of the living tree misses the seconds of the children
+    that ended. They count now (``cutime``), so such a worker is not stopped."""
+    proc = subprocess.Popen([sys.executable, "-c", SHORT_CHILDREN])
+    try:
+        time.sleep(2.0)
+        first = compile_ahead.process_tree_cpu_s(proc.pid)
+        time.sleep(3.0)
+        later = compile_ahead.process_tree_cpu_s(proc.pid)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert first is not None and later is not None and later - first > 1.0, (first, later)
+
+
 def test_a_stopped_worker_is_named_and_bypassed_and_capture_compiles_its_candidate(tmp_path, caplog, monkeypatch):
     assert compile_ahead.STALL_S <= 90  # the bound a user gets: a stopped worker costs at most this much
     monkeypatch.setattr(compile_ahead, "STALL_S", 15.0)  # the same rule, sooner, so the test is short

@@ -103,7 +103,10 @@ def plan(candidates: Mapping[str, Candidate]) -> Dict[str, str]:
 
 def process_tree_cpu_s(pid: int) -> Optional[float]:
     """CPU seconds used so far by ``pid`` and every process below it (Inductor's own compile pool), from /proc;
-    None where /proc cannot tell (not Linux, or the process is gone)."""
+    None where /proc cannot tell (not Linux, or the process is gone). Children that ended count too (their seconds
+    pass to their parent's ``cutime`` once waited for): a compile that runs one short process after another
+    (``ptxas`` for each kernel, the benchmarks of max-autotune) makes progress that a snapshot of the living tree
+    misses, and a worker waiting on them is not stalled."""
     tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
     parents, cpu = {}, {}
     for entry in Path("/proc").glob("[0-9]*/stat"):
@@ -112,7 +115,7 @@ def process_tree_cpu_s(pid: int) -> Optional[float]:
         except (OSError, IndexError):
             continue
         child = int(entry.parent.name)
-        parents[child], cpu[child] = int(fields[1]), (int(fields[11]) + int(fields[12])) / tick
+        parents[child], cpu[child] = int(fields[1]), sum(map(int, fields[11:15])) / tick  # utime stime cutime cstime
     if pid not in cpu:
         return None
     tree, frontier = {pid}, [pid]
