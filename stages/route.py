@@ -22,8 +22,8 @@ from pipeline.compile import artifacts as compiled
 from pipeline.errors import RouteError, RunFailed
 from pipeline.context import RunContext
 from pipeline.route import checkpoint, table
-from pipeline.route.figures import reference_figures, routed_figures
-from pipeline.route.outcome import RouteReport
+from pipeline.route.figures import cell_fields, reference_figures, routed_figures
+from pipeline.route.outcome import RouteReport, cell_names
 from pipeline.route.served import RoutedModule, TuneRecord
 from pipeline.measure.accuracy import budget_of
 from pipeline.measure.padding import PROVED
@@ -53,11 +53,6 @@ def by_cell(values: Dict[Key, Any]) -> Dict[str, Any]:
         else:
             out.setdefault(str(key[1]), {})[str(key[0])] = value
     return out
-
-
-def cell_entry(key: Key) -> Dict[str, int]:
-    """A cell as route.json names it: its batch size, and its length where lengths are tuned."""
-    return {"batch_size": key} if isinstance(key, int) else {"batch_size": key[0], "seq_len": key[1]}
 
 
 def screen_cells(ctx: RunContext, name: str) -> Dict[str, Any]:
@@ -96,8 +91,10 @@ def unmeasured(ctx: RunContext) -> Dict[str, str]:
     return out
 
 
-def against_reference(ctx: RunContext, route: List[Any], failures: Dict[str, str]) -> Optional[Dict[str, Any]]:
-    """Auto against the best reference peer at every tuned cell (``pipeline.route.versus``), for route.json, with one
+def against_reference(ctx: RunContext, owners: Dict[Key, Optional[str]], failures: Dict[str, str]
+                      ) -> Optional[Dict[str, Any]]:
+    """Auto (``owners``: the backend serving each tuned cell) against the best reference peer at every tuned cell
+    (``pipeline.route.versus``), for route.json, with one
     log line of the figures, one naming each reference left out of the comparison and why (a warning where
     ``tune.budget_s`` left it unbuilt), and one warning naming every cell where auto is slower beyond both intervals,
     and why."""
@@ -109,9 +106,8 @@ def against_reference(ctx: RunContext, route: List[Any], failures: Dict[str, str
         (log.warning if set(missing) & set(ctx.budget_skipped) else log.info)(
             "route   auto is compared with the best of the references measured; not measured: %s",
             "; ".join(f"{n} ({modes[n]}): {why[:300]}" for n, why in missing.items()))
-    owners = {key: backend_at(route, *key) if ctx.lengths else backend_for(route, key) for key in ctx.cells}
     found = versus.comparison({k: b for k, b in owners.items() if b is not None}, ctx.medians(), ctx.intervals(),
-                              modes, failures, ctx.cfg.route.strategy, cell_entry, ctx.contended())
+                              modes, failures, ctx.cfg.route.strategy, cell_fields, ctx.contended())
     if found is None:
         log.info("route   no reference was measured (%s), so auto is not compared with it", ", ".join(modes))
         return {"candidates": list(modes), "modes": modes, "cells": [], "unmeasured": missing}
@@ -133,12 +129,6 @@ def against_reference(ctx: RunContext, route: List[Any], failures: Dict[str, str
     return {**found, "unmeasured": missing}
 
 
-def cell_names(cells: List[Dict[str, Any]]) -> str:
-    """Cells of route.json as a log line names them: ``eager bs=1, inductor bs=4 len=32``."""
-    return ", ".join(f"{c['backend']} bs={c['batch_size']}" + (f" len={c['seq_len']}" if "seq_len" in c else "")
-                     for c in cells)
-
-
 def warn_unsettled(contended: List[Dict[str, Any]]) -> None:
     """One warning where the route's choice rests on cells measured on a busy host: a quiet host may choose
     otherwise, and no flag of the profile's says so (a host busy throughout makes every pass agree)."""
@@ -155,13 +145,14 @@ def run(ctx: RunContext) -> None:
         raise NoRoute(f"route: {exc}; see capture.json and profile.csv") from None
     route, failures, cells = decision.route, decision.failures, decision.rests_on
     medians, intervals = ctx.medians(), ctx.intervals()
-    noisy: List[Dict[str, Any]] = [{"backend": b, **cell_entry(key), "reason": ctx.profile[b][key].noise}
+    noisy: List[Dict[str, Any]] = [{"backend": b, **cell_fields(key), "reason": ctx.profile[b][key].noise}
                                    for b, key in cells if ctx.profile[b][key].noisy]
-    contended: List[Dict[str, Any]] = [{"backend": b, **cell_entry(key), "reason": ctx.profile[b][key].contention}
+    contended: List[Dict[str, Any]] = [{"backend": b, **cell_fields(key), "reason": ctx.profile[b][key].contention}
                                        for b, key in decision.unsettled]
     routed_names = {r.backend for r in route}
     unverified = sorted(routed_names & set(ctx.unverified()))
     lengths = {"seq_lens": ctx.lengths} if ctx.lengths else {}
+    owners = {key: served_by(route, key) for key in ctx.cells}
     info: Dict[str, Any] = {
         "strategy": rcfg.strategy,
         "min_gain": rcfg.min_gain,
@@ -177,7 +168,7 @@ def run(ctx: RunContext) -> None:
                        for n, o in ctx.outcomes.items()],
         "profile_medians_ms": {b: by_cell(per) for b, per in medians.items()},
         "profile_intervals_ms": {b: by_cell({k: list(iv) for k, iv in per.items()}) for b, per in intervals.items()},
-        "rests_on": [{"backend": b, **cell_entry(key)} for b, key in cells],
+        "rests_on": [{"backend": b, **cell_fields(key)} for b, key in cells],
         "noisy_cells": noisy,
         "rests_on_noisy": bool(noisy),
         "contended_cells": contended,
@@ -189,7 +180,7 @@ def run(ctx: RunContext) -> None:
         "precision_screen": dict(ctx.precision_screened),
         "budget": {"budget_s": ctx.cfg.tune.budget_s, "skipped": dict(ctx.budget_skipped),
                    "profile": ctx.profile_reduced or None},
-        "reference": against_reference(ctx, route, failures),
+        "reference": against_reference(ctx, owners, failures),
         "cost": cost_block(ctx),
     }
     # route.json as decided, written whatever follows (a refusal, a save that fails)
@@ -224,8 +215,7 @@ def run(ctx: RunContext) -> None:
     single = best_single(ctx)
     ctx.route_report = dataclasses.replace(
         ctx.route_report, text=route_text(ctx), tiles=[r.to_dict() for r in route], best_single=single,
-        figures=routed_figures({key: served_by(ctx, key) for key in ctx.cells}, ctx.medians(), ctx.baseline(),
-                               single, ctx.contended()))
+        figures=routed_figures(owners, medians, ctx.baseline(), single, ctx.contended()))
     ctx.route_report = packed(ctx, ctx.route_report)
 
 
@@ -247,9 +237,9 @@ def cost_block(ctx: RunContext) -> Dict[str, Any]:
     return {"candidates": {n: o.cost.to_dict() for n, o in ctx.outcomes.items()}, "stage_s": dict(ctx.stage_seconds)}
 
 
-def served_by(ctx: RunContext, key: Key) -> Optional[str]:
-    """The backend the route serves ``key`` with (None where lengths are tuned and no tile holds it)."""
-    return backend_for(ctx.route, key) if isinstance(key, int) else backend_at(ctx.route, *key)
+def served_by(route: List[Any], key: Key) -> Optional[str]:
+    """The backend ``route`` serves ``key`` with (None where lengths are tuned and no tile holds it)."""
+    return backend_for(route, key) if isinstance(key, int) else backend_at(route, *key)
 
 
 def best_single(ctx: RunContext) -> Optional[str]:

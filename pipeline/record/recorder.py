@@ -38,7 +38,7 @@ from pipeline.measure.measurement import Measurement
 from pipeline.measure.statistics import samples_per_second
 from pipeline.record.tracker import CONTENDED_TAG, UNMEASURED_TAG, NullTracker
 from pipeline.redact import redacted
-from pipeline.route.figures import cell_key
+from pipeline.route.figures import cell_fields, cell_key
 from pipeline.seqlen import Key, metric_suffix
 
 log = logging.getLogger(__name__)
@@ -54,11 +54,6 @@ APPENDED = ("profile.csv", "cells.jsonl", RUN_FILE)
 
 # Where lengths are tuned, each cell's length follows its batch size.
 COLUMNS_2D = COLUMNS[:2] + ["seq_len"] + COLUMNS[2:]
-
-
-def cell_fields(key: Key) -> Dict[str, int]:
-    """A cell's columns and JSON fields: ``batch_size``, and ``seq_len`` where lengths are tuned."""
-    return {"batch_size": key} if isinstance(key, int) else {"batch_size": key[0], "seq_len": key[1]}
 
 
 def profile_row(name: str, key: Key, m: Measurement) -> Dict[str, Any]:

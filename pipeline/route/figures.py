@@ -73,7 +73,13 @@ def reference_figures(versus: Optional[Mapping[str, Any]]) -> Dict[str, float]:
     return {**figures, **summary}
 
 
+def cell_fields(key: Key) -> Dict[str, int]:
+    """A cell as route.json, profile.csv and cells.jsonl name it: ``batch_size``, and ``seq_len`` where lengths are
+    tuned."""
+    return {"batch_size": key} if isinstance(key, int) else {"batch_size": key[0], "seq_len": key[1]}
+
+
 def cell_key(entry: Mapping[str, Any]) -> Key:
-    """A route.json cell's key: its batch size, and its length where lengths are tuned."""
+    """A cell's key back from :func:`cell_fields`: its batch size, and its length where lengths are tuned."""
     bs = int(entry["batch_size"])
     return (bs, int(entry["seq_len"])) if entry.get("seq_len") is not None else bs

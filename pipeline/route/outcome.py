@@ -50,16 +50,22 @@ class RouteReport:
 
     def tags(self) -> Dict[str, str]:
         """What MLflow's tags say of the route: whether it rests on noisy cells, is settled, which cells are noisy,
-        and, where a route ships, the route in one line and as JSON (the table has its own tag: the report's 1-D
+        and, where a route was built, the route in one line and as JSON (the table has its own tag: the report's 1-D
         ``route_json`` stays away)."""
-        noisy = ", ".join(f"{c['backend']} bs={c['batch_size']}" + (f" len={c['seq_len']}" if "seq_len" in c else "")
-                          for c in self.info["noisy_cells"])
         tags = {"route.rests_on_noisy": str(self.info["rests_on_noisy"]).lower(),
-                "route.settled": str(self.info["settled"]).lower(), "route.noisy_cells": noisy}
-        if self.checkpoint is not None:
-            tags.update({"route": self.text, ("route_table_json" if self.table else "route_json"): json.dumps(self.tiles)})
+                "route.settled": str(self.info["settled"]).lower(),
+                "route.noisy_cells": cell_names(self.info["noisy_cells"])}
+        if self.tiles:
+            tags.update({"route": self.text,
+                         ("route_table_json" if self.table else "route_json"): json.dumps(self.tiles)})
         return tags
 
     def to_json(self) -> str:
         """``route.json``."""
         return json.dumps(self.info, indent=2)
+
+
+def cell_names(cells: List[Dict[str, Any]]) -> str:
+    """Cells of route.json as a log line and a tag name them: ``eager bs=1, inductor bs=4 len=32``."""
+    return ", ".join(f"{c['backend']} bs={c['batch_size']}" + (f" len={c['seq_len']}" if "seq_len" in c else "")
+                     for c in cells)
