@@ -121,7 +121,6 @@ def load(path: Union[str, Path], model: nn.Module, device: Optional[Union[str, t
     return checkpoint.load(path, model, device, trust_options=trust_options, trust_compiled=trust_compiled)
 
 
-
 def artifact_name(tags: Mapping[str, str], key: str, model_id: str) -> Optional[str]:
     """A file name a tweakpipe model's tag records (None for "none"); a name with a folder in it is refused, so a
     download lands only in the folder asked for."""
@@ -166,7 +165,8 @@ def load_logged_model(model_id: str, model: nn.Module, tracking_uri: str = Track
         raise ConfigError(f"model_id={model_id}: {tracking_uri} holds no logged model of that id; the id is on the "
                           f"run's Models tab (or mlflow.search_logged_models), and tracking_uri= names the store "
                           f"the run logged to") from None
-    names = [n for n in (artifact_name(logged.tags, key, model_id) for key in (logged_model.CHECKPOINT_TAG, logged_model.COMPILED_TAG)) if n]
+    tags = (logged_model.CHECKPOINT_TAG, logged_model.COMPILED_TAG)
+    names = [n for n in (artifact_name(logged.tags, key, model_id) for key in tags) if n]
     with contextlib.ExitStack() as stack:
         folder = Path(download_to) if download_to is not None else Path(stack.enter_context(
             tempfile.TemporaryDirectory(prefix="tweakpipe-model-")))

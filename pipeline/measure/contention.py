@@ -120,10 +120,10 @@ def judge(reading: Reading, threads: int, fastest_ms: Optional[float] = None) ->
     return Verdict(crowded or slowed or stalled(reading.parallel_ms, floor), seen, fit)
 
 
-def stalled(mean_ms: float, fastest_ms: float) -> bool:
-    """Whether parallel rounds of mean ``mean_ms`` stalled at their barrier, against a fastest round of
-    ``fastest_ms``: beyond both ``STALL_FACTOR`` times it and it plus ``STALL_MS``."""
-    return bool(mean_ms and fastest_ms) and mean_ms > max(STALL_FACTOR * fastest_ms, fastest_ms + STALL_MS)
+def stalled(round_ms: float, fastest_ms: float) -> bool:
+    """Whether a parallel round of ``round_ms`` (one round, or the rounds' median) stalled at its barrier, against a
+    fastest round of ``fastest_ms``: beyond both ``STALL_FACTOR`` times it and it plus ``STALL_MS``."""
+    return bool(round_ms and fastest_ms) and round_ms > max(STALL_FACTOR * fastest_ms, fastest_ms + STALL_MS)
 
 
 @dataclass(frozen=True)
@@ -216,8 +216,8 @@ def calibration_round() -> Tuple[float, float]:
 
 class ParallelCalibration:
     """The parallel calibration's kernel: adds of preallocated tensors in torch's intra-op pool, on the threads in
-    force. Rounds stop early once their sum alone says the mean stalled against the fastest round of the reading,
-    so a busy host costs a round or two, not all of them."""
+    force. Rounds stop early once more than half of them stalled against the fastest round of the reading (the rest
+    cannot move the median back), so a busy host costs about half the rounds, not all of them."""
 
     def __init__(self) -> None:
         self.a, self.b, self.out = torch.ones(PARALLEL_NUMEL), torch.ones(PARALLEL_NUMEL), torch.empty(PARALLEL_NUMEL)
