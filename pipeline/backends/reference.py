@@ -16,13 +16,20 @@ leaves them out.
 Off CUDA, torch.compile records no CUDA graphs, so ``reduce-overhead`` compiles what ``default`` does and
 ``max-autotune`` what ``max-autotune-no-cudagraphs`` does (the run's checks refuse CUDA-graph options there): such a
 reference compiles without them, and two modes that compile one program there are one reference.
+
+At a reduced precision (bf16, fp16) every backend competes twice, under autocast and with cast weights; the
+references after the first of ``reference_modes`` (``reference_max_autotune`` by default) compile the cast-weights form only
+(:func:`one_form_each`): a max-autotune compile benchmarks its GEMM/conv templates for minutes on a convnet, and
+of the two forms of ``reduce-overhead`` the cast-weights one was the faster in every cell of the third-party suite
+(16 of 16, ``bench/results/suite-h200.md``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+from typing import Any, Collection, Dict, Mapping, Optional, Sequence, Tuple
 
+from pipeline.backends.candidate import AUTOCAST, Candidate
 from pipeline.backends.rules import MODES
 from pipeline.config import backend_schema, limits
 from pipeline.errors import ConfigError
@@ -115,3 +122,16 @@ def with_reference(backends: Mapping[str, Mapping[str, Any]], device_type: str,
                               f"writes it); rename it, or set reference=false")
         out[name], plays[name] = peer, written
     return out, plays
+
+
+def one_form_each(candidates: Mapping[str, Candidate], plays: Mapping[str, str],
+                  added: Collection[str]) -> Dict[str, Candidate]:
+    """``candidates`` less the autocast forms of the references ``plays`` (backend -> mode, in the order of the
+    modes) names after its first, where :func:`with_reference` added them (``added``): at bf16 and fp16 those
+    compile with cast weights only (module docstring). A backend of the run's own that plays a reference keeps both
+    its forms."""
+    later = [n for n in list(plays)[1:] if n in added]
+
+    def autocast_twin(c: Candidate) -> bool:
+        return c.name.split(".", 1)[0] in later and c.precision in AUTOCAST and not c.settings.cast_weights
+    return {n: c for n, c in candidates.items() if not autocast_twin(c)}

@@ -83,14 +83,17 @@ def check_stages(stages: List[str]) -> None:
 
 def candidates_of(cfg: DictConfig, device: Optional[torch.device] = None) -> Dict[str, Candidate]:
     """The run's candidates (``cfg.backends`` x ``cfg.precision``, twice per length where lengths are tuned), the
-    reference peers' among them (one per ``reference_modes``) unless ``reference=false`` (what they compile depends on
+    reference peers' among them (one per ``reference_modes``, the later ones with cast weights only at bf16 and fp16:
+    ``reference.one_form_each``) unless ``reference=false`` (what they compile depends on
     ``device``, by default ``cfg.device``'s)."""
-    backends, plays = OmegaConf.to_container(cfg.backends, resolve=True), {}
+    own = OmegaConf.to_container(cfg.backends, resolve=True)
+    backends, plays = own, {}
     if cfg.get("reference", True):
         modes = cfg.get("reference_modes")
-        backends, plays = reference.with_reference(backends, (device or devices.resolve(cfg.device)).type,
+        backends, plays = reference.with_reference(own, (device or devices.resolve(cfg.device)).type,
                                                    None if modes is None else [str(m) for m in modes])
-    return precision.candidates(backends, [str(p) for p in cfg.precision], bool(cfg.model.get("seq_lens")), plays)
+    made = precision.candidates(backends, [str(p) for p in cfg.precision], bool(cfg.model.get("seq_lens")), plays)
+    return reference.one_form_each(made, plays, set(backends) - set(own))
 
 
 def check_route(cfg: DictConfig, candidates: Dict[str, Candidate]) -> None:
