@@ -2,8 +2,9 @@
 eager and against the user's own ``torch.compile``.
 
 The models and their batch sizes come from the TorchDynamo benchmark harness (pytorch/benchmarks/dynamo):
-``huggingface_models_list.txt`` (BertForMaskedLM 32, DistilBertForMaskedLM 256, AlbertForMaskedLM 8,
-ElectraForQuestionAnswering 128), ``timm_models_list.txt`` (mobilenetv3_large_100 512, deit_tiny_patch16_224 128)
+``huggingface_models_list.txt`` (encoders: BertForMaskedLM 32, DistilBertForMaskedLM 256, AlbertForMaskedLM 8,
+ElectraForQuestionAnswering 128; an encoder-decoder, T5ForConditionalGeneration 8; decoder-only, GPTNeoForCausalLM
+32 and PegasusForCausalLM 128, each at its class's default config as the harness builds it), ``timm_models_list.txt`` (mobilenetv3_large_100 512, deit_tiny_patch16_224 128)
 and TorchBench's small models, re-declared here because they are a few lines each (``lennard_jones``: a 5-layer
 tanh MLP of width 16 on 1-d points, batch 1000; ``phlippe_resnet``: a CIFAR ResNet of 3x3 residual blocks at
 16/32/64 channels, batch 128). Random weights, inputs derived as ``model=hf`` / ``model=timm`` derive them (Hugging
@@ -116,9 +117,11 @@ class Entry:
     smoke: Tuple[str, ...] = ()  # --smoke: what shrinks it for a CPU check
 
 
-def hf(name: str, batch_size: int) -> Entry:
+def hf(name: str, batch_size: int, smoke_config: str = "") -> Entry:
+    """A Hugging Face model at its class's default config, sequence 128; ``smoke_config``: what else its two-layer
+    smoke config needs (GPT-Neo lists an attention type per layer)."""
     return Entry(name, "huggingface", batch_size, ("model=hf", f"model.hf.model_class={name}", "model.hf.seq_len=128"),
-                 ("+model.hf.config={num_hidden_layers: 2, hidden_size: 64, num_attention_heads: 2}",
+                 (f"+model.hf.config={{num_hidden_layers: 2, hidden_size: 64, num_attention_heads: 2{smoke_config}}}",
                   "model.hf.seq_len=16"))
 
 
@@ -134,7 +137,9 @@ def torchbench(name: str, batch_size: int, target: str, shape: str) -> Entry:
 
 SUITE = {e.name: e for e in (
     hf("BertForMaskedLM", 32), hf("DistilBertForMaskedLM", 256), hf("AlbertForMaskedLM", 8),
-    hf("ElectraForQuestionAnswering", 128),
+    hf("ElectraForQuestionAnswering", 128), hf("T5ForConditionalGeneration", 8),
+    hf("GPTNeoForCausalLM", 32, ", attention_types: [[[global, local], 1]]"),
+    hf("PegasusForCausalLM", 128),
     timm("mobilenetv3_large_100", 512, "model.inputs.x.shape=[3,64,64]"),
     timm("deit_tiny_patch16_224", 128, "+model.timm.kwargs={img_size: 32}"),
     torchbench("lennard_jones", 1000, "bench.suite.LennardJones", "[1]"),
