@@ -247,3 +247,11 @@ def test_inductor_and_graph_inductor_at_one_precision_share_one_compile_job():
     assert "eager" not in jobs and "graph" not in jobs  # they compile nothing
     assert compile_ahead.worker_count(None, 4, cores=16) == 4 and compile_ahead.worker_count(None, 4, cores=2) == 0
     assert compile_ahead.worker_count(2, 1, cores=2) == 1  # never more workers than jobs
+    # the worker of an autotuning job (the max-autotune reference) builds its templates on every core, the others
+    # on a share: it outlasts their jobs by minutes
+    gpu = candidates_of(compose_config(["backends=gpu", "precision=[bf16]"]), torch.device("cuda"))
+    heavy = [n for n, c in gpu.items() if c.compiles and compile_ahead.autotunes(c)]
+    assert heavy == ["reference_max_autotune.bf16-weights"]
+    assigned = {"graph_inductor.bf16-weights": 0, "reference.bf16-weights": 1, "reference_max_autotune.bf16-weights": 2,
+                "graph_inductor.bf16": 0}
+    assert compile_ahead.compile_threads(gpu, assigned, 3, cores=16) == [5, 5, 16]

@@ -18,8 +18,8 @@ Off CUDA, torch.compile records no CUDA graphs, so ``reduce-overhead`` compiles 
 reference compiles without them, and two modes that compile one program there are one reference.
 
 At a reduced precision (bf16, fp16) every backend competes twice, under autocast and with cast weights; the
-references after the first of ``reference_modes`` (``reference_max_autotune`` by default) compile the cast-weights form only
-(:func:`one_form_each`): a max-autotune compile benchmarks its GEMM/conv templates for minutes on a convnet, and
+references after the first of ``reference_modes`` (``reference_max_autotune`` by default) compile the cast-weights
+form only (:func:`one_form_each`): a max-autotune compile benchmarks its GEMM/conv templates for minutes on a convnet, and
 of the two forms of ``reduce-overhead`` the cast-weights one was the faster in every cell of the third-party suite
 (16 of 16, ``bench/results/suite-h200.md``).
 """

@@ -61,6 +61,24 @@ def worker_count(requested: Optional[int], jobs: int, cores: Optional[int] = Non
     return max(0, min(int(wanted), jobs))
 
 
+def autotunes(candidate: Candidate) -> bool:
+    """Whether its compile benchmarks Inductor's GEMM/conv templates (max-autotune): hundreds of Triton builds that
+    spread over every compile thread they are given (deit_tiny's max-autotune reference: 187 s in a worker of 4
+    threads on the H200's 16 cores, beside 15-24 s for every other job: ``bench/results/suite-h200.md``)."""
+    options = InductorBackend(candidate).effective_options()
+    return any(options.get(k) for k in ("max_autotune", "max_autotune_gemm", "max_autotune_pointwise"))
+
+
+def compile_threads(candidates: Mapping[str, Candidate], assigned: Mapping[str, int], count: int,
+                    cores: Optional[int] = None) -> List[int]:
+    """Inductor's compile threads for each of ``count`` workers: an equal share of the cores, and every core for a
+    worker with an autotuning job (:func:`autotunes`), which outlasts the others' jobs by minutes and would
+    otherwise build its templates on a share while the rest of the host sits idle."""
+    cores = cores or os.cpu_count() or 1
+    heavy = {i for name, i in assigned.items() if autotunes(candidates[name])}
+    return [cores if i in heavy else max(1, cores // count) for i in range(count)]
+
+
 def program_key(candidate: Candidate) -> str:
     """What decides the program a candidate compiles: its Inductor arguments, its numerics and whether it is
     regional."""
@@ -388,13 +406,14 @@ def started(candidates: Mapping[str, Candidate], spec: BuildSpec, cells: Mapping
         if setup is None:
             yield CompileAhead({})
             return
-        threads_each = max(1, (os.cpu_count() or 1) // count)
-        pool = [Worker(i, setup, threads_each, Path(tmp)) for i in range(count)]
         assigned = {name: i % count for i, name in enumerate(runners)}
+        threads = compile_threads(candidates, assigned, count)
+        pool = [Worker(i, setup, threads[i], Path(tmp)) for i in range(count)]
         for name in runners:
             pool[assigned[name]].submit(candidates[name])
-        log.info("compile ahead: %d worker process(es) compile %d program(s) for %d candidate(s): %s", count,
-                 len(runners), len(jobs), ", ".join(runners))
+        shares = (f"{t} for {'/'.join(n for n, i in assigned.items() if i == w)}" for w, t in enumerate(threads))
+        log.info("compile ahead: %d worker process(es) compile %d program(s) for %d candidate(s): %s (compile "
+                 "threads: %s)", count, len(runners), len(jobs), ", ".join(runners), ", ".join(shares))
         ahead = CompileAhead(jobs, pool, assigned, Path(tmp))
         try:
             yield ahead
