@@ -173,6 +173,8 @@ def bench_model(name: str, args: argparse.Namespace) -> Dict[str, Any]:
         cells[bs] = {n: m.summary() for n, m in measure_interleaved(fns, ctx.device, cfg.profile).items()}
     return {"model": name, "source": entry.source, "harness_batch_size": entry.batch_size,
             "tune_seconds": tune_s, "load_seconds": load_s, "eager": eager, "references": list(references),
+            "reference_compile_seconds": {n: round(ctx.outcomes[n].cost.ahead_s + ctx.outcomes[n].cost.build_s, 1)
+                                          for n in references if n in ctx.outcomes},
             "reference_modes": references, "references_not_measured": not_measured,
             "route": [r.to_dict() for r in ctx.route], "validation_ok": bool(ctx.validation.get("ok")),
             "route_reference": ctx.route_info.get("reference"),
@@ -237,13 +239,23 @@ def summary(rows: List[Dict[str, Any]]) -> Dict[str, Any]:
             "failed": [r["model"] for r in rows if "error" in r], "not_run": [r["model"] for r in rows if "not_run" in r]}
 
 
+def own_compile(row: Dict[str, Any]) -> str:
+    """The seconds of the slowest reference's compile (its worker's and capture's), with its mode: what the user's own
+    best compile costs them, and the part of the tune that waits on it (rows of earlier lanes lack it)."""
+    seconds = row.get("reference_compile_seconds") or {}
+    if not seconds:
+        return ""
+    name = max(seconds, key=seconds.get)
+    return f"{seconds[name]:.0f} ({row['reference_modes'].get(name, name)})"
+
+
 def markdown(rows: List[Dict[str, Any]], meta: Dict[str, Any]) -> str:
     lines = [f"## {meta['device']}, precision {meta['precision']}, torch {meta['torch']}", "",
              "| model | list | batch | auto ms | eager ms | best reference | ref ms | auto / reference | auto / eager "
-             "| tune s | load s | route |", "|---" * 12 + "|"]
+             "| tune s | own compile s | load s | route |", "|---" * 13 + "|"]
     for row in rows:
         if unfinished(row):
-            lines.append(f"| {row['model']} | | | {unfinished(row)} |" + " |" * 8)
+            lines.append(f"| {row['model']} | | | {unfinished(row)} |" + " |" * 9)
             continue
         route = ", ".join(f"{x['lo']}-{x['hi'] or 'inf'}:{x['backend']}" for x in row["route"])
         for c in ratios(row):
@@ -253,7 +265,7 @@ def markdown(rows: List[Dict[str, Any]], meta: Dict[str, Any]) -> str:
                          f"{cell[row['eager']]['median_ms']:.4g} | {c['reference']} ({c['reference_mode']}) | "
                          f"{ref:.4g} | "
                          f"{c['auto_over_reference']:.3f} | {c['auto_over_eager']:.3f} | {row['tune_seconds']:.0f} | "
-                         f"{row['load_seconds']:.1f} | {route} |")
+                         f"{own_compile(row)} | {row['load_seconds']:.1f} | {route} |")
     lines += [f"{row['model']}: not measured, so not among its references: {name} ({why[:200]})"
               for row in rows for name, why in row.get("references_not_measured", {}).items()]
     if meta.get("run_again"):

@@ -68,6 +68,10 @@ def test_the_smoke_run_writes_the_summary_of_the_h200_table(tmp_path):
     assert set(summary["best_reference_modes"]) <= {"default", "max-autotune"}
     assert sum(summary["best_reference_modes"].values()) == summary["cells"]
     assert row["route_reference"]["cells"] and row["load_seconds"] > 0 and row["tune_seconds"] > 0
+    # what the user's own compiles cost: each reference's seconds, the slowest in the table with its mode
+    assert set(row["reference_compile_seconds"]) == set(row["references"])
+    slowest = max(row["reference_compile_seconds"].values())
+    assert 0 < slowest < row["tune_seconds"] and f"| {slowest:.0f} (" in (tmp_path / "suite-cpu.md").read_text()
     assert result["command"].startswith("python bench/suite.py --out OUT")
 
     # lanes joined: a model a later lane ran again (after a fix) is that lane's row; one it left for later is not
