@@ -34,7 +34,7 @@ def body(path: Path) -> Dict[str, Any]:
 
 
 def schema_defaults(schema: type) -> Dict[str, Any]:
-    return OmegaConf.to_container(OmegaConf.structured(schema))
+    return OmegaConf.to_container(OmegaConf.structured(flags.loose(schema)))  # as Hydra composes it
 
 
 def options(group: str) -> List[Path]:

@@ -194,7 +194,7 @@ def test_a_format_2_checkpoint_still_loads_as_fp32(compose_cfg, tmp_path):
 
 
 @pytest.mark.parametrize("overrides, match", [
-    (["precision=[fp32,int8]"], "precision 'int8' is unknown"),
+    (["precision=[fp32,int8]"], "precision='int8' is unknown"),
     (["precision=[fp32,bf16,fp32]"], "lists fp32 more than once"),
     (["precision=[]"], "names no precision"),
     (["precision=[fp32,bf16]", "backends.eager.autocast_enabled=true"], "sets autocast_enabled=True itself"),
