@@ -80,8 +80,8 @@ class BackendOutcome:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "BackendOutcome":
         values = {f.name: data[f.name] for f in fields(cls) if f.name in data}
-        return cls(**{**values, "cost": CandidateCost.from_dict(values.get("cost") or {}),
-                      "precision": parse(values.get("precision", "fp32"), f"backend {values.get('name')!r}: precision")})
+        typed = parse(values.get("precision", "fp32"), f"backend {values.get('name')!r}: precision")
+        return cls(**{**values, "cost": CandidateCost.from_dict(values.get("cost") or {}), "precision": typed})
 
 
 @dataclass

@@ -100,6 +100,23 @@ def test_a_candidates_settings_are_values_no_room_can_edit(kind: str) -> None:
     assert (candidate.precision, variant.settings.precision) == ("fp32", "bf16")
 
 
+def test_a_candidates_options_and_grid_cannot_be_edited_either_and_leave_as_plain_data() -> None:
+    """Issue 55: a frozen dataclass whose options dict any room can still change is not frozen."""
+    given = {"kind": "graph", "compile_with_inductor": True, "options": {"max_autotune": False}, "grid": [1, 2, 8]}
+    candidate = Candidate.of("mine", given)
+    with pytest.raises(TypeError):
+        candidate.settings.options["max_autotune"] = True  # type: ignore[index]
+    with pytest.raises(AttributeError):
+        candidate.settings.grid.append(16)  # type: ignore[union-attr]
+    given["options"]["max_autotune"] = True  # the caller's dict is not the candidate's
+    assert candidate.settings.options == {"max_autotune": False} and candidate.settings.grid == (1, 2, 8)
+    stored = candidate.config()
+    assert type(stored["options"]) is dict and type(stored["grid"]) is list  # what a checkpoint and a worker get
+    assert Candidate.stored("mine", {"name": "mine", **stored}) == candidate  # and what comes back from them
+    stored["options"]["max_autotune"] = True
+    assert candidate.settings.options == {"max_autotune": False}
+
+
 def foreign_keys() -> List[Tuple[str, str, Any]]:
     """(kind, key, a valid value) for every key some other kind has and this kind lacks."""
     values = {key: value for schema in backend_schema.KINDS.values() for key, value in schema_defaults(schema).items()}
