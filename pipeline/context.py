@@ -18,6 +18,7 @@ from pipeline.backends.candidate import Candidate
 from pipeline.batching import BatchDims
 from pipeline.compile.cost import CandidateCost
 from pipeline.measure import accuracy
+from pipeline.config.precisions import Precision, parse
 from pipeline.config.schema import STAGE_NAMES
 from pipeline.route.decision import Race, baseline
 from pipeline.route.outcome import RouteReport
@@ -57,7 +58,7 @@ class BackendOutcome:
     # Evidence that a compiling backend served its compiled program: Dynamo graphs, graph breaks,
     # frames and eager calls of its own program ({} for a backend that does not compile).
     compile: Dict[str, int] = field(default_factory=dict)
-    precision: str = "fp32"  # fp32 | tf32 | bf16 | fp16 | int8_weight_only | int8_dynamic | fp8 (backends.precision)
+    precision: Precision = "fp32"  # fp32 | tf32 | bf16 | fp16 | int8_weight_only | int8_dynamic | fp8
     weights: str = "fp32"  # the precision its weights run in: fp32, bf16/fp16 (a -weights candidate), int8/fp8
     # The accuracy budget (route.accuracy_budget): the worst value of its metric against fp32 eager over
     # the tuned sizes, and whether that is within its bound. A candidate outside it is timed, never routed.
@@ -79,7 +80,8 @@ class BackendOutcome:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "BackendOutcome":
         values = {f.name: data[f.name] for f in fields(cls) if f.name in data}
-        return cls(**{**values, "cost": CandidateCost.from_dict(values.get("cost") or {})})
+        typed = parse(values.get("precision", "fp32"), f"backend {values.get('name')!r}: precision")
+        return cls(**{**values, "cost": CandidateCost.from_dict(values.get("cost") or {}), "precision": typed})
 
 
 @dataclass

@@ -34,7 +34,7 @@ def body(path: Path) -> Dict[str, Any]:
 
 
 def schema_defaults(schema: type) -> Dict[str, Any]:
-    return OmegaConf.to_container(OmegaConf.structured(schema))
+    return OmegaConf.to_container(OmegaConf.structured(flags.loose(schema)))  # as Hydra composes it
 
 
 def options(group: str) -> List[Path]:
@@ -98,6 +98,23 @@ def test_a_candidates_settings_are_values_no_room_can_edit(kind: str) -> None:
         candidate.settings.precision = "bf16"  # type: ignore[misc]
     variant = dataclasses.replace(candidate, settings=dataclasses.replace(candidate.settings, precision="bf16"))
     assert (candidate.precision, variant.settings.precision) == ("fp32", "bf16")
+
+
+def test_a_candidates_options_and_grid_cannot_be_edited_either_and_leave_as_plain_data() -> None:
+    """Issue 55: a frozen dataclass whose options dict any room can still change is not frozen."""
+    given = {"kind": "graph", "compile_with_inductor": True, "options": {"max_autotune": False}, "grid": [1, 2, 8]}
+    candidate = Candidate.of("mine", given)
+    with pytest.raises(TypeError):
+        candidate.settings.options["max_autotune"] = True  # type: ignore[index]
+    with pytest.raises(AttributeError):
+        candidate.settings.grid.append(16)  # type: ignore[union-attr]
+    given["options"]["max_autotune"] = True  # the caller's dict is not the candidate's
+    assert candidate.settings.options == {"max_autotune": False} and candidate.settings.grid == (1, 2, 8)
+    stored = candidate.config()
+    assert type(stored["options"]) is dict and type(stored["grid"]) is list  # what a checkpoint and a worker get
+    assert Candidate.stored("mine", {"name": "mine", **stored}) == candidate  # and what comes back from them
+    stored["options"]["max_autotune"] = True
+    assert candidate.settings.options == {"max_autotune": False}
 
 
 def foreign_keys() -> List[Tuple[str, str, Any]]:

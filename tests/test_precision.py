@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import typing
 
 import pytest
 import torch
@@ -15,8 +16,11 @@ import torch
 from conftest import CONF, TINY
 from pipeline.measure.screening import screen_sizes
 from hydra import compose, initialize_config_dir
-from pipeline.backends import precision
+from pipeline.backends import precision, quantize
+from pipeline.backends.candidate import AUTOCAST, Candidate
+from pipeline.config import precisions
 from pipeline.config.backend_schema import EagerSettings
+from pipeline.record.recorder import earlier_results
 from pipeline.preflight.checks import check_config
 from pipeline.errors import ConfigError
 from pipeline.measure import accuracy
@@ -165,6 +169,43 @@ def test_cast_weights_are_offered_only_where_pytorch_runs_the_model():
     assert cast.casts_weights and cast.weights == "fp16" and cast.compute_dtype is torch.float16
 
 
+def test_precision_is_one_type_and_parse_is_the_one_way_in():
+    """Issue 55: the precisions are one Literal, and an untyped value becomes one through parse alone."""
+    assert precisions.PRECISIONS == typing.get_args(precisions.Precision)
+    assert tuple(quantize.RECIPES) == typing.get_args(precisions.Quantized)
+    assert set(AUTOCAST) == set(typing.get_args(precisions.Reduced))
+
+    class Named(str):
+        pass
+
+    typed = precisions.parse(Named("bf16"), "precision")
+    assert typed == "bf16" and type(typed) is str  # a plain string: what a weights-only checkpoint load unpickles
+    for bad in ("int4", 16, None, "bf16 " * 40):
+        with pytest.raises(ConfigError, match=r"^where=.* is unknown; use one of \['fp32', 'tf32', .*'fp8'\]$"):
+            precisions.parse(bad, "where")
+
+
+def test_a_backend_of_an_unknown_precision_is_refused_where_it_becomes_a_candidate():
+    """Its settings never hold a precision that is not one, from a config or a stored backend alike."""
+    with pytest.raises(ConfigError, match=r"^backend 'mine': precision='int4' is unknown; use one of \["):
+        Candidate.of("mine", {"kind": "eager", "precision": "int4"})
+    with pytest.raises(ConfigError, match=r"^backend 'mine': precision='int4' is unknown"):
+        Candidate.stored("mine", {"name": "mine", "kind": "inductor", "precision": "int4"})
+
+
+def test_a_resumed_capture_of_an_unknown_precision_is_refused_in_one_line(tmp_path):
+    def capture(at: str) -> None:
+        outcome = {"name": "eager", "kind": "eager", "precision": at}
+        (tmp_path / "capture.json").write_text(json.dumps({"eager": outcome}))
+
+    capture("int4")
+    with pytest.raises(ConfigError, match=r"capture.json is not what a run writes \(backend 'eager': "
+                                          r"precision='int4' is unknown; use one of .*\); restore it"):
+        earlier_results(tmp_path)
+    capture("bf16")
+    assert earlier_results(tmp_path).outcomes["eager"].precision == "bf16"
+
+
 @pytest.mark.parametrize("edit, match", [
     (lambda b: b.update(precision="int4"), "precision='int4' is unknown"),
     (lambda b: b.update(precision=16), "precision"),
@@ -194,7 +235,7 @@ def test_a_format_2_checkpoint_still_loads_as_fp32(compose_cfg, tmp_path):
 
 
 @pytest.mark.parametrize("overrides, match", [
-    (["precision=[fp32,int8]"], "precision 'int8' is unknown"),
+    (["precision=[fp32,int8]"], "precision='int8' is unknown"),
     (["precision=[fp32,bf16,fp32]"], "lists fp32 more than once"),
     (["precision=[]"], "names no precision"),
     (["precision=[fp32,bf16]", "backends.eager.autocast_enabled=true"], "sets autocast_enabled=True itself"),

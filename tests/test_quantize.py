@@ -256,7 +256,7 @@ def test_a_recipe_quantizes_only_a_copy():
 
 
 @pytest.mark.parametrize("overrides, match", [
-    (["precision=[fp32,int4_weight_only]"], r"precision 'int4_weight_only' is unknown; use some of .*'fp8'"),
+    (["precision=[fp32,int4_weight_only]"], r"precision='int4_weight_only' is unknown; use one of .*'fp8'"),
     (["precision=[fp32,fp8,fp8]"], "lists fp8 more than once"),
     (["precision=[fp32,fp8]", "backends.eager.precision=int8_dynamic"], "sets precision=int8_dynamic itself"),
 ])

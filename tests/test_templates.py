@@ -18,7 +18,7 @@ from pipeline.config import templates
 from pipeline.measure.compare import tolerance
 from pipeline.preflight.checks import check_config
 from pipeline.runner import run
-from pipeline.config.backend_schema import InductorSettings
+from pipeline.config.backend_schema import LOOSE_KINDS
 from pipeline.backends.candidate import Candidate
 
 SHIPPED_TEMPLATES = {
@@ -172,7 +172,7 @@ def cpu_run(tmp_path_factory):
             "route=one_backend", "route.backend=inductor_freezing",
             "profile.screen=false"])  # every backend stays built: the tests call each one
     with open_dict(cfg.backends):  # autocast rides on any backend; here a template backend in bf16
-        cfg.backends.inductor_triton_bf16 = OmegaConf.merge(OmegaConf.structured(InductorSettings), {
+        cfg.backends.inductor_triton_bf16 = OmegaConf.merge(OmegaConf.structured(LOOSE_KINDS["inductor"]), {
             "template": "triton", "autocast_enabled": True, "autocast_dtype": "bfloat16"})
     before = torch._inductor.config.get_config_copy()
     portable = torch._inductor.config.save_config_portable()

@@ -5,7 +5,8 @@ A backend config becomes one when it is held to its kind's schema (:meth:`Candid
 ``pipeline.config.backend_schema``): its settings are then that kind's dataclass, every key present. Each entry
 of the ``precision`` list makes candidates of every backend (``pipeline.backends.precision.candidates``), once
 per run; the run context holds the map, ``backends.create`` builds a backend of one, and the checkpoint stores
-:meth:`Candidate.config`. What every room used to derive again from a plain dict (its precision, its weights,
+:meth:`Candidate.config`, which becomes a candidate again at one place, :meth:`Candidate.stored` (a checkpoint's
+backends, a compile worker's jobs). What every room used to derive again from a plain dict (its precision, its weights,
 whether it compiles, why a device cannot run it) is a property here.
 
 Settings are values: a candidate is never changed, a variant is a new one (``dataclasses.replace``).
@@ -13,7 +14,7 @@ Settings are values: a candidate is never changed, a variant is a new one (``dat
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional
 
 import torch
@@ -21,9 +22,10 @@ import torch
 from pipeline.backends import quantize
 from pipeline.config import backend_schema
 from pipeline.config.backend_schema import BackendSettings, InductorSettings, TorchSettings
+from pipeline.config.precisions import Precision
 from pipeline.models import dtype_of
 
-AUTOCAST = {"bf16": "bfloat16", "fp16": "float16"}  # precision -> autocast dtype name
+AUTOCAST: Dict[Precision, str] = {"bf16": "bfloat16", "fp16": "float16"}  # precision -> autocast dtype name
 
 
 @dataclass(frozen=True)
@@ -41,9 +43,15 @@ class Candidate:
         the rules between its settings are ``rules.check``'s, asked where a backend is built."""
         return cls(name, backend_schema.settings(name, cfg))
 
+    @classmethod
+    def stored(cls, name: str, cfg: Mapping[str, Any]) -> "Candidate":
+        """A stored backend (:meth:`config`, or ``Backend.describe``: its name beside its settings) as its candidate,
+        held to its kind's schema; settings added to a kind since it was written take their defaults."""
+        return cls.of(name, {k: v for k, v in cfg.items() if k != "name"})
+
     def config(self) -> Dict[str, Any]:
-        """The settings as plain data: what the checkpoint and the run's fingerprint store."""
-        return asdict(self.settings)
+        """The settings as plain data: what the checkpoint, the run's fingerprint and a compile worker get."""
+        return self.settings.plain()
 
     @property
     def kind(self) -> str:
@@ -56,7 +64,7 @@ class Candidate:
         return isinstance(self.settings, TorchSettings)
 
     @property
-    def precision(self) -> str:
+    def precision(self) -> Precision:
         """fp32, tf32, bf16, fp16 or a quantization recipe: its ``precision``, or the autocast it sets itself
         (older configs)."""
         own = self.settings.precision

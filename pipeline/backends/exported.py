@@ -30,6 +30,7 @@ from torch import nn
 from pipeline.backends.base import Backend
 from pipeline.backends.candidate import Candidate
 from pipeline.batching import BatchDims
+from pipeline.config.precisions import Precision
 
 
 class FlatModel(nn.Module):
@@ -88,7 +89,7 @@ class ExportedBackend(Backend):
     # (a load of a saved model never pays their import)
     export_packages: ClassVar[Tuple[str, ...]] = ()
     extra: ClassVar[str] = ""
-    precisions: ClassVar[Tuple[str, ...]] = ("fp32",)  # the entries of the precision list the runtime can run
+    precisions: ClassVar[Tuple[Precision, ...]] = ("fp32",)  # the entries of the precision list the runtime can run
 
     def __init__(self, candidate: Candidate) -> None:
         super().__init__(candidate)

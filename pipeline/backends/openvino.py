@@ -18,10 +18,11 @@ from typing import Any, Dict, Iterator, List
 import torch
 
 from pipeline.backends.exported import ExportedBackend, dynamic_dims
+from pipeline.config.precisions import Precision
 
 PERFORMANCE_HINTS = ("LATENCY", "THROUGHPUT")
 # A candidate's precision -> OpenVINO's INFERENCE_PRECISION_HINT (tf32 has no CPU counterpart: skipped).
-HINTS = {"fp32": "f32", "bf16": "bf16", "fp16": "f16"}
+HINTS: Dict[Precision, str] = {"fp32": "f32", "bf16": "bf16", "fp16": "f16"}
 
 
 class SignalStack(ctypes.Structure):

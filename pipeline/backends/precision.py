@@ -32,16 +32,15 @@ from torch.utils._pytree import tree_map_only
 
 from pipeline.backends import quantize
 from pipeline.backends.candidate import AUTOCAST, Candidate
-from pipeline.config import limits
+from pipeline.config.precisions import Precision, Quantized
 from pipeline.errors import ConfigError
 
-PRECISIONS = ("fp32", "tf32", "bf16", "fp16", *quantize.RECIPES)
 SEPARATOR = "."
 CAST_SUFFIX = "-weights"  # the candidate whose weights are cast to its precision's dtype
 PER_LENGTH = ".per_length"  # the candidate compiled once per tuned length
 
 
-def candidate_name(backend: str, precision: str, cast_weights: bool = False) -> str:
+def candidate_name(backend: str, precision: Precision, cast_weights: bool = False) -> str:
     if precision == "fp32":
         return backend
     return f"{backend}{SEPARATOR}{precision}{CAST_SUFFIX if cast_weights else ''}"
@@ -62,12 +61,7 @@ def name_problem(candidate: Candidate) -> Optional[str]:
     return None
 
 
-def precisions_problem(precisions: Sequence[Any]) -> Optional[str]:
-    """Unknown or repeated precisions in the top-level ``precision`` list, or None."""
-    return limits.choices_problem("precision", precisions, PRECISIONS, "precision", "'precision=[fp32,bf16]'")
-
-
-def candidates(backends: Mapping[str, Mapping[str, Any]], precisions: Sequence[str],
+def candidates(backends: Mapping[str, Mapping[str, Any]], precisions: Sequence[Precision],
                lengths: bool = False, references: Optional[Mapping[str, str]] = None) -> Dict[str, Candidate]:
     """Candidate name -> candidate, precision by precision (in the order given), backend by backend; at bf16 and
     fp16 the autocast candidates, then those with cast weights; with tuned ``lengths``, an Inductor backend's two
@@ -104,7 +98,7 @@ def candidates(backends: Mapping[str, Mapping[str, Any]], precisions: Sequence[s
     return out
 
 
-def conflict(candidate: Candidate, precisions: Sequence[str]) -> Optional[str]:
+def conflict(candidate: Candidate, precisions: Sequence[Precision]) -> Optional[str]:
     """Why the backend ``candidate`` cannot compete across ``precisions``: it fixes its own numerics."""
     if list(precisions) == ["fp32"]:
         return None
@@ -118,7 +112,7 @@ def conflict(candidate: Candidate, precisions: Sequence[str]) -> Optional[str]:
     return None
 
 
-def device_problem(precision: str, device: torch.device) -> Optional[str]:
+def device_problem(precision: Precision, device: torch.device) -> Optional[str]:
     """Why ``device`` cannot run ``precision`` (bf16/fp16 autocast), or None. tf32 is never a problem
     here: off CUDA its candidates are skipped (:meth:`Candidate.unsupported_reason`)."""
     dtype_name = AUTOCAST.get(precision)
@@ -174,7 +168,7 @@ class ReducedPrecision(nn.Module):
     answers in one dtype whichever candidate serves a batch size. The user's model is never touched."""
 
     def __init__(self, model: nn.Module, dtype: torch.dtype, device_type: str, cast_weights: bool,
-                 channels_last: bool = False, recipe: Optional[str] = None, large_only: bool = False) -> None:
+                 channels_last: bool = False, recipe: Optional[Quantized] = None, large_only: bool = False) -> None:
         super().__init__()
         if recipe and not cast_weights:
             raise ValueError(f"recipe {recipe} quantizes a copy of the model: pass cast_weights=True")

@@ -23,8 +23,10 @@ from typing import Any, Callable, Dict, Optional
 import torch
 from torch import nn
 
-# recipe -> the precision its quantized weights are stored in (route.json's ``weights``)
-RECIPES: Dict[str, str] = {"int8_weight_only": "int8", "int8_dynamic": "int8", "fp8": "fp8"}
+from pipeline.config.precisions import Quantized
+
+# recipe -> the precision its quantized weights are stored in (route.json's ``weights``); one per Quantized
+RECIPES: Dict[Quantized, str] = {"int8_weight_only": "int8", "int8_dynamic": "int8", "fp8": "fp8"}
 BASE_DTYPE = "bfloat16"  # what everything but the quantized matmuls computes in
 EXTRA = "quant"
 FP8_CAPABILITY = (8, 9)  # float8 tensor-core matmuls: Ada, Hopper and later
@@ -41,7 +43,7 @@ def large_enough(module: nn.Module, fqn: str = "") -> bool:
             and module.out_features > MIN_OUT_FEATURES)
 
 
-def _configs() -> Dict[str, Callable[[], Any]]:
+def _configs() -> Dict[Quantized, Callable[[], Any]]:
     """recipe -> a new torchao config; imports torchao (ImportError without it)."""
     from torchao.quantization import (Float8DynamicActivationFloat8WeightConfig,
                                       Int8DynamicActivationInt8WeightConfig, Int8WeightOnlyConfig, PerRow)
@@ -51,7 +53,7 @@ def _configs() -> Dict[str, Callable[[], Any]]:
             "fp8": lambda: Float8DynamicActivationFloat8WeightConfig(granularity=PerRow(), set_inductor_config=False)}
 
 
-def unsupported_reason(recipe: str, device: torch.device) -> Optional[str]:
+def unsupported_reason(recipe: Quantized, device: torch.device) -> Optional[str]:
     """Why ``recipe`` cannot run on ``device``: torchao missing, no float8 matmuls, no bf16; None if it can."""
     try:
         _configs()
@@ -71,7 +73,7 @@ def unsupported_reason(recipe: str, device: torch.device) -> Optional[str]:
     return None
 
 
-def quantize(model: nn.Module, recipe: str, large_only: bool = False) -> int:
+def quantize(model: nn.Module, recipe: Quantized, large_only: bool = False) -> int:
     """Quantize ``model`` (a copy: in place) by ``recipe``, its large Linears alone where ``large_only``
     (:func:`large_enough`); returns how many layers torchao quantized."""
     from torchao.quantization import quantize_
@@ -81,7 +83,7 @@ def quantize(model: nn.Module, recipe: str, large_only: bool = False) -> int:
     return sum(isinstance(getattr(m, "weight", None), TorchAOBaseTensor) for m in model.modules())
 
 
-def nothing_quantized(recipe: str, model: nn.Module, large_only: bool = False) -> str:
+def nothing_quantized(recipe: Quantized, model: nn.Module, large_only: bool = False) -> str:
     """The reason a candidate whose model has no layer ``recipe`` quantizes is skipped."""
     linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
     if large_only and linears:

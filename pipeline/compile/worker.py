@@ -106,7 +106,7 @@ def compile_one(state: Dict[str, Any], name: str, settings: Dict[str, Any]) -> D
     from pipeline.compile.build import build_and_warm
     from pipeline.compile.cost import BuildCost, Stopwatch
 
-    watch, counted, spec, candidate = Stopwatch(), BuildCost(), state["spec"], Candidate.of(name, settings)
+    watch, counted, spec, candidate = Stopwatch(), BuildCost(), state["spec"], Candidate.stored(name, settings)
     backend, built = backends.create(candidate), []
     unfit = standalone.standalone_unfit(backend, bool(spec.dims.seq)) if state["standalone"] else "off"
     if not unfit:

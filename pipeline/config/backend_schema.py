@@ -7,18 +7,25 @@ only says ``kind: ...`` (a user's own, written before the schemas existed) compo
 held to the same schema by :func:`settings` in the early checks, as is every checkpoint's backend.
 
 A new kind is a dataclass here, in :data:`KINDS`, beside its class in ``pipeline.backends``. Each is frozen: a
-candidate's settings are values, and a variant is a new one (``dataclasses.replace``), never an edit.
+candidate's settings are values, and a variant is a new one (``dataclasses.replace``), never an edit. Their
+containers are frozen too (``options`` a read-only mapping, ``grid`` a tuple), made so at construction;
+:meth:`BackendSettings.plain` gives them back as plain dicts and lists, what checkpoints and workers are sent.
+Hydra and OmegaConf type a :data:`~pipeline.config.precisions.Precision` as a string and a mapping as a dict
+(``flags.loose``); :func:`settings` turns the precision into one (``precisions.parse``).
 """
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field, fields
-from typing import Any, Dict, List, Mapping, Optional, Type
+from types import MappingProxyType
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Type
 
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from pipeline.config import flags
+from pipeline.config import flags, precisions
+from pipeline.config.precisions import Precision
 from pipeline.errors import ConfigError
 
 
@@ -30,7 +37,20 @@ class BackendSettings:
     description: str = ""
     # fp32 | tf32 | bf16 | fp16 | int8_weight_only | int8_dynamic | fp8: set for each candidate by the top-level
     # precision list (pipeline.backends.precision); a kind that cannot run one is skipped at it, with the reason.
-    precision: str = "fp32"
+    precision: Precision = "fp32"
+
+    def plain(self) -> Dict[str, Any]:
+        """The settings as plain data (dicts and lists, copies): what the checkpoint, the run's fingerprint and a
+        compile worker get."""
+        out: Dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, Mapping):
+                value = dict(value)
+            elif isinstance(value, tuple):
+                value = list(value)
+            out[f.name] = copy.deepcopy(value)
+        return out
 
 
 @dataclass(frozen=True)
@@ -72,7 +92,7 @@ class InductorSettings(TorchSettings):
     # null competes both (inductor: <name> and <name>.per_length; a graph backend takes false).
     per_length: Optional[bool] = None
     mode: Optional[str] = None
-    options: Dict[str, Any] = field(default_factory=dict)  # empty = not set
+    options: Mapping[str, Any] = field(default_factory=dict)  # empty = not set; read-only, a copy of what was given
     template: Optional[str] = None
     # false hands out CUDA graphs' static outputs without a copy: the next call overwrites them.
     clone_outputs: bool = True
@@ -80,6 +100,9 @@ class InductorSettings(TorchSettings):
     # encoder blocks, bottlenecks) are traced and compiled once and reused, for far less compile time and maybe a
     # slower program; skipped, with the reason, for a model that repeats no block.
     regional: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "options", MappingProxyType(copy.deepcopy(dict(self.options))))
 
 
 @dataclass(frozen=True)
@@ -95,11 +118,16 @@ class GraphSettings(InductorSettings):
     # batches past the largest recorded graph replay in chunks of it.
     max_recorded_batch_size: int = 256
     # The recorded sizes besides the tuned ones; null = 1, 2, 4 and every multiple of 8 up to the cap.
-    grid: Optional[List[int]] = None
+    grid: Optional[Tuple[int, ...]] = None
     # Caps over the (batch grid x tuned lengths) graphs of one backend: how many it records, and the MB its pool
     # may take (null: no cap); past either the backend fails with the figures.
     max_graphs: int = 512
     max_pool_mb: Optional[float] = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.grid is not None:
+            object.__setattr__(self, "grid", tuple(self.grid))
 
 
 @dataclass(frozen=True)
@@ -166,10 +194,10 @@ def settings(name: str, cfg: Mapping[str, Any]) -> BackendSettings:
     if problem:
         raise ConfigError(f"backend {name!r} (kind {kind}) {problem}")
     try:
-        typed = OmegaConf.merge(OmegaConf.structured(KINDS[kind]), body)
+        typed = OmegaConf.to_container(OmegaConf.merge(OmegaConf.structured(LOOSE_KINDS[kind]), body))
     except OmegaConfBaseException as exc:
         raise ConfigError(f"backend {name!r} (kind {kind}) {exc.full_key}: {str(exc).splitlines()[0]}") from None
-    return OmegaConf.to_object(typed)
+    return KINDS[kind](**{**typed, "precision": precisions.parse(typed["precision"], f"backend {name!r}: precision")})
 
 
 def register(store: Any) -> None:

@@ -4,11 +4,13 @@ OmegaConf reads the strings "yes", "on", "1" (and the integer 1) into a ``bool``
 ``cast_weights: "yes"`` or ``compile_cache.shared=on`` would pass composition as a decision nobody wrote in
 those words. Hydra therefore composes from :func:`loose` copies of the schemas, whose boolean fields take
 any value, and :func:`problem` (the early checks, and every backend's settings, checkpoints included)
-refuses anything but a real boolean there, in one line naming the key.
+refuses anything but a real boolean there, in one line naming the key. The same copies hold two types OmegaConf
+cannot (:func:`composable`): a ``Literal`` (a precision) as the type of its values, a read-only ``Mapping`` as a dict.
 """
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import functools
 import sys
@@ -16,6 +18,17 @@ import typing
 from typing import Any, Mapping, Optional
 
 FLAG_TYPES = (bool, Optional[bool])
+
+
+def composable(tp: Any) -> Any:
+    """``tp`` as OmegaConf can type a field: a ``Literal`` as the type of its values (checked where the value is
+    parsed, e.g. ``precisions.parse``), a ``Mapping`` as a ``Dict`` of the same keys and values; others as they are."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is typing.Literal:
+        return type(args[0])
+    if origin is collections.abc.Mapping:
+        return typing.Dict[args]
+    return tp
 
 
 def _nested(tp: Any) -> Optional[type]:
@@ -27,7 +40,8 @@ def _nested(tp: Any) -> Optional[type]:
 
 @functools.lru_cache(maxsize=None)
 def loose(schema: type) -> type:
-    """``schema`` (a dataclass) with every boolean field typed ``Any``, nested dataclasses likewise, defaults kept:
+    """``schema`` (a dataclass) with every boolean field typed ``Any`` and every other as OmegaConf can type it
+    (:func:`composable`), nested dataclasses likewise, defaults kept:
     ``Loose<Name>`` in the schema's module, which must build it when imported (so a process that unpickles it
     finds it there)."""
     hints = typing.get_type_hints(schema)
@@ -36,6 +50,7 @@ def loose(schema: type) -> type:
         tp, nested = hints[f.name], _nested(hints[f.name])
         if tp in FLAG_TYPES:
             tp = Any
+        tp = composable(tp)
         if nested is not None:
             tp = loose(nested) if tp is nested else Optional[loose(nested)]
         kwargs: dict = {}

@@ -29,6 +29,7 @@ from pipeline.record import store
 from pipeline.config.errors import unknown_key
 from pipeline.errors import ConfigError
 from pipeline.config.paths import writable_problem
+from pipeline.config.precisions import parse_list
 from pipeline.config.schema import STAGE_NAMES, Config
 from pipeline.measure.measurement import Settings
 
@@ -92,7 +93,7 @@ def candidates_of(cfg: DictConfig, device: Optional[torch.device] = None) -> Dic
         modes = cfg.get("reference_modes")
         backends, plays = reference.with_reference(own, (device or devices.resolve(cfg.device)).type,
                                                    None if modes is None else [str(m) for m in modes])
-    made = precision.candidates(backends, [str(p) for p in cfg.precision], bool(cfg.model.get("seq_lens")), plays)
+    made = precision.candidates(backends, parse_list(cfg.precision), bool(cfg.model.get("seq_lens")), plays)
     return reference.one_form_each(made, plays, set(backends) - set(own))
 
 
@@ -117,7 +118,7 @@ def check_route(cfg: DictConfig, candidates: Dict[str, Candidate]) -> None:
 def check_precision(cfg: DictConfig, backends: List[Candidate], candidates: Dict[str, Candidate],
                     device: torch.device) -> None:
     """The precision list: known names once each, no backend fixing its own, each runnable on the device."""
-    precisions = list(cfg.precision)
+    precisions = parse_list(cfg.precision)
     problem = next(filter(None, (precision.conflict(backend, precisions) for backend in backends)), None)
     problem = problem or next(filter(None, (precision.device_problem(p, device) for p in precisions)), None)
     reasons = [c.unsupported_reason(device) for c in candidates.values()]  # in precision order
@@ -214,9 +215,7 @@ def check_config(cfg: DictConfig, run_dir: Optional[Path] = None) -> Dict[str, C
         if problem:
             raise ConfigError(f"model.inputs: {problem}")
         check_lengths(cfg)
-        problem = precision.precisions_problem(list(cfg.precision))
-        if problem:
-            raise ConfigError(problem)
+        parse_list(cfg.precision)  # known names, each once (candidates_of and check_precision type them)
         problem = limits.threads_problem(cfg.threads, "threads")
         if problem:
             raise ConfigError(f"{problem}; e.g. threads=2")

@@ -87,7 +87,7 @@ def earlier_results(run_dir: Path) -> Earlier:
     if capture.is_file():
         try:
             earlier.outcomes = {n: BackendOutcome.from_dict(o) for n, o in read_json(capture, run_dir).items()}
-        except (AttributeError, TypeError) as exc:
+        except (AttributeError, TypeError, ConfigError) as exc:
             raise ConfigError(f"resume={run_dir}: capture.json is not what a run writes ({exc}); restore it, or start "
                               f"a new run without resume=") from None
     cells = run_dir / "cells.jsonl"

@@ -41,7 +41,7 @@ from torch import nn
 
 from pipeline import backends as backend_registry
 from pipeline import devices, disks
-from pipeline.backends import Backend
+from pipeline.backends import Backend, Candidate
 from pipeline.batching import BatchDims
 from pipeline.compile import aot
 from pipeline.compile import artifacts as compiled
@@ -457,7 +457,7 @@ def rebuilt(payload: Mapping[str, Any], own: nn.Module, dev: torch.device, path:
     servable = range(1, int(payload["max_batch_size"]) + 1)
     built = {}
     for name in dict.fromkeys(r.backend for r in route):
-        candidate = payload_check.stored_candidate(name, payload["backends"][name])
+        candidate = Candidate.stored(name, payload["backends"][name])
         owned, owned_tuned, lengths = owned_by(route, name, servable, tuned, seq)
         dims = BatchDims.of(inputs, output_dims, seq.with_lengths(lengths) if seq else None)
         record = payload.get("compiled") or {}

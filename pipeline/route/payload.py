@@ -171,17 +171,11 @@ def table_problem(route: List[Any], backends: Mapping[str, Any], seq: Mapping[st
             return f"lengths {lo}..{hi}: {problem}"
         if any(n not in lengths for n in range(lo, hi + 1)):
             unable = [r["backend"] for r in ranges if r["backend"] not in seq["padded"] and not
-                      backends_registry.create(stored_candidate(r["backend"], backends[r["backend"]])).any_length]
+                      backends_registry.create(Candidate.stored(r["backend"], backends[r["backend"]])).any_length]
             if unable:
                 return (f"lengths {lo}..{hi} hold untuned lengths, and backend {unable[0]!r} neither pads (seq.padded) "
                         f"nor runs any length")
     return None
-
-
-def stored_candidate(name: str, cfg: Mapping[str, Any]) -> Candidate:
-    """A stored backend (``Backend.describe``: its name beside its settings) as its candidate, held to its kind's
-    schema; settings added to a kind since the file was written take their defaults."""
-    return Candidate.of(name, {k: v for k, v in cfg.items() if k != "name"})
 
 
 def backend_problem(name: str, cfg: Any) -> Optional[str]:
@@ -191,7 +185,7 @@ def backend_problem(name: str, cfg: Any) -> Optional[str]:
     if cfg.get("template"):
         return f"backend {name!r} names template {cfg['template']!r}; a checkpoint holds a template's resolved options"
     try:
-        candidate = stored_candidate(name, cfg)
+        candidate = Candidate.stored(name, cfg)
         rules.check(candidate)
     except ValueError as exc:
         return str(exc)
@@ -202,7 +196,7 @@ def device_problem(payload: Mapping[str, Any], device: torch.device) -> Optional
     """Why a routed backend cannot run on ``device`` (a precision it lacks, a missing package), or None:
     asked of each backend before anything is built."""
     for name in dict.fromkeys(r["backend"] for r in payload["route"]):
-        backend = backends_registry.create(stored_candidate(name, payload["backends"][name]))
+        backend = backends_registry.create(Candidate.stored(name, payload["backends"][name]))
         reason = backend.unsupported_reason(device) or precision.device_problem(backend.candidate.precision, device)
         if reason:
             return f"backend {name!r} cannot run on {device.type}: {reason}"
