@@ -8,8 +8,8 @@ ResNet-50's route, 8.1 s for a 3-layer MLP's, in bench/results/load-h200.json).
 
 With ``compile_cache.standalone``, capture uses the same form: a compile worker builds each candidate's program so
 (:func:`compiled_here`), the run loads it with no trace (:func:`adopt`; where that program fails there or answers
-outside the accuracy budget, capture traces the candidate instead), the profile times it, and the save keeps it where it is the device's form (CUDA; a
-CPU checkpoint saves the AOTInductor package, which loads sooner).
+outside the accuracy budget, capture traces the candidate instead), the profile times it, and the save keeps it
+where it is the device's form (CUDA; a CPU checkpoint saves the AOTInductor package, which loads sooner).
 """
 
 from __future__ import annotations
