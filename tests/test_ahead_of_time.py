@@ -571,6 +571,16 @@ def test_a_workers_standalone_program_runs_untraced_in_capture_and_a_cpu_checkpo
         served_untraced(ctx, "inductor")
 
 
+def captured_loading_with(loader, tmp_path: Path, monkeypatch, *overrides: str):
+    """Capture of the tiny MLP with one worker building standalone programs, which this process loads with
+    ``loader`` (in this process only: the worker builds as ever)."""
+    monkeypatch.setattr(aot.STANDALONE, "loader", loader)
+    with tweakpipe_home(tmp_path / "home"):
+        return run(compose_config([*TINY, "backends=[eager,inductor]", "stages=[capture]", "compile_cache.workers=1",
+                                   "compile_cache.standalone=true", f"compile_cache.dir={tmp_path / 'cache'}",
+                                   "reference=false", *overrides]), tmp_path / "run")
+
+
 def test_a_workers_standalone_program_that_fails_in_the_run_is_traced_there_instead(tmp_path, caplog, monkeypatch):
     """A program a worker built may still fail in the run's process (a file cut short, a loader that refuses it):
     the candidate is then traced as without the option, with a warning naming why, never failed for it."""
@@ -582,11 +592,7 @@ def test_a_workers_standalone_program_that_fails_in_the_run_is_traced_there_inst
         return load
 
     caplog.set_level(logging.INFO)
-    monkeypatch.setattr(aot.STANDALONE, "loader", refused)  # in this process only: the worker builds as ever
-    with tweakpipe_home(tmp_path / "home"):
-        ctx = run(compose_config([*TINY, "backends=[eager,inductor]", "stages=[capture]", "compile_cache.workers=1",
-                                  "compile_cache.standalone=true", f"compile_cache.dir={tmp_path / 'cache'}",
-                                  "reference=false"]), tmp_path / "run")
+    ctx = captured_loading_with(refused, tmp_path, monkeypatch)
     said = [r.getMessage() for r in caplog.records
             if "standalone program from its worker failed here" in r.getMessage()]
     assert len(said) == 1 and "the program's file was cut short" in said[0] and "traced instead" in said[0], said
@@ -616,11 +622,7 @@ def test_a_workers_standalone_program_that_answers_off_in_the_run_is_traced_ther
         return program
 
     caplog.set_level(logging.INFO)
-    monkeypatch.setattr(aot.STANDALONE, "loader", answers_off)  # in this process only: the worker builds as ever
-    with tweakpipe_home(tmp_path / "home"):
-        ctx = run(compose_config([*TINY, "backends=[eager,inductor]", "stages=[capture]", "compile_cache.workers=1",
-                                  "compile_cache.standalone=true", f"compile_cache.dir={tmp_path / 'cache'}",
-                                  "reference=false", "precision=[bf16]"]), tmp_path / "run")
+    ctx = captured_loading_with(answers_off, tmp_path, monkeypatch, "precision=[bf16]")
     said = [r.getMessage() for r in caplog.records if "standalone program from its worker answered" in r.getMessage()]
     assert len(said) == 2 and all("outside the accuracy budget" in m and "traced instead" in m for m in said), said
     for name in ("inductor.bf16", "inductor.bf16-weights"):
