@@ -19,7 +19,7 @@ import torch
 from mlflow.tracking import MlflowClient
 
 import pipeline
-from conftest import ROOT
+from conftest import ROOT, SUITE_CACHE
 from mlflow_helpers import run_with_note
 from pipeline.record.store import StoreGuard, open_experiment, repair_moved_artifacts
 from pipeline.record.tracker import MlflowTracker
@@ -61,8 +61,8 @@ def test_sigkill_keeps_the_measured_cells_the_next_run_marks_it_killed_and_resum
     run_dir = tmp_path / "run"
     common = [f"tracking.uri={uri}"]
     # Two sizes: the kill lands in the second, which the resumed run measures (each size more costs it 4 s of cells).
-    proc = cli("model=tiny_mlp", "backends=[eager,inductor]", "model.batch_sizes=[1,2]", *SLOW_PROFILE,
-               *common, "reference=false", f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    proc = cli("model=tiny_mlp", "backends=[eager,inductor]", "model.batch_sizes=[1,2]", *SLOW_PROFILE, *common,
+               "reference=false", f"compile_cache.dir={SUITE_CACHE}", f"hydra.run.dir={run_dir}", cwd=tmp_path)
     wait_for_rows(run_dir / "profile.csv", 2, proc)  # the first batch size: both backends measured
     proc.send_signal(signal.SIGKILL)
     proc.wait()
