@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import List
 
 
-from conftest import ROOT, TINY
+from conftest import ROOT, SUITE_CACHE, TINY
 from models_for_tests import compile_workers_of as workers_of
 from mlflow_helpers import clean_env
 from pipeline.compile import ahead as compile_ahead
@@ -115,7 +115,7 @@ def test_a_model_defined_in_the_script_compiles_in_the_run_with_the_reason_in_on
 def test_a_candidate_out_of_memory_beside_busy_workers_is_built_again_once_they_stop(tmp_path, caplog):
     """Device memory a worker holds is not the candidate's fault: it is built again after the workers, not failed."""
     with caplog.at_level("INFO", logger="stages.capture"):
-        ctx = run(compose_config([*WORKERS, f"compile_cache.dir={tmp_path / 'cache'}", "~model.build.depth",
+        ctx = run(compose_config([*WORKERS, f"compile_cache.dir={SUITE_CACHE}", "~model.build.depth",
                                   "model.build._target_=models_for_tests.CrowdedByWorkers"]), tmp_path / "run")
     said = [r.getMessage() for r in caplog.records if "ran out of device memory" in r.getMessage()]
     assert len(said) == 1 and said[0].startswith("capture: eager ran out") and "built again" in said[0], said
@@ -164,7 +164,7 @@ def test_a_stopped_worker_is_named_and_bypassed_and_capture_compiles_its_candida
     threading.Thread(target=stop_the_worker, daemon=True).start()
     start = time.monotonic()
     with caplog.at_level("WARNING", logger="pipeline.compile.ahead"):
-        ctx = run(compose_config([*WORKERS, f"compile_cache.dir={tmp_path / 'cache'}"]), tmp_path / "run")
+        ctx = run(compose_config([*WORKERS, f"compile_cache.dir={SUITE_CACHE}"]), tmp_path / "run")
     assert time.monotonic() - start < 120
     warned = [r.getMessage() for r in caplog.records if "did not finish" in r.getMessage()]
     assert len(warned) == 1 and "made no progress for 15 s" in warned[0] and "capture compiles it" in warned[0]
