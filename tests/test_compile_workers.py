@@ -198,7 +198,7 @@ def test_a_run_killed_outright_leaves_no_worker_behind(tmp_path):
         time.sleep(0.2)
 
 
-def ahead_of(tmp_path: Path, names: List[str], workers: int):
+def ahead_of(names: List[str], workers: int):
     """Real compile workers started for ``names`` (inductor at a precision each) on a tiny MLP, on the CPU."""
     import torch
     from omegaconf import OmegaConf
@@ -212,23 +212,23 @@ def ahead_of(tmp_path: Path, names: List[str], workers: int):
     cells = {bs: {"x": torch.randn(bs, 16)} for bs in (1, 4)}
     dims = output_batch_dims(model, lambda bs: {"x": torch.randn(bs, 16)})
     spec = BuildSpec(model, cells[4], device, range(1, 5), [1, 4], BatchDims(inputs={"x": 0}, outputs=dims))
-    cache = compose_config([*TINY, f"compile_cache.dir={tmp_path / 'cache'}"]).compile_cache
+    cache = compose_config([*TINY, f"compile_cache.dir={SUITE_CACHE}"]).compile_cache
     candidates = {n: Candidate.of(n, {"kind": "inductor", **({"precision": "bf16"} if "bf16" in n else {})})
                   for n in names}
     return compile_ahead.started(candidates, spec, cells, 1, OmegaConf.to_container(cache, resolve=True), workers)
 
 
-def test_a_worker_whose_running_job_is_dropped_with_none_after_it_is_stopped(tmp_path, caplog):
+def test_a_worker_whose_running_job_is_dropped_with_none_after_it_is_stopped(caplog):
     """A dropped job that already runs takes cores the compiles still wanted: its worker stops, unless it has jobs
     queued behind it (then the job finishes and the worker goes on to them)."""
     caplog.set_level("INFO", logger="pipeline.compile.ahead")
-    with ahead_of(tmp_path, ["inductor.bf16", "inductor"], workers=1) as ahead:
+    with ahead_of(["inductor.bf16", "inductor"], workers=1) as ahead:
         [worker] = ahead.workers
         assert worker.running == "inductor.bf16" and [c.name for c in worker.queued] == ["inductor"]
         ahead.drop("inductor.bf16")  # running, with the fp32 job behind it: it goes on
         assert worker.process.poll() is None and ahead.working() and not worker.stopped
         assert ahead.wait("inductor") is not None  # and the job behind it is done as before
-    with ahead_of(tmp_path, ["inductor.bf16", "inductor"], workers=2) as ahead:
+    with ahead_of(["inductor.bf16", "inductor"], workers=2) as ahead:
         first, second = ahead.workers
         assert first.running == "inductor.bf16" and not first.queued and second.running == "inductor"
         ahead.drop("inductor.bf16")
