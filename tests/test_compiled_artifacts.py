@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import pipeline
-from conftest import ROOT, TINY, tweakpipe_home
+from conftest import ROOT, SUITE_CACHE, TINY, tweakpipe_home
 from mlflow_helpers import clean_env
 from pipeline.compile import cache as compile_cache
 from pipeline.api import compose_config
@@ -39,7 +39,7 @@ def tuned(tmp_path_factory):
     folder = tmp_path_factory.mktemp("artifacts")
     home = folder / "home"
     with tweakpipe_home(home):
-        ctx = run(compose_config([*ROUTE, f"compile_cache.dir={folder / 'cache'}"]), folder / "run")
+        ctx = run(compose_config([*ROUTE, f"compile_cache.dir={SUITE_CACHE}"]), folder / "run")
     return ctx, ctx.checkpoint_path, home
 
 
