@@ -19,6 +19,10 @@ ROOT = Path(__file__).resolve().parents[1]
 CONF = SHIPPED_CONF
 # Overrides for runs that must be quick on 2 CPU cores.
 TINY = ["model=tiny_mlp", "profile=quick", "tracking=off"]
+# The Inductor cache every run of the suite started from the checkout uses (compile_cache.dir's default, made 0700 by
+# the first run): a run in another folder that does not test the cache names it, so it loads the tiny programs the
+# suite compiled before instead of compiling them cold (seconds each on 2 cores). A test of the cache keeps its own.
+SUITE_CACHE = ROOT / "outputs" / "compile_cache"
 
 register_configs()
 

@@ -24,7 +24,7 @@ import pytest
 import torch
 
 import pipeline
-from conftest import ROOT, TINY, tmpfs, tweakpipe_home
+from conftest import ROOT, SUITE_CACHE, TINY, tmpfs, tweakpipe_home
 from mlflow_helpers import clean_env
 from pipeline.api import compose_config
 from pipeline.compile import aot
@@ -44,7 +44,7 @@ def tuned(tmp_path_factory):
     """A tuned Inductor route saved with its program ahead of time, signed with its own TWEAKPIPE_HOME's key."""
     folder = tmp_path_factory.mktemp("aot")
     with tweakpipe_home(folder / "home"):
-        ctx = run(compose_config([*ROUTE, f"compile_cache.dir={folder / 'cache'}"]), folder / "run")
+        ctx = run(compose_config([*ROUTE, f"compile_cache.dir={SUITE_CACHE}"]), folder / "run")
     return ctx, ctx.checkpoint_path, folder / "home"
 
 
@@ -223,7 +223,7 @@ def elementwise(tmp_path_factory):
         pipeline.tune(Scaled().eval(), torch.randn(4, 16), run_dir=folder / "run", overrides=[
             "device=cpu", "backends=[eager,inductor]", "route=one_backend", "route.backend=inductor", "profile=quick",
             "tracking=off", "reference=false", "model.batch_sizes=[1,4]", "stages=[capture,profile,route]",
-            "compile_cache.workers=0", f"compile_cache.dir={folder / 'cache'}"])
+            "compile_cache.workers=0", f"compile_cache.dir={SUITE_CACHE}"])
     return folder / "run" / "model.tweak", folder / "home"
 
 
@@ -491,7 +491,7 @@ def test_the_standalone_form_loads_with_no_trace_and_checks_its_arguments(tmp_pa
     and the batch size as its symbolic input, no Dynamo frame traced; a forged argument list refuses the checkpoint."""
     with pytest.MonkeyPatch.context() as patch, tweakpipe_home(tmp_path / "home"):
         patch.setattr(aot, "inductor_form", lambda device: aot.STANDALONE)
-        ctx = run(compose_config([*ROUTE, f"compile_cache.dir={tmp_path / 'cache'}"]), tmp_path / "run")
+        ctx = run(compose_config([*ROUTE, f"compile_cache.dir={SUITE_CACHE}"]), tmp_path / "run")
         report = ctx.routed.aot["inductor"]
         assert report["used"], report
         manifest = checkpoint.read(ctx.checkpoint_path)["compiled"]["aot"]["inductor"]

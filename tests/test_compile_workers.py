@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import List
 
 
-from conftest import ROOT, TINY
+from conftest import ROOT, SUITE_CACHE, TINY
 from models_for_tests import compile_workers_of as workers_of
 from mlflow_helpers import clean_env
 from pipeline.compile import ahead as compile_ahead
@@ -115,7 +115,7 @@ def test_a_model_defined_in_the_script_compiles_in_the_run_with_the_reason_in_on
 def test_a_candidate_out_of_memory_beside_busy_workers_is_built_again_once_they_stop(tmp_path, caplog):
     """Device memory a worker holds is not the candidate's fault: it is built again after the workers, not failed."""
     with caplog.at_level("INFO", logger="stages.capture"):
-        ctx = run(compose_config([*WORKERS, f"compile_cache.dir={tmp_path / 'cache'}", "~model.build.depth",
+        ctx = run(compose_config([*WORKERS, f"compile_cache.dir={SUITE_CACHE}", "~model.build.depth",
                                   "model.build._target_=models_for_tests.CrowdedByWorkers"]), tmp_path / "run")
     said = [r.getMessage() for r in caplog.records if "ran out of device memory" in r.getMessage()]
     assert len(said) == 1 and said[0].startswith("capture: eager ran out") and "built again" in said[0], said
@@ -151,7 +151,7 @@ def test_a_worker_waiting_on_one_short_process_after_another_is_making_progress(
 
 def test_a_stopped_worker_is_named_and_bypassed_and_capture_compiles_its_candidate(tmp_path, caplog, monkeypatch):
     assert compile_ahead.STALL_S <= 90  # the bound a user gets: a stopped worker costs at most this much
-    monkeypatch.setattr(compile_ahead, "STALL_S", 15.0)  # the same rule, sooner, so the test is short
+    monkeypatch.setattr(compile_ahead, "STALL_S", 6.0)  # the same rule, sooner (3 polls), so the test is short
 
     def stop_the_worker() -> None:
         deadline = time.monotonic() + 120
@@ -164,10 +164,10 @@ def test_a_stopped_worker_is_named_and_bypassed_and_capture_compiles_its_candida
     threading.Thread(target=stop_the_worker, daemon=True).start()
     start = time.monotonic()
     with caplog.at_level("WARNING", logger="pipeline.compile.ahead"):
-        ctx = run(compose_config([*WORKERS, f"compile_cache.dir={tmp_path / 'cache'}"]), tmp_path / "run")
+        ctx = run(compose_config([*WORKERS, f"compile_cache.dir={SUITE_CACHE}"]), tmp_path / "run")
     assert time.monotonic() - start < 120
     warned = [r.getMessage() for r in caplog.records if "did not finish" in r.getMessage()]
-    assert len(warned) == 1 and "made no progress for 15 s" in warned[0] and "capture compiles it" in warned[0]
+    assert len(warned) == 1 and "made no progress for 6 s" in warned[0] and "capture compiles it" in warned[0]
     assert ctx.outcomes["inductor"].status == "ok" and ctx.outcomes["inductor"].cost.ahead_s == 0
     assert not workers_of(os.getpid())  # stopped, not left behind
 
@@ -198,7 +198,7 @@ def test_a_run_killed_outright_leaves_no_worker_behind(tmp_path):
         time.sleep(0.2)
 
 
-def ahead_of(tmp_path: Path, names: List[str], workers: int):
+def ahead_of(names: List[str], workers: int):
     """Real compile workers started for ``names`` (inductor at a precision each) on a tiny MLP, on the CPU."""
     import torch
     from omegaconf import OmegaConf
@@ -212,23 +212,23 @@ def ahead_of(tmp_path: Path, names: List[str], workers: int):
     cells = {bs: {"x": torch.randn(bs, 16)} for bs in (1, 4)}
     dims = output_batch_dims(model, lambda bs: {"x": torch.randn(bs, 16)})
     spec = BuildSpec(model, cells[4], device, range(1, 5), [1, 4], BatchDims(inputs={"x": 0}, outputs=dims))
-    cache = compose_config([*TINY, f"compile_cache.dir={tmp_path / 'cache'}"]).compile_cache
+    cache = compose_config([*TINY, f"compile_cache.dir={SUITE_CACHE}"]).compile_cache
     candidates = {n: Candidate.of(n, {"kind": "inductor", **({"precision": "bf16"} if "bf16" in n else {})})
                   for n in names}
     return compile_ahead.started(candidates, spec, cells, 1, OmegaConf.to_container(cache, resolve=True), workers)
 
 
-def test_a_worker_whose_running_job_is_dropped_with_none_after_it_is_stopped(tmp_path, caplog):
+def test_a_worker_whose_running_job_is_dropped_with_none_after_it_is_stopped(caplog):
     """A dropped job that already runs takes cores the compiles still wanted: its worker stops, unless it has jobs
     queued behind it (then the job finishes and the worker goes on to them)."""
     caplog.set_level("INFO", logger="pipeline.compile.ahead")
-    with ahead_of(tmp_path, ["inductor.bf16", "inductor"], workers=1) as ahead:
+    with ahead_of(["inductor.bf16", "inductor"], workers=1) as ahead:
         [worker] = ahead.workers
         assert worker.running == "inductor.bf16" and [c.name for c in worker.queued] == ["inductor"]
         ahead.drop("inductor.bf16")  # running, with the fp32 job behind it: it goes on
         assert worker.process.poll() is None and ahead.working() and not worker.stopped
         assert ahead.wait("inductor") is not None  # and the job behind it is done as before
-    with ahead_of(tmp_path, ["inductor.bf16", "inductor"], workers=2) as ahead:
+    with ahead_of(["inductor.bf16", "inductor"], workers=2) as ahead:
         first, second = ahead.workers
         assert first.running == "inductor.bf16" and not first.queued and second.running == "inductor"
         ahead.drop("inductor.bf16")

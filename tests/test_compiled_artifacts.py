@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import pipeline
-from conftest import ROOT, TINY, tweakpipe_home
+from conftest import ROOT, SUITE_CACHE, TINY, tweakpipe_home
 from mlflow_helpers import clean_env
 from pipeline.compile import cache as compile_cache
 from pipeline.api import compose_config
@@ -39,7 +39,7 @@ def tuned(tmp_path_factory):
     folder = tmp_path_factory.mktemp("artifacts")
     home = folder / "home"
     with tweakpipe_home(home):
-        ctx = run(compose_config([*ROUTE, f"compile_cache.dir={folder / 'cache'}"]), folder / "run")
+        ctx = run(compose_config([*ROUTE, f"compile_cache.dir={SUITE_CACHE}"]), folder / "run")
     return ctx, ctx.checkpoint_path, home
 
 
@@ -88,7 +88,7 @@ def test_trusted_artifacts_load_into_an_empty_cache_without_compiling(tuned, cop
 def test_a_fresh_process_on_a_clean_machine_loads_them_without_compiling(tmp_path):
     # Tuned in a fresh process too, so that no state an earlier test left in this one enters the programs' keys.
     home, run_dir = tmp_path / "home", tmp_path / "run"
-    overrides = [*ROUTE, "compile_cache.dir=" + str(tmp_path / "cache")]
+    overrides = [*ROUTE, f"compile_cache.dir={SUITE_CACHE}"]
     tune = ("from pathlib import Path; from pipeline.api import compose_config; from pipeline.runner import run; "
             f"run(compose_config({overrides!r}), Path({str(run_dir)!r}))")
     proc = subprocess.run([sys.executable, "-c", tune], cwd=ROOT, env={**clean_env(), "TWEAKPIPE_HOME": str(home)},

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from conftest import TINY
+from conftest import SUITE_CACHE, TINY
 from pipeline.api import compose_config
 from pipeline.backends.candidate import Candidate
 from pipeline.compile import ahead
@@ -68,7 +68,7 @@ def test_compile_jobs_and_capture_start_with_likely_winners_and_cheap_programs()
 def test_a_precision_slower_without_compiling_gets_no_compiled_candidate_and_no_compile_job(tmp_path, caplog):
     caplog.set_level(logging.INFO)
     # threads=1: on CI's 2 cores, another test's compile leaves this run a free core, so its cells are not contended
-    overrides = [*TINY, *SLOW_AT_BF16, "compile_cache.workers=1", f"compile_cache.dir={tmp_path / 'cache'}", "threads=1"]
+    overrides = [*TINY, *SLOW_AT_BF16, "compile_cache.workers=1", f"compile_cache.dir={SUITE_CACHE}", "threads=1"]
     ctx = run(compose_config(overrides), tmp_path / "screened")
     outcomes = ctx.outcomes
     assert outcomes["inductor"].status == "ok", outcomes["inductor"].reason

@@ -25,7 +25,7 @@ import torch
 from mlflow.tracking import MlflowClient
 
 import pipeline
-from conftest import TINY, tweakpipe_home
+from conftest import SUITE_CACHE, TINY, tweakpipe_home
 
 from doc_blocks import commands, section
 from mlflow_helpers import ROOT, SWEEP, artifact_names, clean_env, copy_store, free_port, init_store, mlflow_server, \
@@ -289,7 +289,7 @@ def routed_run(tmp_path_factory: pytest.TempPathFactory, template: Path):
     folder = tmp_path_factory.mktemp("logged")
     uri, home = copy_store(template, folder), folder / "home"
     with tweakpipe_home(home):
-        ctx = run(compose_config([*ROUTED, f"tracking.uri={uri}", f"compile_cache.dir={folder / 'cache'}"]),
+        ctx = run(compose_config([*ROUTED, f"tracking.uri={uri}", f"compile_cache.dir={SUITE_CACHE}"]),
                   folder / "run")
     client = MlflowClient(tracking_uri=uri)
     experiment = client.get_experiment_by_name("tweakpipe").experiment_id
