@@ -158,9 +158,15 @@ def write_table(out: Path, stem: str, meta: Dict[str, Any], rows: List[Dict[str,
 
 
 def joined_lanes(parts: List[Path], models: Sequence[str], keys: Sequence[str]) -> Tuple[Dict[str, Any], List[Dict]]:
-    """Lanes' JSON (``--combine``) as one table: the meta ``keys`` of the first lane with every lane's command,
-    and all rows, ``models``' order first."""
+    """Lanes' JSON (``--combine``) as one table: the meta ``keys`` the lanes share with every lane's command,
+    and all rows, ``models``' order first. Lanes that differ in one of ``keys`` (another GPU, another torch) are
+    refused, naming it: their ratios were measured on different things and one table would say one."""
     loaded = [json.loads(p.read_text()) for p in parts]
+    for key in keys:
+        seen = {json.dumps(part.get(key), sort_keys=True): path for part, path in zip(loaded, parts)}
+        if len(seen) > 1:
+            raise SystemExit(f"--combine: the lanes differ in {key}: " + "; ".join(
+                f"{path.name}: {value}" for value, path in seen.items()) + "; join only lanes measured alike")
     order = {m: i for i, m in enumerate(models)}
     rows = sorted((r for part in loaded for r in part["rows"]), key=lambda r: order.get(r["model"], len(models)))
     meta = {k: loaded[0][k] for k in keys}

@@ -88,3 +88,8 @@ def test_the_smoke_run_writes_the_summary_of_the_h200_table(tmp_path):
     kept = {r["model"]: r["route"][0]["backend"] for r in joined["rows"]}
     assert kept == {"lennard_jones": "again", "phlippe_resnet": "first"} and joined["run_again"] == ["lennard_jones"]
     assert "Run again in a later lane, whose row is kept: lennard_jones." in (tmp_path / "suite-joined.md").read_text()
+    # a lane measured on another GPU does not join (call AO's lane ran on an H100 beside H200 ones)
+    other = json.loads(lanes[1].read_text())
+    lanes[1].write_text(json.dumps({**other, "device": "NVIDIA H100 80GB HBM3"}))
+    with pytest.raises(SystemExit, match=r"the lanes differ in device: lane-a\.json: .*lane-b\.json: .*H100"):
+        suite.combine(lanes, tmp_path, "mixed")
