@@ -5,8 +5,9 @@ The models and their batch sizes come from the TorchDynamo benchmark harness (py
 ``huggingface_models_list.txt`` (encoders: BertForMaskedLM 32, DistilBertForMaskedLM 256, AlbertForMaskedLM 8,
 ElectraForQuestionAnswering 128; an encoder-decoder, T5ForConditionalGeneration 8; decoder-only, GPTNeoForCausalLM
 32 and PegasusForCausalLM 128, each at its class's default config as the harness builds it),
-``timm_models_list.txt`` (mobilenetv3_large_100 512, deit_tiny_patch16_224 128) and TorchBench's small models, re-declared here because they are a few lines each (``lennard_jones``: a 5-layer
-tanh MLP of width 16 on 1-d points, batch 1000; ``phlippe_resnet``: a CIFAR ResNet of 3x3 residual blocks at
+``timm_models_list.txt`` (mobilenetv3_large_100 512, deit_tiny_patch16_224 128) and TorchBench's small models,
+re-declared here because they are a few lines each (``lennard_jones``: a 5-layer tanh MLP of width 16 on 1-d
+points, batch 1000; ``phlippe_resnet``: a CIFAR ResNet of 3x3 residual blocks at
 16/32/64 channels, batch 128). Random weights, inputs derived as ``model=hf`` / ``model=timm`` derive them (Hugging
 Face at sequence length 128).
 

@@ -330,7 +330,7 @@ def standalone_off(outcome: BackendOutcome) -> str:
     workers), or it answered outside the accuracy budget. Either is the program's, not the candidate's, until a trace
     says otherwise: on the H100 and H200 torch 2.11's standalone program of deit_tiny under bf16 autocast, built at a
     symbolic batch, answered at cosine 0.88 at batch 128 and right at batch 1, where the traced program is right
-    (``bench/results/suite-h200.md``)."""
+    (``bench/results/references-max-autotune.md``)."""
     if outcome.status == "failed" and not ran_out_of_memory(outcome):
         return "failed"
     return "" if outcome.within_budget else "answered outside the accuracy budget"

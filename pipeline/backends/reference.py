@@ -19,9 +19,9 @@ reference compiles without them, and two modes that compile one program there ar
 
 At a reduced precision (bf16, fp16) every backend competes twice, under autocast and with cast weights; the
 references after the first of ``reference_modes`` (``reference_max_autotune`` by default) compile the cast-weights
-form only (:func:`one_form_each`): a max-autotune compile benchmarks its GEMM/conv templates for minutes on a convnet, and
-of the two forms of ``reduce-overhead`` the cast-weights one was the faster in every cell of the third-party suite
-(16 of 16, ``bench/results/suite-h200.md``).
+form only (:func:`one_form_each`): a max-autotune compile benchmarks its GEMM/conv templates for minutes (187 s
+of deit_tiny's 214 s tune: ``bench/results/references-max-autotune.md``), and of the two forms of ``reduce-overhead``
+the cast-weights one was the faster in every cell of the third-party suite (16 of 16, ``bench/results/suite-h200.md``).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import dataclasses
 from typing import Any, Collection, Dict, Mapping, Optional, Sequence, Tuple
 
 from pipeline.backends.candidate import AUTOCAST, Candidate
+from pipeline.backends.precision import SEPARATOR
 from pipeline.backends.rules import MODES
 from pipeline.config import backend_schema, limits
 from pipeline.errors import ConfigError
@@ -133,5 +134,5 @@ def one_form_each(candidates: Mapping[str, Candidate], plays: Mapping[str, str],
     later = [n for n in list(plays)[1:] if n in added]
 
     def autocast_twin(c: Candidate) -> bool:
-        return c.name.split(".", 1)[0] in later and c.precision in AUTOCAST and not c.settings.cast_weights
+        return c.name.split(SEPARATOR, 1)[0] in later and c.precision in AUTOCAST and not c.settings.cast_weights
     return {n: c for n, c in candidates.items() if not autocast_twin(c)}

@@ -64,7 +64,8 @@ def worker_count(requested: Optional[int], jobs: int, cores: Optional[int] = Non
 def autotunes(candidate: Candidate) -> bool:
     """Whether its compile benchmarks Inductor's GEMM/conv templates (max-autotune): hundreds of Triton builds that
     spread over every compile thread they are given (deit_tiny's max-autotune reference: 187 s in a worker of 4
-    threads on the H200's 16 cores, beside 15-24 s for every other job: ``bench/results/suite-h200.md``)."""
+    threads on the H200's 16 cores, beside 15-24 s for every other job, in
+    ``bench/results/references-max-autotune.md``)."""
     options = InductorBackend(candidate).effective_options()
     return any(options.get(k) for k in ("max_autotune", "max_autotune_gemm", "max_autotune_pointwise"))
 

@@ -96,9 +96,9 @@ def _timed(fn: Callable[[], Any], device: torch.device, times: list) -> None:
 def package_for(backend: Any, spec: Mapping[str, Any], sizes: Sequence[int], largest: int) -> Tuple[Optional[Package], Dict]:
     """``backend``'s program ahead of time, or None, and why: built in its form, loaded here, and held to the
     program it replaces (the backend as built) at each tuned size ``sizes`` it serves (``spec``: the inputs' spec):
-    the same outputs (within its precision's tolerance) and no slower beyond SLACK (and NOISE_MS a call), by the median
-    over interleaved rounds of each round's ratio (``ratio`` in the report), else the backend keeps its own. A form that is the
-    backend's very program serialised (``Form.same_program``) is held to its outputs only."""
+    the same outputs (within its precision's tolerance) and no slower beyond SLACK (and NOISE_MS a call), by the
+    median over interleaved rounds of each round's ratio (``ratio`` in the report), else the backend keeps its own. A
+    form that is the backend's very program serialised (``Form.same_program``) is held to its outputs only."""
     from pipeline.measure.compare import judge
 
     form = form_for(backend)
