@@ -6,9 +6,11 @@ overrides, the composed config, tags, params, messages. Whoever can read the sto
 then write the cache, which runs code in everyone's runs. So everything a run writes (``config.yaml``,
 ``run.json``, MLflow params and tags, the log, Hydra's ``.hydra/`` files and ``multirun.yaml``) passes through
 :func:`redacted`: each URL's password, and the value of a query parameter named like a secret (``?password=``,
-``&token=``), becomes ``***``. A user name alone is kept: it names an account, it does not open it. The run itself
-still uses the real URL; a resumed run, reading the redacted one from ``config.yaml``, takes the password from the
-environment (``$TWEAKPIPE_REDIS_PASSWORD``, MLflow's ``$MLFLOW_TRACKING_PASSWORD``).
+``&token=``), becomes ``***``; so does a user name given alone (``https://TOKEN@host``), since services take an
+access token in that place and no rule tells a name from a token (a user name beside a password is kept: it names
+an account, it does not open it). The run itself still uses the real URL; a resumed run, reading the redacted one
+from ``config.yaml``, takes the password from the environment (``$TWEAKPIPE_REDIS_PASSWORD``, MLflow's
+``$MLFLOW_TRACKING_PASSWORD``).
 """
 
 from __future__ import annotations
@@ -21,13 +23,16 @@ REDACTED = "***"
 # scheme://[user]:password@ -- the password runs to the authority's last "@", as urllib.parse splits it; a sweep
 # job's overrides come escaped by Hydra (redis\://\:password@...).
 _USERINFO = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*\\?://[^\s/?#:]*):(?P<secret>[^\s/?#]+)@")
+# scheme://name@ with no password: the name may be a token (https://TOKEN@host), so all of it goes.
+_USER_ONLY = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*\\?://)[^\s/?#:@]+@")
 # ?password=... or &token=...: a query value named like a secret.
 _QUERY = re.compile(r"(?P<head>[?&;][\w.-]*(?:pass|pwd|token|secret|api[_-]?key|access[_-]?key|auth|signature)"
                     r"[\w.-]*=)(?P<secret>[^&#\s]+)", re.IGNORECASE)
 
 
 def _text(text: str) -> str:
-    return _QUERY.sub(rf"\g<head>{REDACTED}", _USERINFO.sub(rf"\g<head>:{REDACTED}@", text))
+    text = _USER_ONLY.sub(rf"\g<head>{REDACTED}@", _USERINFO.sub(rf"\g<head>:{REDACTED}@", text))
+    return _QUERY.sub(rf"\g<head>{REDACTED}", text)
 
 
 def redacted(value: Any) -> Any:

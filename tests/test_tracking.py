@@ -649,8 +649,12 @@ def test_the_credentials_of_any_url_in_any_string_are_redacted() -> None:
     assert redacted({"uri": ["http://me:pw@host:5000/#/x", 3]}) == {"uri": ["http://me:***@host:5000/#/x", 3]}
     assert redacted("rediss://h:1/?password=pw&db=0 https://h/x?access_token=t") == \
         "rediss://h:1/?password=***&db=0 https://h/x?access_token=***"
-    for kept in ("redis://alice@h:1", "sqlite:////tmp/a:b@c.db", "http://host:5000/x@y", "redis://:***@h:1"):
-        assert redacted(kept) == kept  # a user name alone, paths, ports and what is redacted already
+    # a name given alone may be a token (https://TOKEN@host), escaped by Hydra in a sweep's overrides or not
+    assert redacted("tracking.uri=https://ghp_T0k3n@host/x") == "tracking.uri=https://***@host/x"
+    assert redacted(r"tracking.uri=https\://ghp_T0k3n@host") == r"tracking.uri=https\://***@host"
+    for kept in ("redis://alice:***@h:1", "sqlite:////tmp/a:b@c.db", "http://host:5000/x@y", "redis://:***@h:1",
+                 "redis://***@h:1", "mail me@host"):
+        assert redacted(kept) == kept  # a user name beside a password, paths, ports and what is redacted already
 
 
 def test_a_redacted_redis_url_takes_its_password_from_the_environment(monkeypatch) -> None:
@@ -659,6 +663,7 @@ def test_a_redacted_redis_url_takes_its_password_from_the_environment(monkeypatc
         remote = f"redis://:***@127.0.0.1:{server.port}"
         monkeypatch.setenv(compile_cache.PASSWORD_ENV, REDIS_SECRET)
         assert compile_cache.remote_problem(remote) is None
+        assert compile_cache.remote_problem(f"redis://***@127.0.0.1:{server.port}") is None  # a name redacted alone
         monkeypatch.delenv(compile_cache.PASSWORD_ENV)
         assert "refused the credentials" in compile_cache.remote_problem(remote)
 

@@ -72,7 +72,7 @@ def redis_client(url: str, seconds: float) -> Any:
     extra = {}
     if parsed.password in (None, REDACTED) and os.environ.get(PASSWORD_ENV):
         extra["password"] = os.environ[PASSWORD_ENV]  # the URL's own would win over it (redis-py's from_url)
-        user = f"{parsed.username}@" if parsed.username else ""
+        user = f"{parsed.username}@" if parsed.username not in (None, "", REDACTED) else ""
         url = parsed._replace(netloc=user + parsed.netloc.rpartition("@")[2]).geturl()
     return redis.Redis.from_url(url, socket_timeout=seconds, socket_connect_timeout=seconds,
                                 retry=Retry(NoBackoff(), 0), **extra)
