@@ -120,6 +120,12 @@ CONFIG_CASES = {  # id: (overrides, what the message names: the problem, then th
     "unknown-precision": (["backends=[openvino]", "backends.openvino.precision=f64"],
                           r"backend 'openvino': precision='f64' is unknown",
                           r"\['fp32', 'tf32', 'bf16', 'fp16', 'int8_weight_only', 'int8_dynamic', 'fp8'\]"),
+    "unknown-attention": (["attention=[default,fast]"], r"attention 'fast' is unknown",
+                          r"attention=\[default,cudnn\]"),
+    "backend-attention": (["backends.eager.attention=fastest"], r"backend 'eager': attention='fastest' is unknown",
+                          r"\['flash', 'efficient', 'cudnn', 'math'\]"),
+    "own-attention-and-list": (["backends.eager.attention=math", "attention=[default,flash]"],
+                               r"backend 'eager' sets attention=math itself", r"leave attention at \[default\]"),
     "plain-file-store": (["tracking=sqlite", "tracking.uri=file:///tmp/mlruns"], r"MLflow refuses the plain-file store",
                          r"use sqlite:///path/to/mlflow\.db"),
 }

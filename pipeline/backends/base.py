@@ -9,7 +9,7 @@ from typing import Callable, Any, ClassVar, Dict, List, Optional, Sequence
 import torch
 from torch import nn
 
-from pipeline.backends import precision, quantize
+from pipeline.backends import attention, precision, quantize
 from pipeline.backends.candidate import Candidate
 from pipeline.backends.program import Program
 from pipeline.batching import BatchDims
@@ -110,6 +110,12 @@ class Backend:
             if numerics.quantizes and not model.quantized:
                 raise BackendUnsupported(quantize.nothing_quantized(numerics.precision, model.inner,
                                                                    bool(self.settings.large_linears_only)))
+        if numerics.attention:
+            with self.autocast():
+                why = attention.problem(model, sample, numerics.attention)
+            if why:
+                raise BackendUnsupported(why)
+            model = attention.AttentionKernel(model, numerics.attention)
         self.module = model
         with torch.inference_mode():
             self._build(model, sample, list(batch_sizes))

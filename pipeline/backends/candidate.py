@@ -21,11 +21,13 @@ import torch
 
 from pipeline.backends import quantize
 from pipeline.config import backend_schema
+from pipeline.config.attention import Kernel
 from pipeline.config.backend_schema import BackendSettings, InductorSettings, TorchSettings
 from pipeline.config.precisions import Precision
 from pipeline.models import dtype_of
 
 AUTOCAST: Dict[Precision, str] = {"bf16": "bfloat16", "fp16": "float16"}  # precision -> autocast dtype name
+ATTENTION_SUFFIX = ".sdpa-"  # a candidate forcing an attention kernel: <candidate>.sdpa-<kernel>
 
 
 @dataclass(frozen=True)
@@ -100,10 +102,18 @@ class Candidate:
         return self.precision if self.casts_weights else "fp32"
 
     @property
+    def attention(self) -> Optional[Kernel]:
+        """The attention kernel it forces (``pipeline.backends.attention``), or None: PyTorch's own choice."""
+        return getattr(self.settings, "attention", None)
+
+    @property
     def numerics(self) -> str:
         """Its precision with its weights as candidate names spell it: ``bf16`` (autocast), ``bf16-weights`` (a cast
-        copy), ``fp32``: what the precision-first screen groups candidates by (``stages/capture.py``)."""
-        return f"{self.precision}-weights" if self.casts_weights and not self.quantizes else self.precision
+        copy), ``fp32``, and a forced attention kernel after it (``bf16-weights.sdpa-cudnn``): what the
+        precision-first screen groups candidates by (``stages/capture.py``), so a kernel slower than PyTorch's own
+        choice where nothing is compiled gets no compiling candidate built either."""
+        own = f"{self.precision}-weights" if self.casts_weights and not self.quantizes else self.precision
+        return f"{own}{ATTENTION_SUFFIX}{self.attention}" if self.attention else own
 
     @property
     def judged_by_budget(self) -> bool:

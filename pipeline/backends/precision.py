@@ -24,14 +24,15 @@ from __future__ import annotations
 import contextlib
 import copy
 from dataclasses import replace
-from typing import Any, Dict, Iterator, Mapping, Optional, Sequence
+from typing import Any, Collection, Dict, Iterator, Mapping, Optional, Sequence
 
 import torch
 from torch import nn
 from torch.utils._pytree import tree_map_only
 
 from pipeline.backends import quantize
-from pipeline.backends.candidate import AUTOCAST, Candidate
+from pipeline.backends.candidate import ATTENTION_SUFFIX, AUTOCAST, Candidate
+from pipeline.config.attention import Kernel
 from pipeline.config.precisions import Precision, Quantized
 from pipeline.errors import ConfigError
 
@@ -50,6 +51,7 @@ def name_problem(candidate: Candidate) -> Optional[str]:
     """Why a candidate named ``<backend>.<precision>[-weights][.per_length]`` does not run what its name says, or
     None (a name without the separator is a backend's own, whatever numerics it sets)."""
     name = candidate.name.removesuffix(PER_LENGTH) if candidate.per_length else candidate.name
+    name = name.removesuffix(f"{ATTENTION_SUFFIX}{candidate.attention}") if candidate.attention else name
     backend, separator, _ = name.rpartition(SEPARATOR)
     if not separator:
         return None
@@ -62,10 +64,14 @@ def name_problem(candidate: Candidate) -> Optional[str]:
 
 
 def candidates(backends: Mapping[str, Mapping[str, Any]], precisions: Sequence[Precision],
-               lengths: bool = False, references: Optional[Mapping[str, str]] = None) -> Dict[str, Candidate]:
+               lengths: bool = False, references: Optional[Mapping[str, str]] = None,
+               kernels: Sequence[Optional[Kernel]] = (None,), as_written: Collection[str] = ()) -> Dict[str, Candidate]:
     """Candidate name -> candidate, precision by precision (in the order given), backend by backend; at bf16 and
     fp16 the autocast candidates, then those with cast weights; with tuned ``lengths``, an Inductor backend's two
-    (:attr:`Candidate.splits_by_length`). Each backend is held to its kind's schema once, here.
+    (:attr:`Candidate.splits_by_length`); each PyTorch backend once more per attention kernel of ``kernels``
+    besides None (PyTorch's own choice), ``<candidate>.sdpa-<kernel>``, except the backends ``as_written`` (the
+    reference peers: the user's compile calls what PyTorch picks); such a candidate plays no reference. Each backend
+    is held to its kind's schema once, here.
 
     A backend that sets its own autocast, precision or cast weights keeps them when ``precision`` is
     ``[fp32]`` (the default); beside a longer list it is an error (:func:`conflict`). So is a backend
@@ -73,6 +79,11 @@ def candidates(backends: Mapping[str, Mapping[str, Any]], precisions: Sequence[P
     ``references`` (name -> torch.compile mode) play that reference peer (:mod:`pipeline.backends.reference`)."""
     bases = [Candidate.of(str(name), cfg) for name, cfg in backends.items()]
     plays = references or {}
+    own = next((b for b in bases if b.attention), None)
+    if own and list(kernels) != [None]:
+        raise ConfigError(f"backend {own.name!r} sets attention={own.attention} itself, which conflicts with the "
+                          f"attention list; drop it from the backend (each kernel of the list runs every backend), "
+                          f"or leave attention at [default]")
     out: Dict[str, Candidate] = {}
     for precision in precisions:
         for cast in (False, True) if precision in AUTOCAST else (False,):
@@ -84,17 +95,21 @@ def candidates(backends: Mapping[str, Mapping[str, Any]], precisions: Sequence[P
                     settings = replace(settings, precision=precision, **({"cast_weights": True} if cast else {}))
                 if precision in quantize.RECIPES and base.runs_torch and settings.large_linears_only is None:
                     settings = replace(settings, large_linears_only=True)  # only where int8 / fp8 can gain
-                name = candidate_name(base.name, precision, cast)
                 split = lengths and base.splits_by_length
-                named = {name: settings}
-                if split:
-                    named = {name: replace(settings, per_length=False),
-                             name + PER_LENGTH: replace(settings, per_length=True)}
+                named = {}
+                for kernel in kernels if base.runs_torch and base.name not in as_written else (None,):
+                    name = candidate_name(base.name, precision, cast) + (ATTENTION_SUFFIX + kernel if kernel else "")
+                    forced = replace(settings, attention=kernel) if kernel else settings
+                    named[name] = forced
+                    if split:
+                        named.update({name: replace(forced, per_length=False),
+                                      name + PER_LENGTH: replace(forced, per_length=True)})
                 taken = [n for n in named if n in out]
                 if taken:
                     raise ConfigError(f"backend {taken[0]!r} has the name of a {SEPARATOR}<precision> candidate"
                                       f"{f' or a {PER_LENGTH} one' if split else ''}; rename it")
-                out.update({n: Candidate(n, s, plays.get(base.name, "")) for n, s in named.items()})
+                out.update({n: Candidate(n, s, "" if getattr(s, "attention", None) else plays.get(base.name, ""))
+                            for n, s in named.items()})
     return out
 
 

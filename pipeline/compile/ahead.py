@@ -81,11 +81,11 @@ def compile_threads(candidates: Mapping[str, Candidate], assigned: Mapping[str, 
 
 
 def program_key(candidate: Candidate) -> str:
-    """What decides the program a candidate compiles: its Inductor arguments, its numerics and whether it is
-    regional."""
+    """What decides the program a candidate compiles: its Inductor arguments, its numerics, its attention kernel
+    and whether it is regional."""
     settings = candidate.settings
     numerics = {k: getattr(settings, k) for k in ("precision", "cast_weights", "autocast_enabled", "autocast_dtype",
-                                                  "regional")}
+                                                  "attention", "regional")}
     inductor = InductorBackend(candidate)
     compile_args = {k: v for k, v in inductor.compile_kwargs().items() if k not in ("mode", "options")}
     return json.dumps({"compile": compile_args, "options": inductor.effective_options(), **numerics,

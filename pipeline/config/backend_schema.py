@@ -24,7 +24,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple, Type
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from pipeline.config import flags, precisions
+from pipeline.config import attention, flags, precisions
 from pipeline.config.precisions import Precision
 from pipeline.errors import ConfigError
 
@@ -68,6 +68,9 @@ class TorchSettings(BackendSettings):
     # bf16 (pipeline.backends.quantize). null: set true by the precision list; false (and checkpoints written
     # before it): every Linear torchao can take.
     large_linears_only: Optional[bool] = None
+    # flash | efficient | cudnn | math: every scaled_dot_product_attention call on that kernel alone (set for each
+    # candidate by the top-level attention list: pipeline.backends.attention). null: PyTorch's own choice per call.
+    attention: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -197,7 +200,10 @@ def settings(name: str, cfg: Mapping[str, Any]) -> BackendSettings:
         typed = OmegaConf.to_container(OmegaConf.merge(OmegaConf.structured(LOOSE_KINDS[kind]), body))
     except OmegaConfBaseException as exc:
         raise ConfigError(f"backend {name!r} (kind {kind}) {exc.full_key}: {str(exc).splitlines()[0]}") from None
-    return KINDS[kind](**{**typed, "precision": precisions.parse(typed["precision"], f"backend {name!r}: precision")})
+    typed["precision"] = precisions.parse(typed["precision"], f"backend {name!r}: precision")
+    if typed.get("attention") is not None:
+        typed["attention"] = attention.parse(typed["attention"], f"backend {name!r}: attention")
+    return KINDS[kind](**typed)
 
 
 def register(store: Any) -> None:

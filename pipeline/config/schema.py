@@ -246,6 +246,9 @@ class Config:
     # Each backend competes once per precision (fp32, tf32, bf16, fp16; bf16 and fp16 twice, as autocast and
     # with cast weights; int8_weight_only, int8_dynamic, fp8: torchao's recipes): pipeline.backends.precision.
     precision: List[str] = field(default_factory=lambda: ["fp32"])
+    # Each PyTorch backend competes once more per attention kernel besides default (PyTorch's own choice): flash,
+    # efficient, cudnn, math, every scaled_dot_product_attention call on that kernel (pipeline.config.attention).
+    attention: List[str] = field(default_factory=lambda: ["default"])
     # CPU threads of the run: torch.set_num_threads for eager and Inductor, and the thread pool of
     # every backend of its own runtime (OpenVINO, ONNX Runtime) that does not set threads itself.
     # null: torch's current count (where other runnable tasks leave fewer cores free, the run's first line names

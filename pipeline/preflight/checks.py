@@ -22,7 +22,7 @@ from pipeline import devices, disks, trust
 from pipeline.backends import precision, reference, rules
 from pipeline.backends.candidate import Candidate
 from pipeline.compile import cache as compile_cache
-from pipeline.config import flags, limits
+from pipeline.config import attention, flags, limits
 from pipeline.measure import accuracy, contention
 from pipeline.route import policy as routing
 from pipeline.record import store
@@ -83,18 +83,20 @@ def check_stages(stages: List[str]) -> None:
 
 
 def candidates_of(cfg: DictConfig, device: Optional[torch.device] = None) -> Dict[str, Candidate]:
-    """The run's candidates (``cfg.backends`` x ``cfg.precision``, twice per length where lengths are tuned), the
-    reference peers' among them (one per ``reference_modes``, the later ones with cast weights only at bf16 and fp16:
-    ``reference.one_form_each``) unless ``reference=false`` (what they compile depends on
-    ``device``, by default ``cfg.device``'s)."""
+    """The run's candidates (``cfg.backends`` x ``cfg.precision`` x ``cfg.attention``, twice per length where
+    lengths are tuned), the reference peers' among them (one per ``reference_modes``, the later ones with cast
+    weights only at bf16 and fp16: ``reference.one_form_each``) unless ``reference=false`` (what they compile
+    depends on ``device``, by default ``cfg.device``'s)."""
     own = OmegaConf.to_container(cfg.backends, resolve=True)
     backends, plays = own, {}
     if cfg.get("reference", True):
         modes = cfg.get("reference_modes")
         backends, plays = reference.with_reference(own, (device or devices.resolve(cfg.device)).type,
                                                    None if modes is None else [str(m) for m in modes])
-    made = precision.candidates(backends, parse_list(cfg.precision), bool(cfg.model.get("seq_lens")), plays)
-    return reference.one_form_each(made, plays, set(backends) - set(own))
+    added = set(backends) - set(own)
+    made = precision.candidates(backends, parse_list(cfg.precision), bool(cfg.model.get("seq_lens")), plays,
+                                attention.parse_list(cfg.get("attention", [attention.DEFAULT])), added)
+    return reference.one_form_each(made, plays, added)
 
 
 def check_route(cfg: DictConfig, candidates: Dict[str, Candidate]) -> None:

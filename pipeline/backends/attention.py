@@ -1,0 +1,75 @@
+"""A forced attention kernel (``attention`` key, ``pipeline.config.attention``): the model run inside
+``torch.nn.attention.sdpa_kernel`` of one kernel.
+
+The context sits inside the module's forward (:class:`AttentionKernel`), so it holds wherever the model runs: an
+eager call, a device graph's recording, and Dynamo, which traces it, so Inductor's program (and the standalone or
+AOTInductor one a worker builds from the same module) calls that kernel's op. Before a candidate is built,
+:func:`problem` runs the model once: a model that calls no SDPA would repeat the default candidate under another
+name, and a kernel that cannot take the model's calls (memory-efficient and cuDNN run on CUDA alone, CUDA's
+FlashAttention takes no arbitrary mask) fails there with PyTorch's reason; either way the candidate is excluded with
+it, as any backend that cannot run.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Dict, Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.overrides import TorchFunctionMode
+
+from pipeline.config.attention import Kernel
+
+BACKENDS: Dict[Kernel, SDPBackend] = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
+                                      "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}
+CUDA_ONLY = frozenset({"efficient", "cudnn"})
+
+
+class AttentionKernel(nn.Module):
+    """``inner`` with every scaled_dot_product_attention call on ``kernel`` alone."""
+
+    def __init__(self, inner: nn.Module, kernel: Kernel) -> None:
+        super().__init__()
+        self.inner, self.kernel = inner, kernel
+
+    def forward(self, **inputs: torch.Tensor) -> Any:
+        with sdpa_kernel([BACKENDS[self.kernel]]):
+            return self.inner(**inputs)
+
+
+class _Calls(TorchFunctionMode):
+    """Counts calls of ``F.scaled_dot_product_attention`` (from Python: what transformers and timm call)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        self.count += func is F.scaled_dot_product_attention
+        return func(*args, **(kwargs or {}))
+
+
+def problem(model: nn.Module, sample: Dict[str, torch.Tensor], kernel: Kernel) -> Optional[str]:
+    """Why ``kernel`` cannot serve ``model`` on ``sample``'s device (one call of the model under it), or None."""
+    where = next(iter(sample.values())).device.type
+    if where != "cuda" and kernel in CUDA_ONLY:
+        there = sorted(set(BACKENDS) - CUDA_ONLY)
+        return f"attention kernel {kernel} runs on CUDA alone; on {where} PyTorch has {there}"
+    calls = _Calls()
+    try:
+        with torch.inference_mode(), calls, warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            AttentionKernel(model, kernel)(**sample)
+    except RuntimeError as exc:
+        if not calls.count:
+            raise
+        why = [str(w.message) for w in said if "kernel" in str(w.message).lower()][:2] + [str(exc)]
+        reason = " ".join("; ".join(why).split())[:400]
+        return f"attention kernel {kernel} cannot run this model's attention on {where}: {reason}"
+    if not calls.count:
+        return (f"attention={kernel}: the model calls no torch.nn.functional.scaled_dot_product_attention, so a "
+                f"kernel choice changes nothing; leave attention at [default] for it")
+    return None
