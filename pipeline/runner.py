@@ -65,9 +65,9 @@ def stage_functions() -> Dict[str, Callable[[RunContext], None]]:
 def rerun(ctx: RunContext, stage: str, precision: Optional[Sequence[str]] = None) -> RunContext:
     """``stage`` run again on a copy of a run's context, as the stages before it left it (``RunContext.before``):
     nothing is built again, nothing is recorded, and ``ctx`` is left as it was (what the stage writes itself, the
-    route's checkpoint, goes to a folder of its own in the run directory, ``rerun-<stage>-<n>``). With ``precision``,
-    over the candidates of that list alone: what a run of that list would choose from the same measurements. The
-    benches ask it how far a profile moves on a re-run (``bench/timing.py``) and what a narrower race routes
+    route's checkpoint, goes to a folder of its own in the run directory, ``rerun-<stage>-<n>``, kept only where it
+    wrote something). With ``precision``, over the candidates of that list alone: what a run of that list would
+    choose from the same measurements. The benches ask it how far a profile moves on a re-run (``bench/timing.py``) and what a narrower race routes
     (``bench/quant.py``)."""
     cfg = copy.deepcopy(ctx.cfg)
     if precision is not None:
@@ -77,6 +77,8 @@ def rerun(ctx: RunContext, stage: str, precision: Optional[Sequence[str]] = None
     with devices.cpu_threads(cfg.threads), progress.scope():
         stage_functions()[stage](again)
     again.restore_model_state()
+    if not any(folder.iterdir()):  # a stage that writes nothing (the profile) leaves no folder behind
+        folder.rmdir()
     return again
 
 

@@ -27,7 +27,7 @@ from pipeline.measure import accuracy
 from pipeline.record.report import Row, Table, markdown
 from pipeline.route import checkpoint
 from pipeline.route.checkpoint import CheckpointError
-from pipeline.runner import run
+from pipeline.runner import rerun, run
 
 BF16 = [*TINY, "backends=[eager]", "reference=false", "precision=[fp32,bf16]"]
 
@@ -358,3 +358,17 @@ def test_tf32_and_bf16_candidates_compete_on_cuda(compose_cfg, tmp_path):
     assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == before
     x = torch.randn(3, 16, device="cuda")
     assert {name: b(x=x).dtype for name, b in ctx.backends.items()} == dict.fromkeys(ctx.backends, torch.float32)
+
+
+def test_a_rerun_over_one_precision_routes_from_the_same_cells_and_leaves_a_folder_only_where_it_wrote(
+        compose_cfg, tmp_path):
+    """What the benches ask (``runner.rerun``): a profile again writes nothing, so no folder is left for it; a route
+    over the fp32 candidates alone saves its checkpoint in a folder of its own; the run's own results stay."""
+    ctx = run(compose_cfg(BF16), tmp_path)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    rerun(ctx, "profile")
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    narrower = rerun(ctx, "route", precision=["fp32"])
+    (folder,) = [p for p in tmp_path.iterdir() if p.name.startswith("rerun-route-")]
+    assert narrower.run_dir == folder and (folder / "model.tweak").is_file()
+    assert {r.backend for r in narrower.route} == {"eager"} and route_json(tmp_path)["ranges"]
