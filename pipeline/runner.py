@@ -67,8 +67,8 @@ def rerun(ctx: RunContext, stage: str, precision: Optional[Sequence[str]] = None
     nothing is built again, nothing is recorded, and ``ctx`` is left as it was (what the stage writes itself, the
     route's checkpoint, goes to a folder of its own in the run directory, ``rerun-<stage>-<n>``, kept only where it
     wrote something). With ``precision``, over the candidates of that list alone: what a run of that list would
-    choose from the same measurements. The benches ask it how far a profile moves on a re-run (``bench/timing.py``) and what a narrower race routes
-    (``bench/quant.py``)."""
+    choose from the same measurements. The benches ask it how far a profile moves on a re-run (``bench/timing.py``)
+    and what a narrower race routes (``bench/quant.py``)."""
     cfg = copy.deepcopy(ctx.cfg)
     if precision is not None:
         cfg.precision = list(precision)
