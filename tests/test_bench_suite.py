@@ -22,14 +22,16 @@ from conftest import ROOT
 
 @pytest.mark.parametrize("name", list(suite.SUITE))
 def test_every_models_gpu_config_composes_and_passes_the_checks(name, tmp_path):
-    args = argparse.Namespace(smoke=False, device="cpu", profile="quick", precision="[bf16]", tag="h200", runs=tmp_path)
+    args = argparse.Namespace(smoke=False, device="cpu", profile="quick", precision="[bf16]", tag="h200", runs=tmp_path,
+                              attention="[default,cudnn]")
     cfg = compose_config(suite.overrides(suite.SUITE[name], args))
     model_inputs.complete(cfg)
     check_config(cfg)
     assert list(cfg.model.batch_sizes) == [1, suite.SUITE[name].batch_size]
     assert any(c.reference for c in candidates_of(cfg).values())  # the user's own compile competes
-    on_gpu = {c.reference for c in candidates_of(cfg, torch.device("cuda")).values() if c.reference}
-    assert on_gpu == {"reduce-overhead", "max-autotune"}  # the H200 run holds auto to the best of both
+    on_gpu = candidates_of(cfg, torch.device("cuda"))
+    assert {c.reference for c in on_gpu.values() if c.reference} == {"reduce-overhead", "max-autotune"}  # the best
+    assert "inductor.bf16-weights.sdpa-cudnn" in on_gpu  # --attention's kernels compete
 
 
 def test_the_scores_are_graphnets():
