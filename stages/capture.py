@@ -27,11 +27,12 @@ import traceback
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
 import torch
+from torch import nn
 from omegaconf import OmegaConf
 
 from pipeline import backends as backend_registry
 from pipeline import devices, disks
-from pipeline.backends import Backend, BackendUnsupported, Candidate
+from pipeline.backends import Backend, BackendUnsupported, Candidate, attention
 from pipeline.compile import cache as compile_cache
 from pipeline.batching import output_batch_dims, output_seq_dims
 from pipeline.compile import ahead as compile_ahead
@@ -252,8 +253,9 @@ def run(ctx: RunContext) -> None:
     pending = [n for n in order if not (ctx.earlier.outcomes.get(n) and ctx.earlier.outcomes[n].status
                                           in ("failed", "skipped"))]
     built = {n: backend_registry.create(candidates[n]) for n in pending}  # each candidate's backend, once
-    supported = [n for n in pending if not built[n].unsupported_reason(ctx.device)]
     cells = {k: references(None)[k].inputs for k in ctx.cells}  # what the workers build on and call at
+    unattended = attention_unused(ctx.model, cells[min(cells)], [candidates[n] for n in pending])
+    supported = [n for n in pending if not built[n].unsupported_reason(ctx.device) and n not in unattended]
     spec = BuildSpec(ctx.model, cells[max(cells)], ctx.device, range(1, max(ctx.batch_sizes) + 1), ctx.batch_sizes,
                      ctx.dims())
     cache = ctx.cfg.compile_cache
@@ -272,7 +274,7 @@ def run(ctx: RunContext) -> None:
             earlier = ctx.earlier.outcomes.get(name)
             outside = budget_skip(ctx, candidates[name])
             over = over_budget(ctx, name)
-            skip = outside or precision_skip(screened or {}, candidates[name]) or over
+            skip = outside or precision_skip(screened or {}, candidates[name]) or unattended.get(name) or over
             if earlier is not None and earlier.status in ("failed", "skipped"):
                 outcome = earlier  # the interrupted run's verdict; building it again would fail again
             elif skip:
@@ -322,6 +324,15 @@ def run(ctx: RunContext) -> None:
     problem = budget_problem(ctx)
     if problem:
         raise ConfigError(problem)
+
+
+def attention_unused(model: nn.Module, inputs: Dict[str, torch.Tensor], pending: List[Candidate]) -> Dict[str, str]:
+    """The candidates that force an attention kernel (``attention`` list) -> why none is built, where one eager call
+    of the model shows it calls no scaled_dot_product_attention: asked once, before any compile job starts."""
+    forced = [c for c in pending if c.attention]
+    if not forced or attention.calls(model, inputs):
+        return {}
+    return {c.name: attention.no_calls(c.attention) for c in forced}
 
 
 def standalone_off(outcome: BackendOutcome) -> str:

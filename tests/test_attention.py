@@ -6,13 +6,14 @@ checkpoint. On the CPU PyTorch has the flash and math kernels: the runs use eage
 from __future__ import annotations
 
 import json
+import logging
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from conftest import TINY
-from pipeline.backends import attention, precision
+from pipeline.backends import Candidate, attention, precision
 from pipeline.compile import ahead
 from pipeline.config.attention import parse_list
 from pipeline.errors import ConfigError
@@ -66,9 +67,11 @@ def test_the_kernel_is_forced_inside_the_call_and_a_kernel_or_model_that_cannot_
     assert flash_calls(model, x=x) == 1  # PyTorch's own choice on the CPU
     assert flash_calls(attention.AttentionKernel(model, "math"), x=x) == 0
     assert attention.problem(model, {"x": x}, "math") is None and attention.problem(model, {"x": x}, "flash") is None
-    assert "runs on CUDA alone; on cpu PyTorch has ['flash', 'math']" in attention.problem(model, {"x": x}, "cudnn")
+    assert attention.calls(model, {"x": x}) == 1 and attention.calls(nn.Linear(32, 4), {"input": x}) == 0
     plain = nn.Sequential(nn.Linear(32, 4))
     assert "calls no torch.nn.functional.scaled_dot_product_attention" in attention.problem(plain, {"input": x}, "math")
+    on_cpu = Candidate.of("eager", {"kind": "eager", "attention": "cudnn"}).unsupported_reason(CPU)
+    assert on_cpu == "attention kernel cudnn runs on CUDA alone; on cpu PyTorch has ['flash', 'math']"
 
 
 @pytest.mark.parametrize("values, says", [
@@ -96,8 +99,15 @@ def test_a_forced_kernel_is_measured_routed_and_kept_by_the_checkpoint(compose_c
         torch.testing.assert_close(loaded(**inputs), ctx.model(**inputs), rtol=1e-4, atol=1e-5)
 
 
-def test_a_model_that_calls_no_attention_gets_no_forced_candidate_and_the_run_goes_on(compose_cfg, tmp_path):
-    ctx = run(compose_cfg([*TINY, "backends=[eager]", "reference=false", "attention=[default,math]"]), tmp_path)
+def test_a_model_that_calls_no_attention_gets_no_forced_candidate_built_and_the_run_goes_on(compose_cfg, tmp_path,
+                                                                                          caplog):
+    cfg = compose_cfg([*TINY, "backends=[eager,inductor]", "reference=false", "attention=[default,math]",
+                       "compile_cache.workers=1"])
+    with caplog.at_level(logging.INFO):
+        ctx = run(cfg, tmp_path)
     route = json.loads((tmp_path / "route.json").read_text())
-    assert "calls no torch.nn.functional.scaled_dot_product_attention" in route["excluded"]["eager.sdpa-math"]
-    assert [r["backend"] for r in route["ranges"]] == ["eager"] and ctx.validation["ok"]
+    for name in ("eager.sdpa-math", "inductor.sdpa-math"):
+        assert "calls no torch.nn.functional.scaled_dot_product_attention" in route["excluded"][name]
+    # known before any compile job: the worker compiles inductor's program alone
+    assert "compile 1 program(s) for 1 candidate(s): inductor " in caplog.text
+    assert {r["backend"] for r in route["ranges"]} <= {"eager", "inductor"} and ctx.validation["ok"]

@@ -25,7 +25,6 @@ from pipeline.config.attention import Kernel
 
 BACKENDS: Dict[Kernel, SDPBackend] = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
                                       "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}
-CUDA_ONLY = frozenset({"efficient", "cudnn"})
 
 
 class AttentionKernel(nn.Module):
@@ -52,24 +51,33 @@ class _Calls(TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
+def calls(model: nn.Module, inputs: Dict[str, torch.Tensor]) -> int:
+    """How many times one call of ``model`` on ``inputs`` calls ``F.scaled_dot_product_attention``: none, and no
+    kernel choice changes it (capture asks once, before any compile job starts)."""
+    counted = _Calls()
+    with torch.inference_mode(), counted:
+        model(**inputs)
+    return counted.count
+
+
+def no_calls(kernel: Kernel) -> str:
+    return (f"attention={kernel}: the model calls no torch.nn.functional.scaled_dot_product_attention, so a kernel "
+            f"choice changes nothing; leave attention at [default] for it")
+
+
 def problem(model: nn.Module, sample: Dict[str, torch.Tensor], kernel: Kernel) -> Optional[str]:
-    """Why ``kernel`` cannot serve ``model`` on ``sample``'s device (one call of the model under it), or None."""
-    where = next(iter(sample.values())).device.type
-    if where != "cuda" and kernel in CUDA_ONLY:
-        there = sorted(set(BACKENDS) - CUDA_ONLY)
-        return f"attention kernel {kernel} runs on CUDA alone; on {where} PyTorch has {there}"
-    calls = _Calls()
+    """Why ``kernel`` cannot serve ``model`` on ``sample``'s device (one call of the model under it), or None. A
+    kernel of another device is the candidate's own ``unsupported_reason``, answered before this."""
+    counted = _Calls()
     try:
-        with torch.inference_mode(), calls, warnings.catch_warnings(record=True) as said:
+        with torch.inference_mode(), counted, warnings.catch_warnings(record=True) as said:
             warnings.simplefilter("always")
             AttentionKernel(model, kernel)(**sample)
     except RuntimeError as exc:
-        if not calls.count:
+        if not counted.count:
             raise
         why = [str(w.message) for w in said if "kernel" in str(w.message).lower()][:2] + [str(exc)]
         reason = " ".join("; ".join(why).split())[:400]
+        where = next(iter(sample.values())).device.type
         return f"attention kernel {kernel} cannot run this model's attention on {where}: {reason}"
-    if not calls.count:
-        return (f"attention={kernel}: the model calls no torch.nn.functional.scaled_dot_product_attention, so a "
-                f"kernel choice changes nothing; leave attention at [default] for it")
-    return None
+    return None if counted.count else no_calls(kernel)

@@ -20,7 +20,7 @@ from typing import Any, Dict, Mapping, Optional
 import torch
 
 from pipeline.backends import quantize
-from pipeline.config import backend_schema
+from pipeline.config import attention as kernels, backend_schema
 from pipeline.config.attention import Kernel
 from pipeline.config.backend_schema import BackendSettings, InductorSettings, TorchSettings
 from pipeline.config.precisions import Precision
@@ -150,9 +150,10 @@ class Candidate:
 
     def unsupported_reason(self, device: torch.device) -> Optional[str]:
         """Why its numerics cannot run on ``device``: TF32 exists only in CUDA kernels; a quantized recipe needs
-        torchao (and fp8 a GPU with float8 matmuls). Its kind may add reasons of its own (``Backend``)."""
+        torchao (and fp8 a GPU with float8 matmuls); the memory-efficient and cuDNN attention kernels run on CUDA
+        alone. Its kind may add reasons of its own (``Backend``)."""
         if self.precision == "tf32" and device.type != "cuda":
             return f"tf32 changes only CUDA matmuls and convolutions; on {device.type} it would repeat fp32"
         if self.quantizes:
             return quantize.unsupported_reason(self.precision, device)
-        return None
+        return kernels.device_problem(self.attention, device.type)

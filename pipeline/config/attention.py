@@ -21,6 +21,7 @@ from pipeline.errors import ConfigError
 
 Kernel = Literal["flash", "efficient", "cudnn", "math"]  # torch.nn.attention.SDPBackend, by its short name
 KERNELS: Tuple[Kernel, ...] = typing.get_args(Kernel)
+CUDA_ONLY = frozenset({"efficient", "cudnn"})  # PyTorch has FlashAttention and the math kernel on the CPU too
 DEFAULT = "default"  # the attention list's entry for PyTorch's own choice
 EXAMPLE = "'attention=[default,cudnn]'"
 
@@ -40,3 +41,11 @@ def parse_list(values: Sequence[Any]) -> List[Optional[Kernel]]:
     if problem:
         raise ConfigError(problem)
     return [None if value == DEFAULT else parse(value, "attention") for value in values]
+
+
+def device_problem(kernel: Optional[Kernel], device_type: str) -> Optional[str]:
+    """Why ``kernel`` cannot run on a ``device_type`` device at all (asked before any work), or None."""
+    if kernel in CUDA_ONLY and device_type != "cuda":
+        return (f"attention kernel {kernel} runs on CUDA alone; on {device_type} PyTorch has "
+                f"{[k for k in KERNELS if k not in CUDA_ONLY]}")
+    return None
