@@ -17,7 +17,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 
@@ -157,11 +157,13 @@ def write_table(out: Path, stem: str, meta: Dict[str, Any], rows: List[Dict[str,
     return md
 
 
-def joined_lanes(parts: List[Path], models: Sequence[str], keys: Sequence[str]) -> Tuple[Dict[str, Any], List[Dict]]:
+def joined_lanes(parts: List[Path], models: Sequence[str], keys: Sequence[str],
+                 before: Optional[Mapping[str, Any]] = None) -> Tuple[Dict[str, Any], List[Dict]]:
     """Lanes' JSON (``--combine``) as one table: the meta ``keys`` the lanes share with every lane's command,
     and all rows, ``models``' order first. Lanes that differ in one of ``keys`` (another GPU, another torch) are
-    refused, naming it: their ratios were measured on different things and one table would say one."""
-    loaded = [json.loads(p.read_text()) for p in parts]
+    refused, naming it: their ratios were measured on different things and one table would say one. A lane written
+    before a key existed has the value in ``before`` (what its runs did)."""
+    loaded = [{**(before or {}), **json.loads(p.read_text())} for p in parts]
     for key in keys:
         seen = {json.dumps(part.get(key), sort_keys=True): path for part, path in zip(loaded, parts)}
         if len(seen) > 1:

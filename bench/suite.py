@@ -33,7 +33,7 @@ references_not_measured, S0, ES0, failed, not_run) and
     python3 bench/suite.py --out OUT --tag h200-a --models BertForMaskedLM lennard_jones ...   # one call
     python3 bench/suite.py --combine OUT/suite-h200-a.json OUT/suite-h200-b.json --out OUT --tag h200
     python bench/suite.py --out OUT --tag cpu --device cpu --smoke   # the CPU check: tiny shapes, no numbers
-    python3 bench/suite.py --out OUT --tag h100-sdpa --attention '[default,cudnn,efficient]' --models ...  # kernels
+    python3 bench/suite.py --out OUT --tag h100-sdpa --overrides 'attention=[default,cudnn,efficient]' --models ...
 """
 
 from __future__ import annotations
@@ -152,13 +152,12 @@ SUITE = {e.name: e for e in (
 def overrides(entry: Entry, args: argparse.Namespace) -> List[str]:
     sizes = [1, 3] if args.smoke else [1, entry.batch_size]
     ov = [*entry.overrides, f"device={args.device}", f"profile={args.profile}", f"precision={args.precision}",
-          f"attention={args.attention}",
           f"model.batch_sizes=[{','.join(map(str, sizes))}]", "validate.check_reload=false",
           "validate.extra_batch_sizes=[]", f"tracking.uri=sqlite:///{args.runs}/mlflow-{args.tag}.db"]
     if args.smoke:  # route.aot=false: on a CPU the routed program's AOTInductor package took half the smoke's tune
-        return ov + [*entry.smoke, "backends=[eager,inductor]", "compile_cache.workers=0", "route.aot=false"]
-    ov.append("backends=cpu" if args.device == "cpu" else "backends=gpu")
-    return ov
+        return ov + [*entry.smoke, "backends=[eager,inductor]", "compile_cache.workers=0", "route.aot=false",
+                     *args.overrides]
+    return ov + ["backends=cpu" if args.device == "cpu" else "backends=gpu", *args.overrides]
 
 
 def bench_model(name: str, args: argparse.Namespace) -> Dict[str, Any]:
@@ -253,8 +252,8 @@ def own_compile(row: Dict[str, Any]) -> str:
 
 
 def markdown(rows: List[Dict[str, Any]], meta: Dict[str, Any]) -> str:
-    kernels = f", attention {meta['attention']}" if meta.get("attention", "[default]") != "[default]" else ""
-    lines = [f"## {meta['device']}, precision {meta['precision']}{kernels}, torch {meta['torch']}", "",
+    extra = f", with {' '.join(meta['overrides'])}" if meta.get("overrides") else ""
+    lines = [f"## {meta['device']}, precision {meta['precision']}{extra}, torch {meta['torch']}", "",
              "| model | list | batch | auto ms | eager ms | best reference | ref ms | auto / reference | auto / eager "
              "| tune s | own compile s | load s | route |", "|---" * 13 + "|"]
     for row in rows:
@@ -282,7 +281,8 @@ def write(out: Path, tag: str, meta: Dict[str, Any], rows: List[Dict[str, Any]])
 
 
 def combine(parts: List[Path], out: Path, tag: str) -> None:
-    meta, rows = joined_lanes(parts, list(SUITE), ("device", "torch", "precision", "attention", "python", "smoke"))
+    meta, rows = joined_lanes(parts, list(SUITE), ("device", "torch", "precision", "overrides", "python", "smoke"),
+                              before={"overrides": []})
     latest: Dict[str, Dict[str, Any]] = {}
     replaced: set = set()  # models an earlier lane finished and a later one ran again: the later row is kept
     for row in rows:  # in --combine order per model: a later lane that ran it again (after a fix) is its row
@@ -303,8 +303,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     lane_arguments(parser, list(SUITE), profile="quick")
     parser.add_argument("--precision", default="[bf16]", help="the run's precision list, e.g. '[fp32,bf16]'")
-    parser.add_argument("--attention", default="[default]",
-                        help="the run's attention list (the SDPA kernels that compete), e.g. '[default,cudnn]'")
+    parser.add_argument("--overrides", nargs="*", default=[],
+                        help="more overrides for every model's run (after the suite's own), e.g. "
+                             "'attention=[default,cudnn]' or backends.graph_inductor.template=max_autotune")
     parser.add_argument("--budget-s", type=float, default=540, help="start no model the slowest so far would end past")
     parser.add_argument("--smoke", action="store_true", help="tiny shapes, eager and inductor only: a CPU check")
     args = parser.parse_args()
@@ -314,7 +315,7 @@ def main() -> None:
 
     def meta() -> Dict[str, Any]:
         return {"device": devices.name(torch.device(args.device)), "torch": torch.__version__,
-                "precision": args.precision, "attention": args.attention, "python": platform.python_version(),
+                "precision": args.precision, "overrides": args.overrides, "python": platform.python_version(),
                 "smoke": args.smoke,
                 "command": command_line()}
 

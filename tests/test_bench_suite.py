@@ -23,7 +23,7 @@ from conftest import ROOT
 @pytest.mark.parametrize("name", list(suite.SUITE))
 def test_every_models_gpu_config_composes_and_passes_the_checks(name, tmp_path):
     args = argparse.Namespace(smoke=False, device="cpu", profile="quick", precision="[bf16]", tag="h200", runs=tmp_path,
-                              attention="[default,cudnn]")
+                              overrides=["attention=[default,cudnn]"])
     cfg = compose_config(suite.overrides(suite.SUITE[name], args))
     model_inputs.complete(cfg)
     check_config(cfg)
@@ -31,7 +31,7 @@ def test_every_models_gpu_config_composes_and_passes_the_checks(name, tmp_path):
     assert any(c.reference for c in candidates_of(cfg).values())  # the user's own compile competes
     on_gpu = candidates_of(cfg, torch.device("cuda"))
     assert {c.reference for c in on_gpu.values() if c.reference} == {"reduce-overhead", "max-autotune"}  # the best
-    assert "inductor.bf16-weights.sdpa-cudnn" in on_gpu  # --attention's kernels compete
+    assert "inductor.bf16-weights.sdpa-cudnn" in on_gpu  # --overrides reach every model's run
 
 
 def test_the_scores_are_graphnets():
@@ -95,3 +95,9 @@ def test_the_smoke_run_writes_the_summary_of_the_h200_table(tmp_path):
     lanes[1].write_text(json.dumps({**other, "device": "NVIDIA H100 80GB HBM3"}))
     with pytest.raises(SystemExit, match=r"the lanes differ in device: lane-a\.json: .*lane-b\.json: .*H100"):
         suite.combine(lanes, tmp_path, "mixed")
+    # nor one whose runs had other overrides; a lane written before --overrides existed ran none
+    lanes[1].write_text(json.dumps({**other, "overrides": ["attention=[default,math]"]}))
+    with pytest.raises(SystemExit, match=r"the lanes differ in overrides"):
+        suite.combine(lanes, tmp_path, "mixed")
+    lanes[1].write_text(json.dumps({k: v for k, v in other.items() if k != "overrides"}))
+    suite.combine(lanes, tmp_path, "older")
