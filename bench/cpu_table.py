@@ -14,6 +14,7 @@ directory unless given).
 
     python bench/cpu_table.py --out OUT                # 1 thread: the table in bench/results
     python bench/cpu_table.py --out OUT --threads 4 --models resnet18 bert_tiny
+    python bench/cpu_table.py --out OUT --threads 4 --models bert_tiny --overrides 'attention=[default,math]'
     bash bench/device_wheels.sh openvino   # then on the GPU host's 16 cores (carry .whl):
     source bench/device_env.sh && python3 bench/cpu_table.py --out OUT --threads 4 --tracking off
 """
@@ -56,7 +57,7 @@ def overrides_for(model: str, args: argparse.Namespace) -> List[str]:
             f"model.batch_sizes=[{','.join(map(str, CPU.sizes))}]", f"threads={args.threads}",
             *(["tracking=off"] if args.tracking == "off" else
               ["tracking=sqlite", f"tracking.uri=sqlite:///{args.runs.resolve()}/mlflow-cpu.db",
-               "tracking.experiment=cpu_table"])]
+               "tracking.experiment=cpu_table"]), *args.overrides]
 
 
 def cpu_model() -> str:
@@ -88,12 +89,15 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--tracking", choices=["sqlite", "off"], default="sqlite",
                         help="off on the GPU host, whose trimmed wheel set (OpenVINO's is 57 MB) carries no MLflow")
+    parser.add_argument("--overrides", nargs="*", default=[],
+                        help="more overrides for every model's run, e.g. 'attention=[default,math]': auto may then "
+                             "route to candidates beyond the table's four backends, timed directly too")
     runs_argument(parser)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     runs_dir(args)
     meta = {"device": cpu_model(), "torch": torch.__version__, "python": platform.python_version(), "dtype": "float32",
-            "threads": args.threads, "runtimes": {p: metadata.version(p) for p in ("openvino", "onnxruntime")},
+            "threads": args.threads, "overrides": args.overrides, "runtimes": {p: metadata.version(p) for p in ("openvino", "onnxruntime")},
             "command": command_line()}
     rows = []
     with devices.cpu_threads(args.threads):  # the timing after each run, as the run itself
