@@ -97,8 +97,8 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     runs_dir(args)
     meta = {"device": cpu_model(), "torch": torch.__version__, "python": platform.python_version(), "dtype": "float32",
-            "threads": args.threads, "overrides": args.overrides, "runtimes": {p: metadata.version(p) for p in ("openvino", "onnxruntime")},
-            "command": command_line()}
+            "threads": args.threads, "overrides": args.overrides,
+            "runtimes": {p: metadata.version(p) for p in ("openvino", "onnxruntime")}, "command": command_line()}
     rows = []
     with devices.cpu_threads(args.threads):  # the timing after each run, as the run itself
         for model in args.models:
