@@ -22,6 +22,11 @@ ROOT = Path(__file__).resolve().parents[1]
 SWEEP = ["model=tiny_mlp", "profile=quick", "backends=[eager]", "reference=false", "seed=0,1"]
 
 
+# MLflow 3's server starts a job runner beside itself (about ten huey consumers, each importing mlflow: seconds of both
+# cores at every start) for GenAI jobs, which no run of tweakpipe asks for; the suite's servers go without it.
+MLFLOW_SERVER_ENV = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+
+
 def clean_env() -> Dict[str, str]:
     """The test's environment without MLFLOW_* settings that would send runs elsewhere."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
@@ -104,7 +109,7 @@ def serving(argv: Sequence[str], folder: Path, url: str, timeout: float = 90) ->
     """``argv`` (a server) started in ``folder`` and up (``url``/health answers), stopped afterwards; its output is
     ``folder/server.log``."""
     log = (folder / "server.log").open("w")
-    proc = subprocess.Popen(list(argv), cwd=folder, env=clean_env(), stdout=log, stderr=subprocess.STDOUT,
+    proc = subprocess.Popen(list(argv), cwd=folder, env={**clean_env(), **MLFLOW_SERVER_ENV}, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
     try:
         deadline = time.monotonic() + timeout
