@@ -42,7 +42,7 @@ def compose_cfg() -> Callable[[List[str]], DictConfig]:
 @pytest.fixture(scope="session")
 def shared_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedServer]:
     """docs/scaling-out.md's ``mlflow server``, started once per test process for every test that runs against a
-    server (a start takes 10-15 s on 2 cores); each test logs to an experiment of its own, so runs cannot mix."""
+    server (a start takes 7-9 s on 2 cores); each test logs to an experiment of its own, so runs cannot mix."""
     with docs_server(tmp_path_factory.mktemp("shared_server")) as server:
         yield server
 
