@@ -1,4 +1,4 @@
-"""Shared fixtures: Hydra composition of the real config tree, and a tiny, fast model."""
+"""Shared fixtures: Hydra composition of the real config tree, a tiny, fast model, the docs' MLflow server."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
 from pipeline.config.schema import register_configs
+from mlflow_helpers import SharedServer, docs_server
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = SHIPPED_CONF
@@ -36,6 +37,14 @@ def compose_cfg() -> Callable[[List[str]], DictConfig]:
             return compose(config_name="config", overrides=overrides)
 
     return _compose
+
+
+@pytest.fixture(scope="session")
+def shared_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedServer]:
+    """docs/scaling-out.md's ``mlflow server``, started once per test process for every test that runs against a
+    server (a start takes 7-9 s on 2 cores); each test logs to an experiment of its own, so runs cannot mix."""
+    with docs_server(tmp_path_factory.mktemp("shared_server")) as server:
+        yield server
 
 
 @contextlib.contextmanager

@@ -11,12 +11,20 @@ import subprocess
 import sys
 import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Sequence
+
+from doc_blocks import commands, section
 
 ROOT = Path(__file__).resolve().parents[1]
 # Two quick jobs of the tiny model, eager only: no compile, seconds each.
 SWEEP = ["model=tiny_mlp", "profile=quick", "backends=[eager]", "reference=false", "seed=0,1"]
+
+
+# MLflow 3's server starts a job runner beside itself (about ten huey consumers, each importing mlflow: seconds of both
+# cores at every start) for GenAI jobs, which no run of tweakpipe asks for; the suite's servers go without it.
+MLFLOW_SERVER_ENV = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
 
 
 def clean_env() -> Dict[str, str]:
@@ -56,15 +64,44 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+# docs/scaling-out.md's section on a shared server: its ``mlflow server`` command and a run's line against it.
+SHARED_SERVER = section(ROOT / "docs" / "scaling-out.md", "## A shared MLflow server")
+
+
+@dataclass(frozen=True)
+class SharedServer:
+    """The docs' ``mlflow server``, up: runs reach it as ``url`` (``http://HOST:PORT``)."""
+
+    host: str  # HOST: this machine's host name, or localhost where that name does not resolve
+    address: str  # the one address it listens on, HOST's: a URL naming it is refused (not in --allowed-hosts)
+    port: int
+    folder: Path  # its working directory, holding mlflow-server/mlflow.db and mlflow-server/artifacts as written
+    tracking: List[str]  # the docs' run line's tracking overrides, HOST and the port filled in
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+
 @contextlib.contextmanager
-def mlflow_server(folder: Path, template: Path, timeout: float = 90) -> Iterator[str]:
-    """A real ``mlflow server`` on 127.0.0.1 and a free port, over a fresh SQLite store; yields its URL."""
-    uri = copy_store(template, folder)
+def docs_server(folder: Path) -> Iterator[SharedServer]:
+    """docs/scaling-out.md's ``mlflow server`` command as written, started in ``folder``, this machine's host name as
+    HOST, on a free port for 5000, listening on HOST's address alone (not every interface) and with one worker
+    (quicker to start on 2 cores)."""
+    host = socket.gethostname()
+    try:
+        address = socket.gethostbyname(host)
+    except OSError:
+        host, address = "localhost", "127.0.0.1"
     port = free_port()
-    with serving([sys.executable, "-m", "mlflow", "server", "--backend-store-uri", uri, "--artifacts-destination",
-                  str(folder / "artifacts"), "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-                 folder, f"http://127.0.0.1:{port}", timeout):
-        yield f"http://127.0.0.1:{port}"
+    server, run_line = commands(SHARED_SERVER)
+    assert server[:2] == ["mlflow", "server"] and run_line[1:3] == ["-m", "pipeline"], SHARED_SERVER
+    server = [a.replace("HOST", host).replace("5000", str(port)) for a in server]
+    server[server.index("--host") + 1] = address
+    tracking = [a.replace("HOST", host).replace("5000", str(port)) for a in run_line if a.startswith("tracking")]
+    shared = SharedServer(host, address, port, folder, tracking)
+    with serving([sys.executable, "-m", *server, "--workers", "1"], folder, shared.url, timeout=120):
+        yield shared
 
 
 @contextlib.contextmanager
@@ -72,7 +109,7 @@ def serving(argv: Sequence[str], folder: Path, url: str, timeout: float = 90) ->
     """``argv`` (a server) started in ``folder`` and up (``url``/health answers), stopped afterwards; its output is
     ``folder/server.log``."""
     log = (folder / "server.log").open("w")
-    proc = subprocess.Popen(list(argv), cwd=folder, env=clean_env(), stdout=log, stderr=subprocess.STDOUT,
+    proc = subprocess.Popen(list(argv), cwd=folder, env={**clean_env(), **MLFLOW_SERVER_ENV}, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
     try:
         deadline = time.monotonic() + timeout

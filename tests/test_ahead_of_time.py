@@ -559,7 +559,7 @@ def test_a_workers_standalone_program_runs_untraced_in_capture_and_a_cpu_checkpo
     with tweakpipe_home(tmp_path / "home"):
         ctx = run(compose_config([*TINY, "backends=[eager,inductor]", "route=one_backend", "route.backend=inductor",
                                   "compile_cache.workers=1", "compile_cache.standalone=true",
-                                  f"compile_cache.dir={tmp_path / 'cache'}"]), tmp_path / "run")
+                                  f"compile_cache.dir={SUITE_CACHE}"]), tmp_path / "run")
         assert "capture: inductor runs the standalone program its worker built" in caplog.text
         cost = json.loads((tmp_path / "run" / "cost.json").read_text())["candidates"]["inductor"]
         assert cost["ahead_s"] > 0 and cost["trace_s"] == 0 and cost["aot_s"] > 0, cost
@@ -577,7 +577,7 @@ def captured_loading_with(loader, tmp_path: Path, monkeypatch, *overrides: str):
     monkeypatch.setattr(aot.STANDALONE, "loader", loader)
     with tweakpipe_home(tmp_path / "home"):
         return run(compose_config([*TINY, "backends=[eager,inductor]", "stages=[capture]", "compile_cache.workers=1",
-                                   "compile_cache.standalone=true", f"compile_cache.dir={tmp_path / 'cache'}",
+                                   "compile_cache.standalone=true", f"compile_cache.dir={SUITE_CACHE}",
                                    "reference=false", *overrides]), tmp_path / "run")
 
 

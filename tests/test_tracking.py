@@ -27,9 +27,9 @@ from mlflow.tracking import MlflowClient
 import pipeline
 from conftest import SUITE_CACHE, TINY, tweakpipe_home
 
-from doc_blocks import commands, section
-from mlflow_helpers import ROOT, SWEEP, artifact_names, clean_env, copy_store, free_port, init_store, mlflow_server, \
-    run_pipeline, serving, sweep_runs
+from doc_blocks import commands
+from mlflow_helpers import ROOT, SHARED_SERVER, SWEEP, SharedServer, artifact_names, clean_env, copy_store, \
+    init_store, run_pipeline, sweep_runs
 from pipeline.record import report
 from pipeline.measure.measurement import Measurement
 from pipeline.record.plots import contended_title, latency_figure, latency_plot, spread
@@ -37,7 +37,7 @@ from pipeline.progress import Steps
 from pipeline.record.recorder import Recorder
 from pipeline.record.tracker import MlflowTracker
 from pipeline.route.policy import Range
-from pipeline.record.store import StoreGuard, open_experiment
+from pipeline.record.store import StoreGuard, open_experiment, server_command
 from pipeline.api import compose_config
 from pipeline.compile import cache as compile_cache
 from pipeline.errors import ConfigError
@@ -57,9 +57,10 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return db
 
 
-def check_sweep(uri: str, jobs: int = 2) -> tuple:
-    """One finished parent, ``jobs`` finished children with metrics, tags, the plot and the tables."""
-    parent, children = sweep_runs(uri)
+def check_sweep(uri: str, jobs: int = 2, experiment: str = "tweakpipe") -> tuple:
+    """One finished parent in ``experiment``, ``jobs`` finished children with metrics, tags, the plot and the
+    tables."""
+    parent, children = sweep_runs(uri, experiment)
     assert parent.info.status == "FINISHED"
     assert len(children) == jobs
     for num, child in enumerate(children):
@@ -499,59 +500,51 @@ def test_single_run_has_no_parent(tmp_path: Path, template: Path) -> None:
 
 
 @pytest.mark.slow
-def test_sweep_against_a_real_mlflow_server(tmp_path: Path, template: Path) -> None:
-    with mlflow_server(tmp_path / "server", template) as url:
-        run_pipeline(["-m", *SWEEP, "tracking=server", f"tracking.uri={url}",
-                      f"hydra.sweep.dir={tmp_path / 'sweep'}"])
-        check_sweep(url)
+def test_sweep_against_a_real_mlflow_server(shared_server: SharedServer, tmp_path: Path) -> None:
+    run_pipeline(["-m", *SWEEP, "tracking=server", f"tracking.uri={shared_server.url}", "tracking.experiment=sweep",
+                  f"hydra.sweep.dir={tmp_path / 'sweep'}"])
+    check_sweep(shared_server.url, experiment="sweep")
 
 
-SHARED_SERVER = section(ROOT / "docs" / "scaling-out.md", "## A shared MLflow server")
 # A second machine: reads a run, downloads one of its artifacts and loads its logged model, through the server alone.
 SECOND_MACHINE = """
 import json, sys, mlflow, pipeline
 from mlflow.tracking import MlflowClient
 from pipeline.models import MLP
-uri, folder = sys.argv[1:]
+uri, experiment, folder = sys.argv[1:]
 client = MlflowClient(tracking_uri=uri)
-(run,) = client.search_runs([client.get_experiment_by_name("tweakpipe").experiment_id])
+(run,) = client.search_runs([client.get_experiment_by_name(experiment).experiment_id])
 route = mlflow.artifacts.download_artifacts(run_id=run.info.run_id, artifact_path="route.json", dst_path=folder,
                                             tracking_uri=uri)
 (logged,) = client.search_logged_models([run.info.experiment_id])
 served = pipeline.load_logged_model(logged.model_id, MLP(width=16, depth=2).eval(), tracking_uri=uri)
-print(json.dumps({"status": run.info.status, "artifacts": run.info.artifact_uri, "route": route, "served": repr(served)}))
+print(json.dumps({"status": run.info.status, "artifacts": run.info.artifact_uri, "route": route, "served": repr(served),
+                  "experiment": run.info.experiment_id}))
 """
 
 
 @pytest.mark.slow
-def test_the_docs_shared_server_takes_runs_by_host_name_and_serves_them_to_a_second_machine(tmp_path: Path) -> None:
-    """docs/scaling-out.md's ``mlflow server`` command, this machine's host name as HOST: a run logs to it by that
-    name, and another process reads the run, its artifact and its logged model back through it. An address the
-    server was not told to allow is refused before any work, in one line naming ``--allowed-hosts``."""
+def test_the_docs_shared_server_takes_runs_by_host_name_and_serves_them_to_a_second_machine(
+        shared_server: SharedServer, tmp_path: Path) -> None:
+    """docs/scaling-out.md's ``mlflow server`` command (the shared server: mlflow_helpers.docs_server), this machine's
+    host name as HOST: a run logs to it by that name, and another process reads the run, its artifact and its logged
+    model back through it. An address the server was not told to allow is refused before any work, in one line
+    naming ``--allowed-hosts``."""
     host = socket.gethostname()
-    try:
-        address = socket.gethostbyname(host)
-    except OSError:
+    if shared_server.host != host:
         pytest.skip(f"this machine's host name {host!r} does not resolve")
-    port = free_port()
-    (server, run_line) = commands(SHARED_SERVER)
-    assert server[:2] == ["mlflow", "server"] and run_line[1:3] == ["-m", "pipeline"], SHARED_SERVER
-    # As written, but HOST named, on a free port, listening on the host name's address alone (not every interface)
-    # and with one worker (quicker to start on 2 cores).
-    server = [a.replace("HOST", host).replace("5000", str(port)) for a in server]
-    server[server.index("--host") + 1] = address
-    url = f"http://{host}:{port}"
-    tracking = [a.replace("HOST", host).replace("5000", str(port)) for a in run_line if a.startswith("tracking")]
-    assert tracking == ["tracking=server", f"tracking.uri={url}"], run_line
+    url, address, port = shared_server.url, shared_server.address, shared_server.port
+    assert shared_server.tracking == ["tracking=server", f"tracking.uri={url}"], SHARED_SERVER
+    assert " ".join(commands(SHARED_SERVER)[0]) == server_command("HOST", 5000, listen="0.0.0.0")  # what errors say
     tiny = ["model=tiny_mlp", "profile=quick", "backends=[eager]", "reference=false"]
-    with serving([sys.executable, "-m", *server, "--workers", "1"], tmp_path, url, timeout=120):
-        run_pipeline([*tiny, *tracking, f"hydra.run.dir={tmp_path}/run"])
-        (tmp_path / "elsewhere").mkdir()
-        proc = subprocess.run([sys.executable, "-c", SECOND_MACHINE, url, str(tmp_path / "elsewhere")],
-                              cwd=tmp_path / "elsewhere", env=clean_env(), capture_output=True, text=True, timeout=180)
-        refused = subprocess.run([sys.executable, "-m", "pipeline", *tiny, "tracking=server",
-                                  f"tracking.uri=http://{address}:{port}", f"hydra.run.dir={tmp_path}/refused"],
-                                 cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=120)
+    # The docs' run line and an experiment of this test's own (the suite's other server tests log to theirs).
+    run_pipeline([*tiny, *shared_server.tracking, "tracking.experiment=docs", f"hydra.run.dir={tmp_path}/run"])
+    (tmp_path / "elsewhere").mkdir()
+    proc = subprocess.run([sys.executable, "-c", SECOND_MACHINE, url, "docs", str(tmp_path / "elsewhere")],
+                          cwd=tmp_path / "elsewhere", env=clean_env(), capture_output=True, text=True, timeout=180)
+    refused = subprocess.run([sys.executable, "-m", "pipeline", *tiny, "tracking=server",
+                              f"tracking.uri=http://{address}:{port}", f"hydra.run.dir={tmp_path}/refused"],
+                             cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=120)
     assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr[-3000:]
     assert f"refuses requests addressed to {address}:{port}" in refused.stderr and \
         f"--allowed-hosts {address}:{port}" in refused.stderr, refused.stderr
@@ -561,7 +554,8 @@ def test_the_docs_shared_server_takes_runs_by_host_name_and_serves_them_to_a_sec
     assert read["status"] == "FINISHED" and read["served"] == "RoutedModule(1..inf: eager)"
     assert read["artifacts"].startswith("mlflow-artifacts:"), read  # uploaded through the server, not a local path
     assert Path(read["route"]).read_text() == (tmp_path / "run" / "route.json").read_text()
-    stored = list((tmp_path / "mlflow-server" / "artifacts").rglob("route.json"))  # where --artifacts-destination says
+    # Where --artifacts-destination says, in the experiment's folder
+    stored = list((shared_server.folder / "mlflow-server" / "artifacts" / read["experiment"]).rglob("route.json"))
     assert len(stored) == 1 and stored[0].read_text() == (tmp_path / "run" / "route.json").read_text()
 
 
@@ -685,14 +679,19 @@ def test_a_run_keeps_no_password_of_a_url_in_its_store_or_its_directory(tmp_path
 
 
 @pytest.mark.slow
-def test_a_sweep_keeps_no_password_of_a_url_in_its_store_or_its_directories(tmp_path: Path, template: Path) -> None:
-    """A Redis password and a tracking server's (``http://USER:PASSWORD@HOST``), on the parent run and each job's."""
-    with redis_server(password=REDIS_SECRET) as server, mlflow_server(tmp_path / "server", template) as url:
-        tracked = url.replace("http://", f"http://tweak:{TRACKING_SECRET}@")
-        run_pipeline(["-m", *SWEEP, "tracking=server", f"tracking.uri={tracked}",
+def test_a_sweep_keeps_no_password_of_a_url_in_its_store_or_its_directories(shared_server: SharedServer,
+                                                                            tmp_path: Path) -> None:
+    """A Redis password and a tracking server's (``http://USER:PASSWORD@HOST``), on the parent run and each job's;
+    nothing in the server's folder (its store, its artifacts, its log) holds either."""
+    url = shared_server.url
+    tracked = url.replace("http://", f"http://tweak:{TRACKING_SECRET}@")
+    with redis_server(password=REDIS_SECRET) as server:
+        run_pipeline(["-m", *SWEEP, "tracking=server", f"tracking.uri={tracked}", "tracking.experiment=secrets",
                       f"compile_cache.remote=redis://:{REDIS_SECRET}@127.0.0.1:{server.port}",
                       f"compile_cache.dir={tmp_path / 'cache'}", f"hydra.sweep.dir={tmp_path / 'sweep'}"])
-        parent, children = check_sweep(url)
-    assert f"tracking.uri=http://tweak:***@127.0.0.1:" in parent.data.tags["hydra.overrides"]
-    assert all(c.data.params["tracking.uri"] == tracked.replace(TRACKING_SECRET, "***") for c in children)
+    parent, children = check_sweep(url, experiment="secrets")
+    shown = tracked.replace(TRACKING_SECRET, "***")
+    assert f"tracking.uri={shown}" in parent.data.tags["hydra.overrides"]
+    assert all(c.data.params["tracking.uri"] == shown for c in children)
     assert holding(tmp_path, REDIS_SECRET, TRACKING_SECRET) == []
+    assert holding(shared_server.folder, REDIS_SECRET, TRACKING_SECRET) == []

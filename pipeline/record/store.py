@@ -38,11 +38,13 @@ T = TypeVar("T")
 
 def server_command(host: str, port: int, listen: Optional[str] = None) -> str:
     """The ``mlflow server`` command of docs/scaling-out.md for clients that reach it as ``host:port``: a store of
-    its own, artifacts uploaded through it into a folder beside that store, and ``host:port`` among the hosts it
-    answers (MLflow's ``--allowed-hosts``, by default localhost and private addresses only)."""
+    its own, artifacts uploaded through it into a folder beside that store, ``host:port`` among the hosts it
+    answers (MLflow's ``--allowed-hosts``, by default localhost and private addresses only) and its own UI there among
+    the origins whose browser requests it takes (``--cors-allowed-origins``, by default localhost's only: the UI at
+    ``http://host:port`` would list no run)."""
     return (f"mlflow server --backend-store-uri sqlite:///mlflow-server/mlflow.db --serve-artifacts "
             f"--artifacts-destination mlflow-server/artifacts --host {listen or host} --port {port} "
-            f"--allowed-hosts {host}:{port},localhost:{port}")
+            f"--allowed-hosts {host}:{port},localhost:{port} --cors-allowed-origins http://{host}:{port}")
 
 
 SERVER_HINT = ("many processes writing one SQLite file: run a tracking server instead (docs/scaling-out.md), e.g.\n"
