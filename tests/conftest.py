@@ -92,6 +92,23 @@ def tweakpipe_home(path: Path) -> Iterator[None]:
         os.environ.pop("TWEAKPIPE_HOME") if old is None else os.environ.update(TWEAKPIPE_HOME=old)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Each xdist worker's runs get their share of the cores (``OMP_NUM_THREADS``, which the runs it starts in
+    fresh processes take as torch's thread count, and torch's own here), as a user's one run has its machine: two
+    workers of two threads on two cores would oversubscribe every run, so that every profile measured the other
+    worker (its cells marked contended, each host reading stalled for a scheduler slice). A test of threads sets
+    its own; a count the environment gives is kept."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1 and "OMP_NUM_THREADS" not in os.environ:
+        import torch
+
+        from pipeline.measure.contention import usable_cores
+
+        share = max(1, usable_cores() // workers)
+        os.environ["OMP_NUM_THREADS"] = str(share)
+        torch.set_num_threads(share)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item]) -> None:
     """Skip tests marked gpu where no CUDA/XPU device is present."""
     import torch
