@@ -155,9 +155,10 @@ def overrides(entry: Entry, args: argparse.Namespace) -> List[str]:
           f"model.batch_sizes=[{','.join(map(str, sizes))}]", "validate.check_reload=false",
           "validate.extra_batch_sizes=[]", f"tracking.uri=sqlite:///{args.runs}/mlflow-{args.tag}.db"]
     if args.smoke:  # route.aot=false: on a CPU the routed program's AOTInductor package took half the smoke's tune
-        return ov + [*entry.smoke, "backends=[eager,inductor]", "compile_cache.workers=0", "route.aot=false",
-                     *args.overrides]
-    return ov + ["backends=cpu" if args.device == "cpu" else "backends=gpu", *args.overrides]
+        ov += [*entry.smoke, "backends=[eager,inductor]", "compile_cache.workers=0", "route.aot=false"]
+    else:
+        ov.append("backends=cpu" if args.device == "cpu" else "backends=gpu")
+    return ov + list(args.overrides)
 
 
 def bench_model(name: str, args: argparse.Namespace) -> Dict[str, Any]:

@@ -22,9 +22,10 @@ from typing import Any, Mapping, Optional
 REDACTED = "***"
 # scheme://[user]:password@ -- the password runs to the authority's last "@", as urllib.parse splits it; a sweep
 # job's overrides come escaped by Hydra (redis\://\:password@...).
-_USERINFO = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*\\?://[^\s/?#:]*):(?P<secret>[^\s/?#]+)@")
+_SCHEME = r"[A-Za-z][A-Za-z0-9+.-]*\\?://"
+_USERINFO = re.compile(rf"(?P<head>{_SCHEME}[^\s/?#:]*):(?P<secret>[^\s/?#]+)@")
 # scheme://name@ with no password: the name may be a token (https://TOKEN@host), so all of it goes.
-_USER_ONLY = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*\\?://)[^\s/?#:@]+@")
+_USER_ONLY = re.compile(rf"(?P<head>{_SCHEME})[^\s/?#:@]+@")
 # ?password=... or &token=...: a query value named like a secret.
 _QUERY = re.compile(r"(?P<head>[?&;][\w.-]*(?:pass|pwd|token|secret|api[_-]?key|access[_-]?key|auth|signature)"
                     r"[\w.-]*=)(?P<secret>[^&#\s]+)", re.IGNORECASE)

@@ -96,20 +96,18 @@ def candidates(backends: Mapping[str, Mapping[str, Any]], precisions: Sequence[P
                 if precision in quantize.RECIPES and base.runs_torch and settings.large_linears_only is None:
                     settings = replace(settings, large_linears_only=True)  # only where int8 / fp8 can gain
                 split = lengths and base.splits_by_length
-                named = {}
                 for kernel in kernels if base.runs_torch and base.name not in as_written else (None,):
                     name = candidate_name(base.name, precision, cast) + (ATTENTION_SUFFIX + kernel if kernel else "")
                     forced = replace(settings, attention=kernel) if kernel else settings
-                    named[name] = forced
-                    if split:
-                        named.update({name: replace(forced, per_length=False),
-                                      name + PER_LENGTH: replace(forced, per_length=True)})
-                taken = [n for n in named if n in out]
-                if taken:
-                    raise ConfigError(f"backend {taken[0]!r} has the name of a {SEPARATOR}<precision> candidate"
-                                      f"{f' or a {PER_LENGTH} one' if split else ''}; rename it")
-                out.update({n: Candidate(n, s, "" if getattr(s, "attention", None) else plays.get(base.name, ""))
-                            for n, s in named.items()})
+                    named = ({name: replace(forced, per_length=False),
+                              name + PER_LENGTH: replace(forced, per_length=True)} if split else {name: forced})
+                    taken = [n for n in named if n in out]
+                    if taken:
+                        raise ConfigError(f"backend {taken[0]!r} has the name of a {SEPARATOR}<precision> candidate"
+                                          f"{f' or a {PER_LENGTH} one' if split else ''}; rename it")
+                    # a forced kernel is not the user's compile as written: it plays no reference
+                    role = "" if getattr(forced, "attention", None) else plays.get(base.name, "")
+                    out.update({n: Candidate(n, s, role) for n, s in named.items()})
     return out
 
 
