@@ -296,7 +296,8 @@ def run(ctx: RunContext) -> None:
                 off = standalone_off(outcome) if built[name].ahead is not None else ""
                 if off:
                     log.warning("capture: %s's standalone program from its worker %s here (%s); it is traced "
-                                "instead", name, off, outcome.reason[:300])
+                                "instead", name, off, outcome.reason[:300] or
+                                f"{ctx.cfg.route.accuracy_budget.metric} {outcome.accuracy:.6g}")
                     built[name] = backend_registry.create(candidates[name])
                     outcome = capture_one(ctx, built[name], references)
                 outcome.cost.ahead_s = float(head_start["seconds"]) if head_start else 0.0

@@ -624,7 +624,9 @@ def test_a_workers_standalone_program_that_answers_off_in_the_run_is_traced_ther
     caplog.set_level(logging.INFO)
     ctx = captured_loading_with(answers_off, tmp_path, monkeypatch, "precision=[bf16]")
     said = [r.getMessage() for r in caplog.records if "standalone program from its worker answered" in r.getMessage()]
-    assert len(said) == 2 and all("outside the accuracy budget" in m and "traced instead" in m for m in said), said
+    metric = ctx.cfg.route.accuracy_budget.metric  # the figure that was off, named (the message said "()")
+    assert len(said) == 2 and all("outside the accuracy budget" in m and "traced instead" in m and f"({metric} " in m
+                                  for m in said), said
     for name in ("inductor.bf16", "inductor.bf16-weights"):
         outcome = ctx.outcomes[name]
         assert outcome.status == "ok" and outcome.within_budget, outcome.reason

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from conftest import TINY
+from conftest import SUITE_CACHE, TINY
 from pipeline.backends import Candidate, attention, precision
 from pipeline.compile import ahead
 from pipeline.config.attention import parse_list
@@ -111,3 +111,19 @@ def test_a_model_that_calls_no_attention_gets_no_forced_candidate_built_and_the_
     # known before any compile job: the worker compiles inductor's program alone
     assert "compile 1 program(s) for 1 candidate(s): inductor " in caplog.text
     assert {r["backend"] for r in route["ranges"]} <= {"eager", "inductor"} and ctx.validation["ok"]
+
+
+def test_a_forced_kernels_inductor_program_is_built_standalone_by_its_worker_and_runs_untraced(compose_cfg, tmp_path,
+                                                                                              caplog):
+    """The kernel's context sits inside the forward; traced there, Dynamo's graph keeps it as calls that Inductor's
+    standalone form cannot save (on the H100 every forced candidate's worker build failed with "TypeError: 'NoneType'
+    object is not callable" and capture traced it again). Held around the trace and the compile instead, the worker's
+    program is saved, loaded by capture with no trace, and answers as the model does."""
+    cfg = compose_cfg([*BERT, "backends=[inductor]", "attention=[math]", "stages=[capture]",
+                       "compile_cache.workers=1", "compile_cache.standalone=true", f"compile_cache.dir={SUITE_CACHE}"])
+    with caplog.at_level(logging.INFO):
+        ctx = run(cfg, tmp_path)
+    assert "capture: inductor.sdpa-math runs the standalone program its worker built" in caplog.text, caplog.text[-3000:]
+    outcome = ctx.outcomes["inductor.sdpa-math"]
+    assert outcome.status == "ok" and outcome.within_budget and outcome.cost.trace_s == 0, outcome.reason
+    assert ctx.backends["inductor.sdpa-math"].program is None  # no Dynamo program in the run's process

@@ -12,8 +12,9 @@ it, as any backend that cannot run.
 
 from __future__ import annotations
 
+import contextlib
 import warnings
-from typing import Any, Dict, Optional
+from typing import Any, ContextManager, Dict, Optional
 
 import torch
 import torch.nn.functional as F
@@ -37,6 +38,24 @@ class AttentionKernel(nn.Module):
     def forward(self, **inputs: torch.Tensor) -> Any:
         with sdpa_kernel([BACKENDS[self.kernel]]):
             return self.inner(**inputs)
+
+
+def unwrapped(module: nn.Module) -> nn.Module:
+    """The module under a forced kernel's wrapper (itself where there is none): what a graph capture that saves its
+    program traces, inside :func:`held_around`."""
+    return module.inner if isinstance(module, AttentionKernel) else module
+
+
+def held_around(module: nn.Module) -> ContextManager:
+    """The forced kernel's context (none without one) to hold around a saved program's trace and compile. Traced inside
+    the forward, ``sdpa_kernel`` stays in Dynamo's graph as calls that set the kernel flags and set them back, and
+    Inductor's standalone form cannot save a graph that holds them (``TypeError: 'NoneType' object is not callable``
+    on torch 2.11 and 2.14); and an exported graph may keep the attention op whole, to be decomposed when compiled,
+    after the forward's context has ended. Held around both, the op decomposes to the forced kernel's own op while
+    the program is compiled, so the program calls that kernel with no context at all."""
+    if isinstance(module, AttentionKernel):
+        return sdpa_kernel([BACKENDS[module.kernel]])
+    return contextlib.nullcontext()
 
 
 class _Calls(TorchFunctionMode):

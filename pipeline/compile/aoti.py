@@ -31,6 +31,7 @@ from typing import Any, Callable, Dict, Mapping
 import torch
 from torch import nn
 
+from pipeline.backends import attention
 from pipeline.compile import cache as compile_cache
 from pipeline.compile import loads
 from pipeline.compile.forms import NOT_AHEAD, InductorForm
@@ -90,7 +91,8 @@ class AotiPackage(InductorForm):
         path = directory / "program.pt2"
         # Its numerics (TF32) hold while Inductor picks kernels; AOTInductor writes its package's metadata into the
         # process-wide aot_inductor.metadata dict, so it gets a fresh one, and the user's process keeps its own.
-        with torch.no_grad(), backend.autocast(), torch._inductor.config.patch({"aot_inductor.metadata": {}}):
+        with torch.no_grad(), backend.autocast(), attention.held_around(backend.module), \
+                torch._inductor.config.patch({"aot_inductor.metadata": {}}):
             exported = torch.export.export(module, (inputs,), dynamic_shapes=dims)
             torch._inductor.aoti_compile_and_package(exported, package_path=str(path),
                                                      inductor_configs={**options, **INDUCTOR_CONFIGS})

@@ -24,6 +24,7 @@ from typing import Any, Callable, Dict, Mapping, Optional, Sequence
 import torch
 from torch import nn
 
+from pipeline.backends import attention
 from pipeline.compile import cache as compile_cache
 from pipeline.compile import loads
 from pipeline.compile.forms import NOT_AHEAD, InductorForm, reason
@@ -72,9 +73,10 @@ class Standalone(InductorForm):
 
         weights = held_by(backend.module)
         by_id = {id(t): fqn for fqn, t in weights.items()}
-        with torch.no_grad(), backend.autocast():
+        with torch.no_grad(), backend.autocast(), attention.held_around(backend.module):
             # the captured graph runs as it is (capture returns it): its outputs give the structure a load restores
-            outputs = torch.compile(fresh_caller(backend.module), backend=capture, fullgraph=True)(inputs)
+            outputs = torch.compile(fresh_caller(attention.unwrapped(backend.module)), backend=capture,
+                                    fullgraph=True)(inputs)
         args = []
         for arg in captured["inputs"]:
             if isinstance(arg, torch.Tensor):
@@ -94,7 +96,7 @@ class Standalone(InductorForm):
             raise ValueError(f"its graph returns {len(graph_outputs)} values for {len(leaves)} output leaves")
         options = {k: v for k, v in backend.inductor_options().items() if k not in NOT_AHEAD}
         path = directory / "program.bin"
-        with torch.no_grad(), backend.autocast():
+        with torch.no_grad(), backend.autocast(), attention.held_around(backend.module):
             artifact = torch._inductor.standalone_compile(captured["gm"], captured["inputs"],
                                                           dynamic_shapes="from_graph",
                                                           options={"config_patches": options}, aot=True)
