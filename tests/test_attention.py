@@ -38,6 +38,14 @@ class Attends(nn.Module):
         return F.scaled_dot_product_attention(q, k, v).flatten(1)
 
 
+class OutOfMemory(Attends):
+    """Attends, then runs out of device memory (as a large batch's next op would)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        super().forward(x)
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.86 GiB.")
+
+
 def flash_calls(module: nn.Module, **inputs: torch.Tensor) -> int:
     """How many times a call of ``module`` runs the CPU's FlashAttention kernel (the profiler's aten events)."""
     with torch.inference_mode(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
@@ -70,6 +78,8 @@ def test_the_kernel_is_forced_inside_the_call_and_a_kernel_or_model_that_cannot_
     assert attention.calls(model, {"x": x}) == 1 and attention.calls(nn.Linear(32, 4), {"input": x}) == 0
     plain = nn.Sequential(nn.Linear(32, 4))
     assert "calls no torch.nn.functional.scaled_dot_product_attention" in attention.problem(plain, {"input": x}, "math")
+    with pytest.raises(torch.OutOfMemoryError):  # the device's memory, not the kernel (DistilBERT at 256 on the H100)
+        attention.problem(OutOfMemory(), {"x": x}, "math")
     on_cpu = Candidate.of("eager", {"kind": "eager", "attention": "cudnn"}).unsupported_reason(CPU)
     assert on_cpu == "attention kernel cudnn runs on CUDA alone; on cpu PyTorch has ['flash', 'math']"
 

@@ -93,8 +93,8 @@ def problem(model: nn.Module, sample: Dict[str, torch.Tensor], kernel: Kernel) -
             warnings.simplefilter("always")
             AttentionKernel(model, kernel)(**sample)
     except RuntimeError as exc:
-        if not counted.count:
-            raise
+        if not counted.count or isinstance(exc, torch.OutOfMemoryError):
+            raise  # out of memory says nothing of the kernel: the candidate fails with it (capture may build it again)
         why = [str(w.message) for w in said if "kernel" in str(w.message).lower()][:2] + [str(exc)]
         reason = " ".join("; ".join(why).split())[:400]
         where = next(iter(sample.values())).device.type
