@@ -11,7 +11,7 @@ from torch import nn
 from pipeline import backends as backend_registry
 from pipeline import runner
 from pipeline.backends import graph_plan
-from pipeline.backends.graph import GraphBackend, concat_chunks, stage_inputs, take_rows
+from pipeline.backends.graph import GraphBackend, concat_chunks, released, stage_inputs, take_rows
 from pipeline.batching import BatchDims, output_batch_dims, tile
 from pipeline.backends.candidate import Candidate
 from conftest import TINY
@@ -30,6 +30,22 @@ from conftest import TINY
 ])
 def test_grid(largest, cap, expected):
     assert graph_plan.grid(largest, cap) == expected
+
+
+def test_released_outputs_alias_the_recordings_memory_without_keeping_it():
+    """What a recorded graph keeps of its outputs: aliases at the same addresses, offsets and strides (a replay writes
+    there), which hold no memory of their own, so the recording's tensors can go back to the pool."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    t = torch.arange(12.0).view(3, 4)[1:]
+    kept = released({"logits": t, "pair": (t[:, :2], 5)})
+    assert kept["pair"][1] == 5 and kept["logits"].data_ptr() == t.data_ptr()
+    assert kept["logits"].stride() == t.stride() and kept["logits"].storage_offset() == t.storage_offset()
+    t.add_(1)  # a replay's writes are what the aliases read
+    assert torch.equal(kept["logits"], t) and torch.equal(kept["pair"][0], t[:, :2])
+    owner = StorageWeakRef(t.untyped_storage())
+    del t
+    assert owner.expired()  # the aliases did not keep the memory
 
 
 def test_default_cap_gives_35_graphs():
