@@ -17,7 +17,7 @@ from pipeline.measure.measurement import Measurement, Settings
 from pipeline.measure.screening import numerics_out
 from pipeline.preflight.checks import check_config
 from pipeline.runner import run
-from stages.capture import capture_order
+from stages.capture import capture_order, capture_sequence
 
 SLOW_AT_BF16 = ["model.build._target_=models_for_tests.SlowAtReducedPrecision", "~model.build.depth",
                 "model.name=slow_at_bf16", "backends=[eager,inductor]", "precision=[fp32,bf16]",
@@ -63,6 +63,32 @@ def test_compile_jobs_and_capture_start_with_likely_winners_and_cheap_programs()
     assert capture_order(candidates) == ["graph.bf16", "graph_inductor_regional.bf16-weights",
                                          "graph_inductor.bf16-weights", "graph_inductor.bf16", "graph_inductor"]
     assert ahead.priority(candidates["graph_inductor.bf16-weights"]) < ahead.priority(candidates["graph_inductor"])
+
+
+def test_capture_builds_what_is_ready_while_a_reference_peers_worker_still_compiles():
+    """The user's max-autotune compile takes minutes: capture builds the later candidates whose jobs are done (or who
+    compile nothing) first, then waits for the others that are no reference, and builds the reference after them
+    unless its job ends before; the order is unchanged where every job is done."""
+    from dataclasses import replace
+
+    names = ["inductor.bf16-weights", "reference_max_autotune.bf16-weights", "inductor.bf16", "graph_inductor.bf16",
+             "reference.bf16"]
+    candidates = {n: Candidate.of(n, {"kind": "inductor"}) for n in names}
+    for n in ("reference_max_autotune.bf16-weights", "reference.bf16"):
+        candidates[n] = replace(candidates[n], reference="max-autotune")
+    done = {"inductor.bf16-weights", "inductor.bf16"}
+    built = []
+    for name in capture_sequence(names, candidates, done.__contains__):
+        built.append(name)
+        if name == "inductor.bf16":
+            done.add("reference.bf16")  # a job that ends meanwhile is taken in its turn
+    assert built == ["inductor.bf16-weights", "inductor.bf16", "reference.bf16", "graph_inductor.bf16",
+                     "reference_max_autotune.bf16-weights"]
+    assert list(capture_sequence(names, candidates, lambda n: True)) == names
+    # nothing ready: the references wait behind the rest, in their order
+    assert list(capture_sequence(names, candidates, lambda n: False)) == [
+        "inductor.bf16-weights", "inductor.bf16", "graph_inductor.bf16", "reference_max_autotune.bf16-weights",
+        "reference.bf16"]
 
 
 def test_a_precision_slower_without_compiling_gets_no_compiled_candidate_and_no_compile_job(tmp_path, caplog):

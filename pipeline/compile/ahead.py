@@ -304,6 +304,16 @@ class CompileAhead:
         result = self.seen[runner]
         return result if runner == name else {**result, "shared_with": runner}
 
+    def ready(self, name: str) -> bool:
+        """Whether :meth:`wait` for ``name`` would return at once: it has no job (none, dropped, or failed), or its
+        job's answer is in, or its worker is gone."""
+        runner = self.jobs.get(name)
+        if runner is None or runner not in self.assigned or runner in self.seen:
+            return True
+        worker = self.workers[self.assigned[runner]]
+        with worker.done:
+            return runner in worker.results or bool(worker.gone)
+
     def drop(self, name: str) -> None:
         """``name`` will not be built (skipped): its job is not waited for unless another candidate shares it, is
         never compiled where it has not started, and is stopped where it runs with nothing after it
