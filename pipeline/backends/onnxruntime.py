@@ -15,7 +15,7 @@ import contextlib
 import logging
 import os
 import tempfile
-from typing import Any, Dict, Iterator, List, Mapping
+from typing import Any, Dict, Iterator, List
 
 import torch
 
@@ -41,25 +41,14 @@ def exporter_quiet() -> Iterator[None]:
             logger.setLevel(level)
 
 
-# ONNX Runtime's session entry for its threads' spinning (``allow_spinning``), "1" or "0"
-SPINNING = "session.intra_op.allow_spinning"
-
-
-def session_options(threads: int, level: str, entries: Mapping[str, str]) -> Any:
+def session_options(threads: int, level: str) -> Any:
     import onnxruntime
 
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.graph_optimization_level = getattr(onnxruntime.GraphOptimizationLevel, LEVELS[level])
-    for key, value in entries.items():
-        options.add_session_config_entry(key, value)
     return options
-
-
-def entries_of(settings: Any) -> Dict[str, str]:
-    """The session's config entries from the backend's settings (what a checkpoint's saved model opens with)."""
-    return {SPINNING: "1" if settings.allow_spinning else "0"}
 
 
 def numpy_dtype(dtype: torch.dtype, known: Dict[torch.dtype, Any] = {}) -> Any:  # noqa: B006 -- a cache
@@ -90,14 +79,12 @@ class Runner:
         return [torch.from_numpy(value.numpy()) for value in binding.get_outputs()]
 
 
-def runner_from(data: bytes, names: List[str], threads: int, entries: Mapping[str, str]) -> Runner:
+def runner_from(data: bytes, names: List[str], threads: int) -> Runner:
     """A session over a graph this backend optimised and serialised (``OnnxRuntimeBackend.serialized``), with
-    optimisation off (it is done) and the session's config ``entries`` (:func:`entries_of`; none in checkpoints
-    saved before they were kept, which open with ONNX Runtime's defaults, as they were tuned)."""
+    optimisation off: it is done."""
     import onnxruntime
 
-    session = onnxruntime.InferenceSession(data, session_options(threads, "disable", entries),
-                                           providers=["CPUExecutionProvider"])
+    session = onnxruntime.InferenceSession(data, session_options(threads, "disable"), providers=["CPUExecutionProvider"])
     return Runner(session, names)
 
 
@@ -110,7 +97,7 @@ class OnnxRuntimeBackend(ExportedBackend):
     def _compile(self, program: torch.export.ExportedProgram, sample: Dict[str, torch.Tensor]) -> None:
         import onnxruntime
 
-        options = session_options(self.threads, self.settings.graph_optimization_level, entries_of(self.settings))
+        options = session_options(self.threads, self.settings.graph_optimization_level)
         with tempfile.TemporaryDirectory(prefix="tweakpipe-onnx-") as folder, exporter_quiet():
             path = os.path.join(folder, "model.onnx")
             torch.onnx.export(program, (), dynamo=True, input_names=list(sample), verbose=False).save(path)
@@ -127,6 +114,4 @@ class OnnxRuntimeBackend(ExportedBackend):
     def stats(self) -> Dict[str, Any]:
         """The settings the session reports it applied."""
         options = self.runner.session.get_session_options()
-        return {"threads": options.intra_op_num_threads,
-                "graph_optimization_level": str(options.graph_optimization_level),
-                "allow_spinning": options.get_session_config_entry(SPINNING)}
+        return {"threads": options.intra_op_num_threads, "graph_optimization_level": str(options.graph_optimization_level)}

@@ -152,15 +152,10 @@ class OpenVinoSettings(ExportedSettings):
 
 @dataclass(frozen=True)
 class OnnxRuntimeSettings(ExportedSettings):
-    """ONNX Runtime's CPU execution provider. ``graph_optimization_level``: disable | basic | extended | all.
-    ``allow_spinning``: whether the session's threads spin after a call, waiting for the next (ONNX Runtime's own
-    default). Off here: on 2 cores, eager PyTorch timed beside a spinning session read 18.3 ms where it runs in 7.1
-    (2.5x; 50.3 against 20.1 at batch 8), so every other backend of the profile, and the user's own code after a call,
-    paid for the spin, while the session gained 0-20% alone (2.18 against 2.62 ms at batch 1, none at 8)."""
+    """ONNX Runtime's CPU execution provider. ``graph_optimization_level``: disable | basic | extended | all."""
 
     kind: str = "onnxruntime"
     graph_optimization_level: str = "all"
-    allow_spinning: bool = False
 
 
 KINDS: Dict[str, Type[BackendSettings]] = {
