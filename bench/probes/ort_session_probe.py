@@ -2,7 +2,7 @@
 some batch sizes (resnet18 at 3: 2.90 / 4.08 / 2.94 ms; at 8: 8.68 / 7.12 / 8.48 across the tune's, the table's and
 the loaded session). Is it the session (thread placement), spinning threads of idle sessions, or the interleaving?
 
-Six sessions over one exported graph, 4 threads each, timed interleaved round-robin at 1, 3, 8, 17 in three
+Six sessions over one exported graph, 4 threads each (THREADS in the environment), first beside eager PyTorch, then timed interleaved round-robin at 1, 3, 8, 17 in three
 variants: spinning on (ORT's default), spinning off, and spinning off with each session's threads pinned to its own
 cores. A session's median per size across three rounds shows whether a session keeps its speed (placement) or not.
 
@@ -19,7 +19,7 @@ import torch
 import torchvision
 
 torch.manual_seed(0)
-torch.set_num_threads(4)
+torch.set_num_threads(int(os.environ.get("THREADS", 4)))
 model = torchvision.models.resnet18().eval()
 x = torch.randn(2, 3, 64, 64)
 folder = tempfile.mkdtemp()
@@ -33,7 +33,7 @@ cores = os.cpu_count()
 
 def session(spin: bool, pin: int = -1):
     o = onnxruntime.SessionOptions()
-    o.intra_op_num_threads = 4
+    o.intra_op_num_threads = int(os.environ.get("THREADS", 4))
     o.inter_op_num_threads = 1
     o.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
     o.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
@@ -69,7 +69,34 @@ def variant(name, sessions, rounds=3, n=20):
     sys.stdout.flush()
 
 
+def beside_torch(spin: bool, n: int = 30) -> None:
+    """One session and the model in eager PyTorch (4 threads each), alone and call for call in turn: what each
+    one's spinning threads cost the other (on the 2-core development machine, 2 threads each, eager right after an
+    ONNX Runtime call took 18.7 ms with ONNX Runtime's spinning on, 7.5 with it off, 6.0 alone)."""
+    s = session(spin)
+    for bs in SIZES:
+        x = torch.from_numpy(inputs[bs])
+        feed = {"x": inputs[bs]}
+        alone, eager, ort_after, eager_after = [], [], [], []
+        with torch.inference_mode():
+            for _ in range(5):
+                s.run(None, feed), model(x)
+            for _ in range(n):
+                a = time.perf_counter(); s.run(None, feed); alone.append(time.perf_counter() - a)
+            for _ in range(n):
+                a = time.perf_counter(); model(x); eager.append(time.perf_counter() - a)
+            for _ in range(n):
+                a = time.perf_counter(); s.run(None, feed); b = time.perf_counter(); model(x); c = time.perf_counter()
+                ort_after.append(b - a), eager_after.append(c - b)
+        ms = lambda v: f"{statistics.median(v) * 1e3:6.2f}"  # noqa: E731
+        print(f"  spinning {'on ' if spin else 'off'} bs {bs:>2}: onnxruntime alone {ms(alone)}, after eager "
+              f"{ms(ort_after)}; eager alone {ms(eager)}, after onnxruntime {ms(eager_after)}", flush=True)
+
+
 print("cores", cores, "ort", onnxruntime.__version__)
+print("\nbeside eager PyTorch (ms, medians)")
+for spin in (True, False):
+    beside_torch(spin)
 variant("spinning on (default)", [session(True) for _ in range(6)])
 variant("spinning off", [session(False) for _ in range(6)])
 for i in range(3):  # each session alone in the process: is the spread between sessions, even with no other alive?
