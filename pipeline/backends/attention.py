@@ -35,8 +35,12 @@ class AttentionKernel(nn.Module):
         super().__init__()
         self.inner, self.kernel = inner, kernel
 
+    def forced(self) -> ContextManager:
+        """The context that holds every call of the attention op to this kernel."""
+        return sdpa_kernel([BACKENDS[self.kernel]])
+
     def forward(self, **inputs: torch.Tensor) -> Any:
-        with sdpa_kernel([BACKENDS[self.kernel]]):
+        with self.forced():
             return self.inner(**inputs)
 
 
@@ -53,9 +57,7 @@ def held_around(module: nn.Module) -> ContextManager:
     on torch 2.11 and 2.14); and an exported graph may keep the attention op whole, to be decomposed when compiled,
     after the forward's context has ended. Held around both, the op decomposes to the forced kernel's own op while
     the program is compiled, so the program calls that kernel with no context at all."""
-    if isinstance(module, AttentionKernel):
-        return sdpa_kernel([BACKENDS[module.kernel]])
-    return contextlib.nullcontext()
+    return module.forced() if isinstance(module, AttentionKernel) else contextlib.nullcontext()
 
 
 class _Calls(TorchFunctionMode):
