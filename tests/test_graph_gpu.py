@@ -232,7 +232,8 @@ def test_pipeline_run_with_graph_backends(compose_cfg, tmp_path, device):
     torch._dynamo.reset()
     cfg = compose_cfg(TINY + ["backends=[eager,graph,graph_inductor]", f"device={device.type}"])
     ctx = runner.run(cfg, tmp_path)
-    assert {n: o.status for n, o in ctx.outcomes.items()} == {"eager": "ok", "graph": "ok", "graph_inductor": "ok"}
+    statuses = {n: o.status for n, o in ctx.outcomes.items()}
+    assert {"eager", "graph", "graph_inductor"} <= statuses.keys() and set(statuses.values()) == {"ok"}, statuses
     assert ctx.validation["ok"]
 
 
@@ -262,7 +263,7 @@ def test_tune_serves_a_sequence_first_model_through_the_graph_backends(tmp_path,
         f"device={device.type}", "backends=[eager,graph,graph_inductor]", "profile=quick", "tracking=off",
         "model.batch_sizes=[1,4,8]"])
     statuses = {n: o["status"] for n, o in json.loads((tmp_path / "capture.json").read_text()).items()}
-    assert statuses == {"eager": "ok", "graph": "ok", "graph_inductor": "ok"}
+    assert {"eager", "graph", "graph_inductor"} <= statuses.keys() and set(statuses.values()) == {"ok"}, statuses
     model.to(device)
     with torch.inference_mode():
         for bs in (1, 3, 9, 40):
