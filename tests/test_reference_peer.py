@@ -34,9 +34,13 @@ def test_a_servable_reference_is_a_floor_the_router_never_serves_below():
     order = list(PROFILE)
     assert owners_with("eager", PROFILE, order, 0.10, "eager", TIGHT) == {1: "eager"}
     assert owners_with("eager", PROFILE, order, 0.10, "eager", TIGHT, ["reference"]) == {1: "reference"}
-    # Within the noise it is no floor: the incumbent keeps the size.
+    # Within the noise, 6% faster by median is still a floor (route.policy.REFERENCE_SLACK: 2%); 1% is not, and
+    # eager as the baseline floors beyond both intervals only.
     loose = {b: {1: (0.8, 1.2)} for b in PROFILE}
-    assert owners_with("eager", PROFILE, order, 0.10, "eager", loose, ["reference"]) == {1: "eager"}
+    assert owners_with("eager", PROFILE, order, 0.10, "eager", loose, ["reference"]) == {1: "reference"}
+    near = {**PROFILE, "reference": {1: 0.99}}
+    assert owners_with("eager", near, order, 0.10, "eager", loose, ["reference"]) == {1: "eager"}
+    assert owners_with("inductor", {**PROFILE, "eager": {1: 0.9}}, order, 0.10, "eager", loose) == {1: "inductor"}
     # One that may not serve is no floor.
     route = choose_route(PROFILE, order, min_gain=0.10, baseline="eager", intervals=TIGHT, references=["reference"],
                          failures={"reference": "outside the accuracy budget"})

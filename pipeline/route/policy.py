@@ -68,6 +68,20 @@ def clearly_below(a: str, b: str, bs: int, profile: Profile, intervals: Optional
     return a_hi < b_lo
 
 
+# A reference (the user's own torch.compile) measured this much faster than a size's owner takes the size from it
+# even where the two cells' intervals overlap: on the GPU suite's quick profile (call M of 2026-12-06) an Inductor
+# graph 6% slower than the max-autotune reference by median kept batch 128 within the intervals, and served it 11%
+# slower. Switching to a backend measured faster costs no speed when the two are equal, only a range.
+REFERENCE_SLACK = 0.02
+
+
+def undercuts(reference: str, owner: str, bs: int, profile: Profile, intervals: Optional[Intervals]) -> bool:
+    """Whether ``reference`` is faster than ``owner`` at ``bs`` beyond both intervals, or by more than
+    :data:`REFERENCE_SLACK` by median."""
+    return (clearly_below(reference, owner, bs, profile, intervals)
+            or profile[owner][bs] > profile[reference][bs] * (1.0 + REFERENCE_SLACK))
+
+
 def owners_with(incumbent: str, profile: Profile, order: Sequence[str], min_gain: float,
                 baseline: Optional[str] = None, intervals: Optional[Intervals] = None,
                 references: Sequence[str] = ()) -> Dict[int, str]:
@@ -78,8 +92,9 @@ def owners_with(incumbent: str, profile: Profile, order: Sequence[str], min_gain
     Among challengers the fastest wins; ties go to the earlier backend in ``order``. Where
     ``baseline`` (plain eager) is faster than that owner (clearly, given intervals), the fastest
     backend owns the size: the routed model never serves a profiled size slower than the model it tunes. The
-    ``references`` (the user's own torch.compile, ``pipeline.backends.reference``) are floors the same way: auto is
-    never slower than the copy the user would have written, beyond both cells' intervals.
+    ``references`` (the user's own torch.compile, ``pipeline.backends.reference``) are floors the same way, and
+    tighter (:func:`undercuts`): auto is never slower than the copy the user would have written beyond both cells'
+    intervals, nor by more than :data:`REFERENCE_SLACK` by median.
     """
     sizes = sorted({bs for lat in profile.values() for bs in lat})
     owners: Dict[int, str] = {}
@@ -93,8 +108,8 @@ def owners_with(incumbent: str, profile: Profile, order: Sequence[str], min_gain
                        and profile[incumbent][bs] / profile[b][bs] - 1.0 >= min_gain - 1e-12
                        and (intervals is None or clearly_below(b, incumbent, bs, profile, intervals))]
         owner = min(challengers, key=lambda b: (profile[b][bs], order.index(b))) if challengers else incumbent
-        floors = [b for b in (baseline, *references) if b in measured]
-        if any(clearly_below(floor, owner, bs, profile, intervals) for floor in floors):
+        below_baseline = baseline in measured and clearly_below(baseline, owner, bs, profile, intervals)
+        if below_baseline or any(undercuts(r, owner, bs, profile, intervals) for r in references if r in measured):
             owner = fastest
         owners[bs] = owner
     return owners
