@@ -399,6 +399,9 @@ def test_a_runtime_route_loads_its_saved_model_with_nothing_exported_or_compiled
     assert ctx.routed.aot[kind]["used"] and ctx.routed.aot[kind]["timed"].startswith("no"), ctx.routed.aot
     manifest = checkpoint.read(ctx.checkpoint_path)["compiled"]["aot"][kind]
     assert manifest["format"] == aot.RUNTIME_FORMS[kind].name and list(manifest["runtime"]) == [kind]
+    if kind == "onnxruntime":  # the saved model opens with the session's settings: its threads spin as tuned
+        spinning = ctx.backends[kind].stats()["allow_spinning"]
+        assert manifest["properties"] == {"session.intra_op.allow_spinning": spinning}, manifest["properties"]
     result = fresh_load(tmp_path, ctx.checkpoint_path, home)
     backend = result["report"]["backends"][kind]
     assert result["report"]["artifacts"] == "used" and backend["program"] == "ahead of time", result["report"]

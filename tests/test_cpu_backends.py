@@ -21,7 +21,9 @@ from mlflow_helpers import clean_env
 from models_for_tests import CellGRU, ThreadCountingMLP, sequence_first
 from pipeline.api import compose_config
 from pipeline.backends import create
+from pipeline.backends import onnxruntime as onnxruntime_backend
 from pipeline.context import RunContext
+from pipeline.measure.contention import usable_cores
 from pipeline.measure.compare import judge
 from pipeline.models import make_inputs
 from pipeline.record.tracker import dotted_params
@@ -71,6 +73,15 @@ def test_the_runs_threads_reach_every_backend_and_are_recorded(tuned):
     assert torch.get_num_threads() == tuned.threads_before  # and the process got its own back
     assert ctx.backends["openvino"].stats()["inference_num_threads"] == "1"  # threads: null takes the run's
     assert ctx.backends["onnxruntime"].stats()["threads"] == 2  # its own setting wins
+    # its threads spin between calls only where the cores hold them and as many again (2 threads: 4 cores); a
+    # spinning session made the backend timed after it 2.5x slower on 2 cores
+    spins = onnxruntime_backend.spins
+    assert ctx.backends["onnxruntime"].stats()["allow_spinning"] == ("1" if usable_cores() >= 4 else "0")
+    assert not spins(None, usable_cores()) and spins(None, 1) == (usable_cores() >= 2)
+    assert spins(True, usable_cores()) and not spins(False, 1)  # a setting is kept as written
+    spinning = Candidate.of("onnxruntime", {"kind": "onnxruntime", "allow_spinning": True})
+    options = onnxruntime_backend.session_options(1, "all", onnxruntime_backend.entries_of(spinning.settings, 64))
+    assert options.get_session_config_entry(onnxruntime_backend.SPINNING) == "1"
     # config.yaml is the resolved config, which the tracker logs as MLflow's params (test_tracking reads them back).
     params = dotted_params(OmegaConf.to_container(OmegaConf.load(tuned.run_dir / "config.yaml")))
     assert (params["threads"], params["backends.onnxruntime.threads"], params["backends.openvino.threads"]) == \
@@ -86,6 +97,8 @@ def test_a_checkpoint_rebuilds_both_runtimes_from_the_weights_alone(tuned, tmp_p
     model = ThreadCountingMLP(width=16, depth=2).eval()  # other random weights: load puts the tuned ones in
     loaded = pipeline.load(path, model)
     assert all(loaded.backends[n] is not ctx.backends[n] for n in RUNTIMES)
+    spinning = loaded.backends["onnxruntime"].stats()["allow_spinning"]
+    assert spinning == ctx.backends["onnxruntime"].stats()["allow_spinning"]  # opened as it was tuned
     for bs in (1, 3, 4, 9):
         x = torch.randn(bs, 16)
         out = loaded(x)

@@ -15,11 +15,12 @@ import contextlib
 import logging
 import os
 import tempfile
-from typing import Any, Dict, Iterator, List
+from typing import Any, Dict, Iterator, List, Mapping, Optional
 
 import torch
 
 from pipeline.backends.exported import ExportedBackend
+from pipeline.measure.contention import usable_cores
 
 # graph_optimization_level -> onnxruntime.GraphOptimizationLevel
 LEVELS = {"disable": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED",
@@ -41,14 +42,35 @@ def exporter_quiet() -> Iterator[None]:
             logger.setLevel(level)
 
 
-def session_options(threads: int, level: str) -> Any:
+# ONNX Runtime's session entry for its threads' spinning (``allow_spinning``), "1" or "0"
+SPINNING = "session.intra_op.allow_spinning"
+
+
+def session_options(threads: int, level: str, entries: Mapping[str, str]) -> Any:
     import onnxruntime
 
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.graph_optimization_level = getattr(onnxruntime.GraphOptimizationLevel, LEVELS[level])
+    for key, value in entries.items():
+        options.add_session_config_entry(key, value)
     return options
+
+
+def spins(allow_spinning: Optional[bool], threads: int) -> bool:
+    """Whether a session's threads spin after a call, waiting for the next: ``allow_spinning`` where set; null (the
+    default) only where this process's cores hold the spinning threads and as many again for whatever runs next.
+    On 2 cores (2 threads) eager PyTorch timed right after a spinning session read 18.3 ms where it runs in 7.1
+    alone; on 16 cores (4 threads) it ran no slower beside one, and sleeping threads made the session itself 10-25%
+    slower at batch 1 (``bench/probes/ort_session_probe.py``, ``spinning_probe.py``)."""
+    return allow_spinning if allow_spinning is not None else 2 * threads <= usable_cores()
+
+
+def entries_of(settings: Any, threads: int) -> Dict[str, str]:
+    """The session's config entries from the backend's settings and its thread count (what a checkpoint's saved
+    model opens with: spinning as it was tuned, wherever it loads)."""
+    return {SPINNING: "1" if spins(settings.allow_spinning, threads) else "0"}
 
 
 def numpy_dtype(dtype: torch.dtype, known: Dict[torch.dtype, Any] = {}) -> Any:  # noqa: B006 -- a cache
@@ -79,12 +101,14 @@ class Runner:
         return [torch.from_numpy(value.numpy()) for value in binding.get_outputs()]
 
 
-def runner_from(data: bytes, names: List[str], threads: int) -> Runner:
+def runner_from(data: bytes, names: List[str], threads: int, entries: Mapping[str, str]) -> Runner:
     """A session over a graph this backend optimised and serialised (``OnnxRuntimeBackend.serialized``), with
-    optimisation off: it is done."""
+    optimisation off (it is done) and the session's config ``entries`` (:func:`entries_of`; none in checkpoints
+    saved before they were kept, which open with ONNX Runtime's defaults, as they were tuned)."""
     import onnxruntime
 
-    session = onnxruntime.InferenceSession(data, session_options(threads, "disable"), providers=["CPUExecutionProvider"])
+    session = onnxruntime.InferenceSession(data, session_options(threads, "disable", entries),
+                                           providers=["CPUExecutionProvider"])
     return Runner(session, names)
 
 
@@ -97,7 +121,8 @@ class OnnxRuntimeBackend(ExportedBackend):
     def _compile(self, program: torch.export.ExportedProgram, sample: Dict[str, torch.Tensor]) -> None:
         import onnxruntime
 
-        options = session_options(self.threads, self.settings.graph_optimization_level)
+        options = session_options(self.threads, self.settings.graph_optimization_level,
+                                  entries_of(self.settings, self.threads))
         with tempfile.TemporaryDirectory(prefix="tweakpipe-onnx-") as folder, exporter_quiet():
             path = os.path.join(folder, "model.onnx")
             torch.onnx.export(program, (), dynamo=True, input_names=list(sample), verbose=False).save(path)
@@ -114,4 +139,6 @@ class OnnxRuntimeBackend(ExportedBackend):
     def stats(self) -> Dict[str, Any]:
         """The settings the session reports it applied."""
         options = self.runner.session.get_session_options()
-        return {"threads": options.intra_op_num_threads, "graph_optimization_level": str(options.graph_optimization_level)}
+        return {"threads": options.intra_op_num_threads,
+                "graph_optimization_level": str(options.graph_optimization_level),
+                "allow_spinning": options.get_session_config_entry(SPINNING)}

@@ -118,10 +118,17 @@ class OnnxModel(RuntimeForm):
 
     name, kind, package = "onnx/1", "onnxruntime", "onnxruntime"
 
+    def properties(self, backend: Any) -> Dict[str, Any]:
+        """The session's config entries it was built with (its threads' spinning)."""
+        from pipeline.backends.onnxruntime import entries_of
+
+        return entries_of(backend.settings, backend.threads)
+
     def runner(self, data: bytes, manifest: Mapping[str, Any], threads: int) -> Callable[[list], list]:
         from pipeline.backends.onnxruntime import runner_from
 
-        return runner_from(data, [i["name"] for i in manifest["inputs"]], threads)
+        return runner_from(data, [i["name"] for i in manifest["inputs"]], threads,
+                           {k: str(v) for k, v in manifest["properties"].items()})
 
 
 class OpenVinoModel(RuntimeForm):

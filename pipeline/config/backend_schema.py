@@ -152,10 +152,15 @@ class OpenVinoSettings(ExportedSettings):
 
 @dataclass(frozen=True)
 class OnnxRuntimeSettings(ExportedSettings):
-    """ONNX Runtime's CPU execution provider. ``graph_optimization_level``: disable | basic | extended | all."""
+    """ONNX Runtime's CPU execution provider. ``graph_optimization_level``: disable | basic | extended | all.
+    ``allow_spinning``: whether the session's threads spin after a call, waiting for the next (ONNX Runtime's own
+    default); null: only where the process has twice the session's threads in cores (``backends.onnxruntime.spins``):
+    on 2 cores spinning made the backend timed next, and the user's code after a call, 2.5x slower; on 16 cores with
+    4 threads it slowed nothing, and sleeping threads cost the session 10-25% at batch 1."""
 
     kind: str = "onnxruntime"
     graph_optimization_level: str = "all"
+    allow_spinning: Optional[bool] = None
 
 
 KINDS: Dict[str, Type[BackendSettings]] = {
