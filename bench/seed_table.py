@@ -24,7 +24,7 @@ import platform
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Sequence
+from typing import Any, Dict, List, Sequence
 
 import torch
 
@@ -98,6 +98,11 @@ def bench_model(model: str, overrides: List[str], run_dir: Path, sizes: Sequence
     return row
 
 
+def served_at(row: Dict, bs: int) -> str:
+    """The backend the row's route serves ``bs`` with."""
+    return next(r["backend"] for r in row["route"] if r["lo"] <= bs and (r["hi"] is None or bs <= r["hi"]))
+
+
 def disagreements(rows: List[Dict], table: Table = SEED) -> List[str]:
     """Each cell where a backend the route did not serve there beat ``auto`` in the table by more than the route's own
     margin, with what the tune measured of both: the route was right on the tune's numbers (the cells moved between
@@ -109,7 +114,7 @@ def disagreements(rows: List[Dict], table: Table = SEED) -> List[str]:
             singles = {b: c[bs]["median_ms"] for b, c in row["cells"].items() if not b.startswith("auto") and bs in c}
             best = min(singles, key=singles.get)
             auto = row["cells"]["auto"][bs]["median_ms"]
-            served = next(r["backend"] for r in row["route"] if r["lo"] <= bs and (r["hi"] is None or bs <= r["hi"]))
+            served = served_at(row, bs)
             if best == served or auto <= singles[best] * (1 + margin):
                 continue
             tune = {b: tuned.get(b, {}).get(str(bs)) or tuned.get(b, {}).get(bs) for b in (best, served)}
@@ -124,8 +129,10 @@ def disagreements(rows: List[Dict], table: Table = SEED) -> List[str]:
     return out
 
 
-def ratios(row: Dict, table: Table = SEED) -> Dict[int, Dict[str, float]]:
-    """Per batch size: auto over the best single backend, over eager, over the peer."""
+def ratios(row: Dict, table: Table = SEED) -> Dict[int, Dict[str, Any]]:
+    """Per batch size: auto over the best single backend, over eager, over the peer, and whether the best single
+    backend is the one the route serves there (``best_is_served``): then the ratio is one instance of a backend
+    against another (the checkpoint's, loaded, against the table's own), not a choice of the route's."""
     out = {}
     cells = row["cells"]
     for bs in table.sizes:
@@ -133,7 +140,8 @@ def ratios(row: Dict, table: Table = SEED) -> Dict[int, Dict[str, float]]:
         singles = {b: c[bs]["median_ms"] for b, c in cells.items() if not b.startswith("auto") and bs in c}
         out[bs] = {"auto_over_best": auto / min(singles.values()),
                    "auto_over_eager": auto / singles["eager"] if "eager" in singles else math.nan,
-                   "auto_over_peer": auto / singles[table.peer] if table.peer in singles else math.nan}
+                   "auto_over_peer": auto / singles[table.peer] if table.peer in singles else math.nan,
+                   "best_is_served": min(singles, key=singles.get) == served_at(row, bs)}
     return out
 
 
@@ -179,9 +187,15 @@ def summary(rows: List[Dict], table: Table = SEED) -> Dict[str, float]:
     by_cell = {f"{row['model']} bs={bs}": r for row in rows for bs, r in ratios(row, table).items()}
     all_r = list(by_cell.values())
     peer = [r["auto_over_peer"] for r in all_r if not math.isnan(r["auto_over_peer"])]
+    chosen = [r["auto_over_best"] for r in all_r if not r["best_is_served"]]
+    instances = [r["auto_over_best"] for r in all_r if r["best_is_served"]]
     return {
         "worst_auto_over_best": max(r["auto_over_best"] for r in all_r),
         "worst_cell": max(by_cell, key=lambda cell: by_cell[cell]["auto_over_best"]),
+        # the route's choices: cells where another backend than the served one was the table's fastest
+        "worst_auto_over_another_backend": max(chosen, default=math.nan),
+        # the rest: the served backend's loaded instance against the table's own instance of it
+        "worst_auto_over_its_own_backend": max(instances, default=math.nan),
         "cells_auto_over_best_within_1.05": sum(r["auto_over_best"] <= 1.05 for r in all_r),
         "worst_auto_over_eager": max(r["auto_over_eager"] for r in all_r),
         "geomean_speedup_over_peer": math.exp(-sum(math.log(x) for x in peer) / len(peer)) if peer else math.nan,

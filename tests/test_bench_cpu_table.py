@@ -30,3 +30,20 @@ def test_every_models_cpu_config_composes_and_passes_the_checks(name, tmp_path):
     assert list(cfg.model.batch_sizes) == list(cpu_table.CPU.sizes) and cfg.device == "cpu"
     made = candidates_of(cfg, torch.device("cpu"))
     assert {"eager.sdpa-math", "inductor.sdpa-math"} <= set(made)  # the lane's overrides reach the run
+
+
+def test_the_summary_tells_the_routes_choices_from_one_instance_of_the_served_backend_against_another():
+    """Issue 56: the 16-core table's worst cell (1.21, resnet18 at 8) was the checkpoint's ONNX Runtime session
+    against the table's own session of the same graph; the summary now says which cells measure the route's
+    choice (another backend fastest) and which one instance of the served backend against another."""
+    from bench import seed_table
+
+    table = seed_table.Table(backends=["eager", "openvino", "onnxruntime"], sizes=[1, 8], peer="eager")
+    cell = lambda ms: {"median_ms": ms}  # noqa: E731
+    row = {"model": "m", "route": [{"lo": 1, "hi": None, "backend": "onnxruntime"}],
+           "cells": {"auto": {1: cell(1.21), 8: cell(8.4)}, "eager": {1: cell(3.0), 8: cell(12.0)},
+                     "openvino": {1: cell(1.5), 8: cell(8.0)}, "onnxruntime": {1: cell(1.0), 8: cell(8.3)}}}
+    summary = seed_table.summary([row], table)
+    assert summary["worst_auto_over_best"] == pytest.approx(1.21) and summary["worst_cell"] == "m bs=1"
+    assert summary["worst_auto_over_its_own_backend"] == pytest.approx(1.21)  # onnxruntime against onnxruntime
+    assert summary["worst_auto_over_another_backend"] == pytest.approx(8.4 / 8.0)  # openvino fastest at 8
