@@ -138,10 +138,11 @@ def ratios(row: Dict, table: Table = SEED) -> Dict[int, Dict[str, Any]]:
     for bs in table.sizes:
         auto = cells["auto"][bs]["median_ms"]
         singles = {b: c[bs]["median_ms"] for b, c in cells.items() if not b.startswith("auto") and bs in c}
-        out[bs] = {"auto_over_best": auto / min(singles.values()),
+        best = min(singles, key=singles.get)
+        out[bs] = {"auto_over_best": auto / singles[best],
                    "auto_over_eager": auto / singles["eager"] if "eager" in singles else math.nan,
                    "auto_over_peer": auto / singles[table.peer] if table.peer in singles else math.nan,
-                   "best_is_served": min(singles, key=singles.get) == served_at(row, bs)}
+                   "best_is_served": best == served_at(row, bs)}
     return out
 
 

@@ -2,9 +2,9 @@
 some batch sizes (resnet18 at 3: 2.90 / 4.08 / 2.94 ms; at 8: 8.68 / 7.12 / 8.48 across the tune's, the table's and
 the loaded session). Is it the session (thread placement), spinning threads of idle sessions, or the interleaving?
 
-Six sessions over one exported graph, 4 threads each (THREADS in the environment), first beside eager PyTorch, then timed interleaved round-robin at 1, 3, 8, 17 in three
-variants: spinning on (ORT's default), spinning off, and spinning off with each session's threads pinned to its own
-cores. A session's median per size across three rounds shows whether a session keeps its speed (placement) or not.
+Six sessions over one exported graph, 4 threads each (THREADS in the environment), first beside eager PyTorch,
+then timed interleaved round-robin at 1, 3, 8, 17 in three variants: spinning on (ORT's default), spinning off,
+and spinning off with each session's threads pinned to its own cores. A session's median per size across three rounds shows whether a session keeps its speed (placement) or not.
 
 Run on a host of 16 or more cores from the repository root: ``CUDA_VISIBLE_DEVICES= python
 bench/probes/ort_session_probe.py``."""

@@ -68,8 +68,7 @@ def spins(allow_spinning: Optional[bool], threads: int) -> bool:
 
 
 def entries_of(settings: Any, threads: int) -> Dict[str, str]:
-    """The session's config entries from the backend's settings and its thread count (what a checkpoint's saved
-    model opens with: spinning as it was tuned, wherever it loads)."""
+    """The session's config entries from the backend's settings and its thread count."""
     return {SPINNING: "1" if spins(settings.allow_spinning, threads) else "0"}
 
 
@@ -136,9 +135,14 @@ class OnnxRuntimeBackend(ExportedBackend):
         """The graph as the session optimised it: what a load opens with optimisation off."""
         return self.optimized
 
+    def entries(self) -> Dict[str, str]:
+        """The config entries the session reports it applied: what a checkpoint's saved model opens with (spinning
+        as it was tuned, wherever it loads)."""
+        return {SPINNING: self.runner.session.get_session_options().get_session_config_entry(SPINNING)}
+
     def stats(self) -> Dict[str, Any]:
         """The settings the session reports it applied."""
         options = self.runner.session.get_session_options()
         return {"threads": options.intra_op_num_threads,
                 "graph_optimization_level": str(options.graph_optimization_level),
-                "allow_spinning": options.get_session_config_entry(SPINNING)}
+                "allow_spinning": self.entries()[SPINNING]}

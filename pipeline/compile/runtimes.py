@@ -119,10 +119,8 @@ class OnnxModel(RuntimeForm):
     name, kind, package = "onnx/1", "onnxruntime", "onnxruntime"
 
     def properties(self, backend: Any) -> Dict[str, Any]:
-        """The session's config entries it was built with (its threads' spinning)."""
-        from pipeline.backends.onnxruntime import entries_of
-
-        return entries_of(backend.settings, backend.threads)
+        """The session's config entries it was built with (its threads' spinning), as the session reports them."""
+        return backend.entries()
 
     def runner(self, data: bytes, manifest: Mapping[str, Any], threads: int) -> Callable[[list], list]:
         from pipeline.backends.onnxruntime import runner_from
