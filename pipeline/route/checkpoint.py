@@ -404,7 +404,7 @@ def installed(stack: contextlib.ExitStack, payload: Mapping[str, Any], artifacts
         try:
             where = attempt.enter_context(compiled.load_cache(artifacts))
             programs = ahead_programs(payload, artifacts, where, dev, path, report)
-            compiled.install(artifacts.contents, skip=programs)
+            compiled.install(artifacts.contents, where, skip=programs)
         except OSError as exc:
             attempt.close()
             report.aot.clear()

@@ -1,0 +1,69 @@
+"""Probe (issue 56, 2026-12-06): what a runtime's leftovers bill the callable timed after it in the profile's
+interleaved rounds, and whether blocks of calls of one callable per visit (settling calls untimed, then timed ones)
+remove it. resnet18 at 64x64, THREADS threads each (2 by default), eager, ONNX Runtime (spinning as the pipeline sets
+it: off where the cores hold fewer than twice its threads) and OpenVINO (LATENCY hint, f32), each alone, together as
+the profile times them, and together in blocks (settle, timed) of (1, 1), (0, 3), (1, 2), (1, 4).
+
+On the 2-core development machine (REPS=2, medians in ms): together, every runtime read slower than alone at batch 1
+(ONNX Runtime 3.61-3.77 against 2.59-3.37, OpenVINO 3.62-3.89 against 2.54-3.32, eager 8.62-9.50 against 7.88-8.05)
+and OpenVINO and eager at batch 8 (16.4-17.7 against 15.2-15.4; 22.2-22.9 against 20.4-21.0); blocks brought the
+batch-8 cells back within 1-4% of alone, but at batch 1 no block size did so in both repetitions (ONNX Runtime
+2.73-3.87 whatever the block): this host cannot tell which fix holds. To run on a quiet host before the profile
+changes: ``THREADS=4 REPS=3 python bench/probes/settle_probe.py``."""
+import os, sys, tempfile, bisect, random
+sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[2]))
+import onnxruntime, openvino, torch, torchvision
+from pipeline.backends.onnxruntime import spins
+from pipeline.measure import interleaved as il
+THREADS = int(os.environ.get("THREADS", "2"))
+torch.manual_seed(0); torch.set_num_threads(THREADS)
+m = torchvision.models.resnet18().eval(); x = torch.randn(2, 3, 64, 64)
+p = os.path.join(tempfile.mkdtemp(), "m.onnx")
+ep = torch.export.export(m, (x,), dynamic_shapes=({0: torch.export.Dim.DYNAMIC},))
+torch.onnx.export(ep, (), dynamo=True, input_names=["x"]).save(p)
+o = onnxruntime.SessionOptions(); o.intra_op_num_threads = THREADS; o.inter_op_num_threads = 1
+o.add_session_config_entry("session.intra_op.allow_spinning", "1" if spins(None, THREADS) else "0")
+sess = onnxruntime.InferenceSession(p, o, providers=["CPUExecutionProvider"])
+conv = openvino.convert_model(ep, input=[openvino.PartialShape([-1, 3, 64, 64])])
+ov = openvino.Core().compile_model(conv, "CPU", {"INFERENCE_NUM_THREADS": THREADS, "PERFORMANCE_HINT": "LATENCY",
+                                                 "INFERENCE_PRECISION_HINT": "f32"})
+req = ov.create_infer_request()
+plain_window = il._run_window
+
+def block_window(settle, timed):
+  def window(fns, device, s, clock):
+    samples = {n: [] for n in fns}; ordered = {n: [] for n in fns}; spent = {n: 0.0 for n in fns}
+    active = list(fns); shuffler = random.Random(il.ORDER_SEED)
+    with il._collector_held():
+        while active:
+            for name in shuffler.sample(active, len(active)):
+                for _ in range(settle):
+                    il.time_call(fns[name], device, clock)
+                for _ in range(timed):
+                    t = il.time_call(fns[name], device, clock)
+                    samples[name].append(t); bisect.insort(ordered[name], t); spent[name] += t
+            active = [n for n in active if not il._window_done(ordered[n], spent[n], s)]
+    return samples
+  return window
+
+cpu = torch.device("cpu")
+for rep in range(int(os.environ.get("REPS", "2"))):
+    for bs in (1, 8):
+        xi = torch.randn(bs, 3, 64, 64); arr = xi.numpy()
+        fns = {"onnxruntime": lambda: sess.run(None, {"x": arr}),
+               "openvino": lambda: req.infer([arr], share_inputs=True, share_outputs=False)}
+        def eager():
+            with torch.inference_mode():
+                return m(xi)
+        fns["eager"] = eager
+        med = lambda d: {k: round(v.summary()["median_ms"], 2) for k, v in d.items()}
+        il._run_window = plain_window
+        alone = {}
+        for k, f in fns.items():
+            alone.update(med(il.measure_interleaved({k: f}, cpu, {})))
+        together = med(il.measure_interleaved(fns, cpu, {}))
+        print(f"rep {rep} bs {bs}: alone {alone}\n   together {together}", flush=True)
+        for settle, timed in ((1, 1), (0, 3), (1, 2), (1, 4)):
+            il._run_window = block_window(settle, timed)
+            print(f"   settle {settle} timed {timed}: {med(il.measure_interleaved(fns, cpu, {}))}", flush=True)
+        il._run_window = plain_window
