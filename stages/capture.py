@@ -32,7 +32,7 @@ from omegaconf import OmegaConf
 
 from pipeline import backends as backend_registry
 from pipeline import devices, disks
-from pipeline.backends import Backend, BackendUnsupported, Candidate, attention
+from pipeline.backends import Backend, BackendUnsupported, Candidate, attention, reference
 from pipeline.compile import cache as compile_cache
 from pipeline.batching import output_batch_dims, output_seq_dims
 from pipeline.compile import ahead as compile_ahead
@@ -227,6 +227,22 @@ def precision_first(ctx: RunContext, ahead: compile_ahead.CompileAhead) -> Dict[
     return {group: why for group, why in out.items() if group in compiling}
 
 
+def autotuning_reference_said(ctx: RunContext, names: List[str]) -> None:
+    """One line where the references left to their default (``reference_modes`` null) include the user's
+    ``torch.compile(mode="max-autotune")``: it benchmarks Inductor's templates for every matrix multiply and
+    convolution at each tuned size and precision, the longest compile of a tune (on an H100, EfficientNet-B0's was
+    still autotuning after 5.5 min, ResNet-50's tune at three precisions ran past 10 min: bench/results/
+    plain-script-h100.md), and a user who did not ask for it should know what leaves it out."""
+    if ctx.cfg.get("reference_modes") is not None:
+        return
+    tuning = [n for n in names if ctx.candidates[n].reference == "max-autotune"]
+    if tuning:
+        first = reference.default_modes(ctx.device.type)[0]
+        log.info("capture: %s play your torch.compile(mode=\"max-autotune\"), a default reference: it benchmarks "
+                 "Inductor's templates for every matrix multiply and convolution at each tuned size, minutes on a "
+                 "convolution net; reference_modes=[%s] leaves it out", ", ".join(tuning), first)
+
+
 def budget_skip(ctx: RunContext, candidate: Candidate) -> Optional[str]:
     """Why ``candidate`` is not worth building: eager at its precision and weights is outside the accuracy budget,
     and it could not score differently (a graph of eager's kernels), or is far outside; None otherwise."""
@@ -282,6 +298,7 @@ def run(ctx: RunContext) -> None:
     cells = {k: references(None)[k].inputs for k in ctx.cells}  # what the workers build on and call at
     unattended = attention_unused(ctx.model, cells[min(cells)], [candidates[n] for n in pending])
     supported = [n for n in pending if not built[n].unsupported_reason(ctx.device) and n not in unattended]
+    autotuning_reference_said(ctx, supported)
     spec = BuildSpec(ctx.model, cells[max(cells)], ctx.device, range(1, max(ctx.batch_sizes) + 1), ctx.batch_sizes,
                      ctx.dims())
     cache = ctx.cfg.compile_cache
