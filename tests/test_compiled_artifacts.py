@@ -249,6 +249,20 @@ def test_a_builds_autotuning_results_are_carried_as_files_and_a_program_built_ah
         assert bool(rec.data) is not prebuilt and rec, prebuilt
 
 
+def test_recording_a_build_leaves_what_the_process_recorded_before_as_it_was():
+    """A load records too (its builds are the tune's): the user's own recording of their compiles, for their
+    torch.compiler.save_cache_artifacts(), is put back after, not cleared."""
+    from torch.compiler._cache import CacheArtifactManager
+
+    CacheArtifactManager.clear()
+    autotuned("ab/users.best_config", BEST)
+    with compiled.recorded(True, prebuilt=True) as rec:
+        autotuned("cd/ours.best_config", BEST)
+    assert list(rec.files) == ["cd/ours.best_config"]
+    assert list(compiled.autotuning_files(CacheArtifactManager)) == ["ab/users.best_config"]
+    CacheArtifactManager.clear()
+
+
 def test_a_program_built_ahead_of_time_gets_its_autotuning_results_at_load_and_nothing_else(tuned, tmp_path,
                                                                                           monkeypatch):
     """Written beside a checkpoint with no mega-cache entries (a routed program built ahead of time), the results are

@@ -87,27 +87,31 @@ def recorded(compiles: bool, prebuilt: bool = False) -> Iterator[Recorded]:
     libraries it loads and the autotuning results its kernels saved or read, where the block ``compiles`` with
     Inductor (otherwise nothing is recorded, and Inductor is not loaded for it). A ``prebuilt`` program (built ahead
     of time, carried whole in its own package) records its autotuning results only: without them a fresh process
-    benchmarks every kernel of several configurations again at its first call (EfficientNet-B0's load: 19.96 s in a
-    fresh process against 0.91 s in the tune's own, an H100, 2026-12-06), and may pick other configurations than
-    the ones the profile timed."""
+    benchmarks each kernel of several configurations again at its first call, and may pick other configurations
+    than the ones the profile timed (EfficientNet-B0's fresh load took 19.96 s against 0.91 s in the tune's own
+    process, an H100, 2026-12-06; how much of that this was is measured on the next GPU host). Recorded apart from
+    what the process recorded before (the user's own, where torch can keep it apart), which is put back after."""
     holder = Recorded()
     manager = _artifact_manager() if compiles else None
     if manager is None:
         yield holder
         return
-    manager.clear()
-    libraries = {} if prebuilt else _cpp_libraries()
-    try:
-        yield holder
-    finally:
-        tuned = autotuning_files(manager)
-        holder.foreign = compile_cache.foreign_now() or ""
-        if not prebuilt:
-            saved = torch.compiler.save_cache_artifacts()
-            holder.data = saved[0] if saved else b""
-            tuned = {**_library_files({k: v for k, v in _cpp_libraries().items() if k not in libraries}), **tuned}
-        holder.files = tuned
+    fresh = getattr(manager, "with_fresh_cache", None)  # what the process recorded before is put back after
+    with fresh() if callable(fresh) else contextlib.nullcontext():
         manager.clear()
+        libraries = {} if prebuilt else _cpp_libraries()
+        try:
+            yield holder
+        finally:
+            tuned = autotuning_files(manager)
+            holder.foreign = compile_cache.foreign_now() or ""
+            if not prebuilt:
+                saved = torch.compiler.save_cache_artifacts()
+                holder.data = saved[0] if saved else b""
+                tuned = {**_library_files({k: v for k, v in _cpp_libraries().items() if k not in libraries}),
+                         **tuned}
+            holder.files = tuned
+            manager.clear()
 
 
 # An autotuning result's path in the cache directory (beside its kernel's source) and what it holds: a JSON object.
