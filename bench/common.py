@@ -203,13 +203,17 @@ def references_of(ctx: Any) -> Tuple[Dict[str, str], Dict[str, str]]:
 def tune_process(command: Sequence[str], cwd: Path, env: Dict[str, str], log: Path, run_dir: Path,
                  what: str) -> Dict[str, Any]:
     """One tune run as its own process, as a user runs it (the command line, or a script): its wall seconds, its
-    standard output, and its run directory's ``cost.json`` and ``route.json``; the whole output goes to ``log``. A
-    failed tune raises RuntimeError naming ``what``, with the end of its standard error."""
+    output (standard output and error, as they came), and its run directory's ``cost.json`` and ``route.json``. The
+    output goes to ``log`` while the tune runs, so a call cut short by its host's time limit keeps the tune's progress
+    lines (a ResNet-50 tune killed at 575 s left one line of the bench, 2026-12-06). A failed tune raises
+    RuntimeError naming ``what``, with the end of its output."""
     start = time.perf_counter()
-    proc = subprocess.run(list(command), cwd=cwd, capture_output=True, text=True, env=env)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as out:
+        proc = subprocess.run(list(command), cwd=cwd, stdout=out, stderr=subprocess.STDOUT, text=True, env=env)
     wall = time.perf_counter() - start
-    log.write_text(proc.stdout + proc.stderr)
+    output = log.read_text(errors="replace")
     if proc.returncode != 0:
-        raise RuntimeError(f"{what} failed ({proc.returncode}): {proc.stderr[-3000:]}")
-    return {"wall_s": wall, "stdout": proc.stdout, "cost": json.loads((run_dir / "cost.json").read_text()),
+        raise RuntimeError(f"{what} failed ({proc.returncode}): {output[-3000:]}")
+    return {"wall_s": wall, "output": output, "cost": json.loads((run_dir / "cost.json").read_text()),
             "route": json.loads((run_dir / "route.json").read_text())}

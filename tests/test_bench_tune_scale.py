@@ -40,3 +40,26 @@ def test_the_smoke_run_tunes_from_a_script_once_compares_with_the_full_route_and
     joined = json.loads((tmp_path / "joined" / "tune-scale-joined.json").read_text())
     assert joined["rows"]["tiny_mlp"]["cold"] == row["cold"] and joined["summary"]["other"]["cold_s"] == 1.0
     assert joined["command"].split(" ; ") == [result["command"], again["command"], later["command"]]
+
+
+def test_a_tunes_output_reaches_its_log_while_it_runs(tmp_path):
+    """A device call that runs out of time kills the bench mid-tune: what the tune said so far must already be in its
+    log (it was written only at the end, and a killed ResNet-50 tune left nothing)."""
+    import sys
+    import threading
+    import time
+
+    from bench.common import tune_process
+
+    log, said = tmp_path / "tune.log", "capture 1/9 eager; 0 s elapsed"
+    script = f"import sys, time; print({said!r}, flush=True); time.sleep(3); print('bad', file=sys.stderr); sys.exit(2)"
+    failed = []
+    runner = threading.Thread(target=lambda: failed.append(pytest.raises(RuntimeError, tune_process, [
+        sys.executable, "-c", script], tmp_path, {}, log, tmp_path, "the tune")))
+    runner.start()
+    deadline = time.monotonic() + 2.5
+    while time.monotonic() < deadline and said not in (log.read_text() if log.exists() else ""):
+        time.sleep(0.05)
+    assert said in log.read_text() and runner.is_alive()  # there before the tune ended
+    runner.join()
+    assert "the tune failed (2)" in str(failed[0].value) and "bad" in str(failed[0].value)
