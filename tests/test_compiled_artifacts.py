@@ -282,3 +282,22 @@ def test_a_program_built_ahead_of_time_gets_its_autotuning_results_at_load_and_n
     root = tmp_path / "load"
     compiled.install(artifacts.contents, root, skip={"inductor"})
     assert (root / "ab" / "kernel.best_config").read_bytes() == best and not (root / "cd").exists()
+
+
+def test_a_program_built_at_save_adds_its_kernels_autotuning_results_to_what_the_build_recorded():
+    """Saved ahead of time, a traced route's program is compiled again, and its kernels choose at their first calls
+    there: those choices join what the backend's build recorded (its entries and libraries kept), also where it had
+    recorded nothing."""
+    from pipeline import backends
+    from pipeline.backends import Candidate
+
+    best = json.dumps(BEST).encode()
+    for before in (b"", compiled.Recorded(data=b"entries", files={"cd/library.so": b"\x7fELF"})):
+        backend = backends.create(Candidate.of("inductor", {"kind": "inductor"}))
+        backend.artifacts = before
+        with compiled.recorded(True, prebuilt=True) as at_save:
+            autotuned("ef/saved.best_config", BEST)
+        checkpoint.carried_with(backend, at_save)
+        kept = before.files if before else {}
+        assert backend.artifacts.files == {**kept, "ef/saved.best_config": best}
+        assert backend.artifacts.data == (before.data if before else b"")
