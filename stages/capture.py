@@ -231,8 +231,9 @@ def autotuning_reference_said(ctx: RunContext, names: List[str]) -> None:
     """One line where the references left to their default (``reference_modes`` null) include the user's
     ``torch.compile(mode="max-autotune")``: it benchmarks Inductor's templates for every matrix multiply and
     convolution at each tuned size and precision, the longest compile of a tune (on an H100, EfficientNet-B0's was
-    still autotuning after 5.5 min, ResNet-50's at three precisions did not end in 9 min: bench/results/
-    plain-script-h100.md), and a user who did not ask for it should know what leaves it out."""
+    still autotuning after 5.5 min, bench/results/plain-script-h100.md; ResNet-50's at three precisions did not end
+    in 9 min, bench/results/README.md's tune-scale-h100 row), and a user who did not ask for it should know what
+    leaves it out."""
     if ctx.cfg.get("reference_modes") is not None:
         return
     tuning = [n for n in names if ctx.candidates[n].reference == "max-autotune"]

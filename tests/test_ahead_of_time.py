@@ -161,6 +161,14 @@ def test_without_trust_the_program_is_not_used_and_the_backend_is_traced(tuned, 
     assert served.load_report.artifacts.startswith("ignored") and backend.program == "traced" and backend.traced
 
 
+def saved_contents(path: Path) -> compiled.Contents:
+    """The compiled artifacts beside the checkpoint at ``path``, read as a load reads them (the file the checkpoint
+    records)."""
+    record = checkpoint.read(path)["compiled"]
+    body = compiled._read(compiled.path_for(path), record["bytes"])[1]
+    return compiled._contents(body, record["backends"], record.get("aot", {}))
+
+
 def forged(path: Path, tmp_path: Path, manifest_edit=None, package_edit=None, claim_edit=None, signed: bool = True,
            manifests: bool = True, name: str = "inductor") -> Path:
     """A copy of the checkpoint whose program or its manifest was changed, then signed by the user, as a careless
@@ -335,8 +343,7 @@ def test_what_an_earlier_folder_holds_is_never_kept_and_a_planted_link_is_never_
     of its own, and every file it writes is new."""
     _, path, _ = tuned
     record = checkpoint.read(path)["compiled"]
-    body = compiled._read(compiled.path_for(path), record["bytes"])[1]
-    package = compiled._contents(body, record["backends"], record["aot"]).aot["inductor"]
+    package = saved_contents(path).aot["inductor"]
     earlier = fresh_home / "loads" / record["sha256"][:32]  # where loads installed this file before
     earlier.mkdir(parents=True)
     notes = tmp_path / "notes.txt"
@@ -463,10 +470,8 @@ def test_programs_of_one_byte_length_are_written_to_files_of_their_own(tmp_path)
 
 def test_a_loaded_program_checks_its_inputs_and_weights(tuned, tmp_path):
     _, path, _ = tuned
-    record = checkpoint.read(path)["compiled"]
-    body = compiled._read(compiled.path_for(path), record["bytes"])[1]
-    data = compiled._contents(body, record["backends"], record["aot"]).aot["inductor"]
-    manifest = record["aot"]["inductor"]
+    data = saved_contents(path).aot["inductor"]
+    manifest = checkpoint.read(path)["compiled"]["aot"]["inductor"]
     build = aot.loader_for(data, manifest, tmp_path, torch.device("cpu"), False)
     with pytest.raises(ValueError, match="is .* the program was compiled for"):
         build(MLP(width=32, depth=2).eval())  # weights of other shapes than it binds: refused, never read past them
@@ -545,9 +550,7 @@ def test_a_fresh_cuda_load_brings_its_kernels_autotuning_results_and_benchmarks_
     puts them into its own folder, and no kernel there saves a choice of its own (EfficientNet-B0's fresh load took
     19.96 s against 0.91 s in the tune's process before, an H100, 2026-12-06)."""
     ctx, home = cuda_route
-    record = checkpoint.read(ctx.checkpoint_path)["compiled"]
-    body = compiled._read(compiled.path_for(ctx.checkpoint_path), record["bytes"])[1]
-    files = compiled._contents(body, record["backends"], record.get("aot", {})).files
+    files = saved_contents(ctx.checkpoint_path).files
     carried = {path: data for path, data in files.items() if compiled.AUTOTUNED.fullmatch(path)}
     assert carried, sorted(files)  # the MLP's bias-and-ReLU kernels at a dynamic batch have two configurations each
     with tweakpipe_home(home):

@@ -4,7 +4,8 @@ the loaded session). Is it the session (thread placement), spinning threads of i
 
 Six sessions over one exported graph, 4 threads each (THREADS in the environment), first beside eager PyTorch,
 then timed interleaved round-robin at 1, 3, 8, 17 in three variants: spinning on (ORT's default), spinning off,
-and spinning off with each session's threads pinned to its own cores. A session's median per size across three rounds shows whether a session keeps its speed (placement) or not.
+and spinning off with each session's threads pinned to its own cores. A session's median per size across three
+rounds shows whether a session keeps its speed (placement) or not.
 
 Run on a host of 16 or more cores from the repository root: ``CUDA_VISIBLE_DEVICES= python
 bench/probes/ort_session_probe.py``."""
