@@ -544,24 +544,6 @@ def test_a_cuda_route_of_device_graphs_loads_its_standalone_program_with_no_trac
 
 
 @pytest.mark.gpu
-def test_a_fresh_cuda_load_brings_its_kernels_autotuning_results_and_benchmarks_none_again(cuda_route, tmp_path):
-    """On the GPU host: a kernel of several configurations is benchmarked at its first call and its choice saved
-    beside its source; the checkpoint carries the choices of the routed program's kernels, a fresh process's load
-    puts them into its own folder, and no kernel there saves a choice of its own (EfficientNet-B0's fresh load took
-    19.96 s against 0.91 s in the tune's process before, an H100, 2026-12-06)."""
-    ctx, home = cuda_route
-    files = saved_contents(ctx.checkpoint_path).files
-    carried = {path: data for path, data in files.items() if compiled.AUTOTUNED.fullmatch(path)}
-    assert carried, sorted(files)  # the MLP's bias-and-ReLU kernels at a dynamic batch have two configurations each
-    with tweakpipe_home(home):
-        before = set(loads.root().iterdir()) if loads.root().exists() else set()
-        fresh_load(tmp_path, ctx.checkpoint_path, home, device="cuda")
-        (folder,) = set(loads.root().iterdir()) - before
-    found = {p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*.best_config")}
-    assert found == carried
-
-
-@pytest.mark.gpu
 def test_a_traced_cuda_load_ends_the_compile_worker_pool_it_started_and_keeps_one_running_before(cuda_route, tmp_path):
     """On the GPU host (where Dynamo's Inductor backend starts Inductor's compile-worker pool): a load that traces
     (its artifacts refused) leaves no pool running, while a pool the process ran before the load is still its own."""

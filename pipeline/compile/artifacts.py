@@ -65,11 +65,9 @@ def path_for(checkpoint: Path) -> Path:
 
 @dataclass
 class Recorded:
-    """What one backend's build put into or took from Inductor's caches: the mega-cache's bytes, the C++
-    libraries Inductor built for the CPU, and the Triton kernels' autotuning results (path in the cache directory ->
-    bytes: the mega-cache leaves the libraries out, and a clean machine would compile them again; the autotuning
-    results are carried as files too, as a program built ahead of time needs them without the mega-cache). Empty
-    where nothing compiled."""
+    """What one backend's build put into or took from Inductor's caches: the mega-cache's bytes, and the C++
+    libraries Inductor built for the CPU (path in the cache directory -> bytes; the mega-cache leaves them out,
+    and a clean machine would compile them again). Empty where nothing compiled."""
 
     data: bytes = b""
     files: Dict[str, bytes] = field(default_factory=dict)
@@ -78,59 +76,33 @@ class Recorded:
     foreign: str = ""
 
     def __bool__(self) -> bool:
-        return bool(self.data or self.files)
+        return bool(self.data)
 
 
 @contextlib.contextmanager
-def recorded(compiles: bool, prebuilt: bool = False) -> Iterator[Recorded]:
-    """Record the Inductor cache entries the block produces or loads (the mega-cache, cleared first), the C++
-    libraries it loads and the autotuning results its kernels saved or read, where the block ``compiles`` with
-    Inductor (otherwise nothing is recorded, and Inductor is not loaded for it). A ``prebuilt`` program (built ahead
-    of time, carried whole in its own package) records its autotuning results only: without them a fresh process
-    benchmarks each kernel of several configurations again at its first call, and may pick other configurations
-    than the ones the profile timed (EfficientNet-B0's fresh load took 19.96 s against 0.91 s in the tune's own
-    process, an H100, 2026-12-06; how much of that this was is measured on the next GPU host). Recorded apart from
-    what the process recorded before (the user's own, where torch can keep it apart), which is put back after."""
+def recorded(compiles: bool) -> Iterator[Recorded]:
+    """Record the Inductor cache entries the block produces or loads (the mega-cache, cleared first), and the C++
+    libraries it loads, where the block ``compiles`` with Inductor (otherwise nothing is recorded, and Inductor is
+    not loaded for it). Recorded apart from what the process recorded before (the user's own, for their
+    ``torch.compiler.save_cache_artifacts()``, where torch can keep it apart: a load records too), which is put
+    back after."""
     holder = Recorded()
     manager = _artifact_manager() if compiles else None
     if manager is None:
         yield holder
         return
-    fresh = getattr(manager, "with_fresh_cache", None)  # what the process recorded before is put back after
+    fresh = getattr(manager, "with_fresh_cache", None)
     with fresh() if callable(fresh) else contextlib.nullcontext():
         manager.clear()
-        libraries = {} if prebuilt else _cpp_libraries()
+        libraries = _cpp_libraries()
         try:
             yield holder
         finally:
-            tuned = autotuning_files(manager)
+            saved = torch.compiler.save_cache_artifacts()
+            holder.data = saved[0] if saved else b""
             holder.foreign = compile_cache.foreign_now() or ""
-            if not prebuilt:
-                saved = torch.compiler.save_cache_artifacts()
-                holder.data = saved[0] if saved else b""
-                tuned = {**_library_files({k: v for k, v in _cpp_libraries().items() if k not in libraries}),
-                         **tuned}
-            holder.files = tuned
+            holder.files = _library_files({k: v for k, v in _cpp_libraries().items() if k not in libraries})
             manager.clear()
-
-
-# An autotuning result's path in the cache directory (beside its kernel's source) and what it holds: a JSON object.
-AUTOTUNED = re.compile(r"[A-Za-z0-9_-]+/[A-Za-z0-9_-]+\.best_config")
-
-
-def autotuning_files(manager: Any) -> Dict[str, bytes]:
-    """The autotuning results (Inductor's ``.best_config`` files, JSON) the recorder holds, by their path in the cache
-    directory, where this torch records them by that path (its ``autotune`` artifacts); {} otherwise."""
-    found = {}
-    for artifact in getattr(manager, "_new_cache_artifacts", {}).get("autotune", []):
-        key, content = getattr(artifact, "key", None), getattr(artifact, "content", None)
-        if isinstance(key, str) and AUTOTUNED.fullmatch(key) and isinstance(content, bytes):
-            try:
-                if isinstance(json.loads(content), dict):
-                    found[key] = content
-            except ValueError:
-                continue
-    return found
 
 
 def _cpp_libraries() -> Dict[str, Any]:
@@ -243,15 +215,14 @@ def write(checkpoint: Path, blobs: Mapping[str, Recorded], device: torch.device,
         target.unlink(missing_ok=True)  # an older file would not match this checkpoint
         return None
     files = {path: data for rec in blobs.values() for path, data in sorted(rec.files.items())}
-    entries = {name: rec for name, rec in blobs.items() if rec.data}  # a program built ahead of time has none
-    header = {"backends": {name: len(rec.data) for name, rec in entries.items()},
+    header = {"backends": {name: len(rec.data) for name, rec in blobs.items()},
               "files": {path: len(data) for path, data in files.items()},
               **({"aot": {name: len(p.data) for name, p in packages.items()},
                   "manifests": {name: p.manifest for name, p in packages.items()}} if packages else {})}
-    body = (json.dumps(header).encode() + b"\n" + b"".join(rec.data for rec in entries.values())
+    body = (json.dumps(header).encode() + b"\n" + b"".join(rec.data for rec in blobs.values())
             + b"".join(files.values()) + b"".join(p.data for p in packages.values()))
     write_signed(target, body, unsigned_because([*blobs.values(), *packages.values()]))
-    return {"sha256": hashlib.sha256(body).hexdigest(), "backends": sorted(entries), "built_for": built_for(device),
+    return {"sha256": hashlib.sha256(body).hexdigest(), "backends": sorted(blobs), "built_for": built_for(device),
             "weights": weights_digest(state_dict), "bytes": len(body),
             **({"aot": {name: p.manifest for name, p in packages.items()}} if packages else {})}
 
@@ -420,15 +391,15 @@ def load_cache(artifacts: Optional[Usable]) -> Iterator[Path]:
 
 def install(contents: Contents, root: Path, skip: Any = ()) -> None:
     """Put trusted artifacts into the load's own Inductor cache, ``root`` (its fresh folder, :func:`load_cache`): the
-    files it carries, each a new file that follows no link (their paths were checked by :func:`usable` first), then
-    the backends' mega-cache entries, unpickled. Backends in ``skip`` (those served by programs built ahead of time)
-    need no entries and no libraries, only their kernels' autotuning results; where nothing is wanted, Inductor is
-    not even imported."""
-    wanted = {name: data for name, data in contents.backends.items() if name not in skip}
-    files = contents.files if wanted else {p: data for p, data in contents.files.items() if AUTOTUNED.fullmatch(p)}
-    for relative, data in files.items():
+    libraries it carries, each a new file that follows no link (their paths were checked by :func:`usable` first),
+    then the backends' mega-cache entries, unpickled. Backends in ``skip`` (those served by programs built ahead of
+    time) need none of it: where that is all of them, nothing is installed and Inductor is not even imported."""
+    wanted = [data for name, data in contents.backends.items() if name not in skip]
+    if not wanted:
+        return
+    for relative, data in contents.files.items():
         loads.create(root / relative, data)
-    for data in wanted.values():
+    for data in wanted:
         torch.compiler.load_cache_artifacts(data)
 
 

@@ -42,9 +42,8 @@ def build_and_warm(backend: Backend, spec: BuildSpec, cost: BuildCost, warm: Cal
     """Build ``backend`` for ``spec``, then run ``warm(backend)`` with every compile accounted to it (a Dynamo
     recompile limit hit raises: ``Backend.watched``); the build's figures go into ``cost``, its Inductor cache
     entries onto ``backend.artifacts``. Returns the seconds ``warm`` took, the device synchronised."""
-    # a program built ahead of time compiles nothing here: only its kernels' autotuning results are recorded
-    with compiles_into(cost), artifacts.recorded(backend.candidate.compiles,
-                                                 prebuilt=backend.prebuilt is not None) as recorded:
+    # a program built ahead of time compiles nothing here: no cache entries to record (nor Inductor to import)
+    with compiles_into(cost), artifacts.recorded(backend.candidate.compiles and backend.prebuilt is None) as recorded:
         start = time.perf_counter()
         backend.build(spec.model, spec.sample, spec.device, list(spec.sizes), spec.exact, spec.dims)
         cost.build_s, start = time.perf_counter() - start, time.perf_counter()

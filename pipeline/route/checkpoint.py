@@ -23,7 +23,6 @@ it succeeded.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import datetime
 import hashlib
 import io
@@ -185,26 +184,15 @@ def ahead_of_time(routed: RoutedModule, used: Sequence[str]) -> Dict[str, Any]:
             routed.aot[name] = {"used": True, "why": "", "build_s": 0.0, "profiled": True,
                                 "worker_build_s": round(backend.ahead.build_s, 3)}
             continue
-        with compiled.recorded(backend.candidate.compiles, prebuilt=True) as autotuned:  # its kernels' first calls
-            package, report = aot.package_for(backend, rec.inputs,
-                                              sizes_owned(routed.route, name, tuned) if not rec.seq else [],
-                                              limits.MAX_BATCH_SIZE)
+        package, report = aot.package_for(backend, rec.inputs,
+                                          sizes_owned(routed.route, name, tuned) if not rec.seq else [],
+                                          limits.MAX_BATCH_SIZE)
         routed.aot[name] = report
         if package is not None:
             packages[name] = package
-            carried_with(backend, autotuned)
         else:
             log.info("save: %s keeps its traced program (%s)", name, report["why"])
     return packages
-
-
-def carried_with(backend: Backend, autotuned: compiled.Recorded) -> None:
-    """The autotuning results a program built ahead of time at save made at its first calls (its kernels may not be
-    the traced program's), added to what ``backend``'s build recorded, so a load does not benchmark them again."""
-    if autotuned.files:
-        built = backend.artifacts if isinstance(backend.artifacts, compiled.Recorded) else compiled.Recorded()
-        backend.artifacts = dataclasses.replace(built, files={**built.files, **autotuned.files},
-                                                foreign=built.foreign or autotuned.foreign)
 
 
 def read(path: PathLike) -> Dict[str, Any]:
