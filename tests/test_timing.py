@@ -54,7 +54,8 @@ class FakeClock:
 
 def cfg(**overrides) -> dict:
     base = dict(warmup_ms=0, min_warmup_calls=0, min_samples=10, max_samples=1000, budget_ms=1e9, min_window_ms=0,
-                rel_precision=0.02, noise_threshold=0.2, max_repeats=0, passes=1)
+                rel_precision=0.02, noise_threshold=0.2, max_repeats=0, passes=1, cpu_settle_calls=0,
+                cpu_timed_calls=1)  # one timed call a visit: the stop rules' tests count calls
     return {**base, **overrides}
 
 
@@ -138,6 +139,34 @@ def test_interleaving_runs_each_once_per_round_and_varies_who_follows_whom() -> 
     assert followers == {(a, b) for a in "ABC" for b in "ABC" if a != b}  # a rotation gives only 3 of the 6
     assert log == interleaved_log("ABC", 30)  # seeded: the same order in every run
     assert gc.isenabled()  # held off during the window only
+
+
+def test_on_the_cpu_a_visit_settles_untimed_then_samples_back_to_back_and_a_runtimes_leftovers_fall_on_no_sample():
+    """A callable that pays for what the one before it left (3 ms right after the other, 1 ms after itself) reads
+    3 ms with one timed call a visit and 1 ms with a settling call first: the latency a served model's back-to-back
+    calls see. A visit never takes a window past max_samples."""
+    def leftovers(settle: int, timed: int, samples: int = 12):
+        clock = FakeClock()
+
+        def paying() -> None:
+            clock.now += (3.0 if clock.log and clock.log[-1] != "A" else 1.0) / 1e3
+            clock.log.append("A")
+
+        fns = {"A": paying, "B": clock.stream(itertools.repeat(1.0), "B")}
+        res = measure_interleaved(fns, CPU, cfg(min_samples=samples, max_samples=samples, cpu_settle_calls=settle,
+                                                cpu_timed_calls=timed), clock=clock)
+        return res, clock.log
+
+    res, _ = leftovers(0, 1)
+    assert res["A"].median == pytest.approx(3.0, rel=0.01)  # A follows B but where a round ends with it and the next starts with it
+    res, log = leftovers(1, 4)
+    assert res["A"].median == pytest.approx(1.0) and res["A"].count == res["B"].count == 12
+    visits = [name for i, name in enumerate(log[2:]) if i % 5 == 0]  # after first calls, 5 calls a visit
+    assert all(log[2 + 5 * i:7 + 5 * i] == [name] * 5 for i, name in enumerate(visits))
+    res, _ = leftovers(1, 4, samples=14)  # visits of 4, 4, 4, then 2
+    assert res["A"].count == res["B"].count == 14
+    with pytest.raises(ValueError, match="cpu_timed_calls"):
+        measure_interleaved({"A": lambda: None}, CPU, cfg(cpu_timed_calls=0))
 
 
 def test_a_window_collects_only_the_young_generations_and_holds_the_collector_off_while_it_runs() -> None:
@@ -268,8 +297,10 @@ def test_partial_config_takes_defaults_and_bad_one_fails_early() -> None:
     clock = FakeClock()
     old_style = dict(warmup_ms=0, min_warmup_calls=1, min_samples=10, max_samples=50, budget_ms=100, rel_precision=0.02)
     m = measure_interleaved({"a": clock.stream(itertools.repeat(1.0))}, CPU, old_style, clock=clock)["a"]
-    # min_window_ms takes the schema's default: that many 1 ms samples.
-    assert m.count == ProfileConfig().min_window_ms and m.repeats == 0
+    # min_window_ms and the visits take the schema's defaults: that many 1 ms samples, in visits of cpu_timed_calls.
+    default = ProfileConfig()
+    assert m.count == math.ceil(default.min_window_ms / default.cpu_timed_calls) * default.cpu_timed_calls
+    assert m.repeats == 0
     with pytest.raises(ValueError, match="min_samples"):
         measure_interleaved({"a": clock.stream(itertools.repeat(1.0))}, CPU, cfg(min_samples=20, max_samples=10))
 

@@ -8,8 +8,13 @@ On the 2-core development machine (REPS=2, medians in ms): together, every runti
 (ONNX Runtime 3.61-3.77 against 2.59-3.37, OpenVINO 3.62-3.89 against 2.54-3.32, eager 8.62-9.50 against 7.88-8.05)
 and OpenVINO and eager at batch 8 (16.4-17.7 against 15.2-15.4; 22.2-22.9 against 20.4-21.0); blocks brought the
 batch-8 cells back within 1-4% of alone, but at batch 1 no block size did so in both repetitions (ONNX Runtime
-2.73-3.87 whatever the block): this host cannot tell which fix holds. To run on a quiet host before the profile
-changes: ``THREADS=4 REPS=3 python bench/probes/settle_probe.py``."""
+2.73-3.87 whatever the block): this host cannot tell which fix holds.
+
+On the device host's 16 cores (``THREADS=4 REPS=3 python bench/probes/settle_probe.py``, 2026-12-06, call BA):
+together, ONNX Runtime read 48-70% slower than alone at batch 1 (2.13-2.82 against 1.33-1.91 ms) and 15-20% at 8,
+OpenVINO up to 57% and eager up to 33%, which put ONNX Runtime behind OpenVINO in a repetition where alone it was
+16% ahead; one settling call and 4 timed ones a visit read 0.83-1.27x alone in every cell, within the repetitions'
+own spread. The profile now visits that way on the CPU (``profile.cpu_settle_calls``, ``cpu_timed_calls``)."""
 import os, sys, tempfile, bisect, random
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[2]))
 import onnxruntime, openvino, torch, torchvision

@@ -96,6 +96,16 @@ class ProfileConfig:
     budget_ms: float = 1000.0
     min_window_ms: float = 30.0
     rel_precision: float = 0.02
+    # On the CPU each visit of a round calls the callable cpu_settle_calls times untimed, then cpu_timed_calls times
+    # timed (a sample each): what the callable before it left on the cores (another runtime's thread pool, its
+    # caches) falls on the untimed call, and the samples are the back-to-back calls a served model makes. On 16
+    # cores (4 threads each, resnet18 at 64x64, 3 repetitions), one timed call a visit read ONNX Runtime 48-70%
+    # slower than alone at batch 1 (every cell 0-70%), behind OpenVINO in a repetition where alone it was 16% ahead;
+    # one settling and 4 timed calls read 0.83-1.27x alone, within the repetitions' own spread
+    # (bench/probes/settle_probe.py; bench/results/README.md). On an accelerator a visit is one timed call (the
+    # device is synchronised around each; no host runtime between).
+    cpu_settle_calls: int = 1
+    cpu_timed_calls: int = 4
     # Saturation: stop growing batch size once throughput has not grown by `cutoff` (relative)
     # for `backoff` consecutive measured sizes. backoff <= 0 disables the rule.
     saturation_cutoff: float = 0.05

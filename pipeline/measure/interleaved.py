@@ -10,7 +10,9 @@ At each batch size, for each callable:
    then warm-up calls run for ``warmup_ms`` (at least ``min_warmup_calls``). None of them counts.
 2. A *window* of rounds runs the callables interleaved, each round in a fresh (seeded) random order,
    A B C, C A B, B C A, A C B ..., so drift of the machine hits all of them alike, and no callable
-   always follows the same one (a call's leftovers, warm caches or a busy GPU, fall on all). A
+   always follows the same one (a call's leftovers, warm caches or a busy GPU, fall on all). On the
+   CPU each visit settles with an untimed call first, then takes a few samples back to back (the
+   previous runtime's leftovers, its thread pool on the cores, fall on the untimed call). A
    callable leaves the rounds at ``max_samples``, or, after
    ``min_samples``, once it has spent ``budget_ms`` or (having spent ``min_window_ms``) its median
    is known to ``rel_precision`` at 95% confidence. Python's cyclic collector is held off
@@ -117,11 +119,14 @@ def _run_window(fns: Mapping[str, Callable[[], Any]], device: torch.device, s: S
                 clock: Clock) -> Dict[str, List[float]]:
     """Rounds until each callable's own stop rule ends it: every callable's samples, in time order.
 
-    Every callable runs once per round, in an order shuffled anew each round by a seeded generator:
+    Every callable is visited once per round, in an order shuffled anew each round by a seeded generator:
     what a call leaves behind (warm or cold CPU and GPU caches, clocks) then falls on a different
     successor each time. A plain rotation (A B C, B C A, ...) would not do: it keeps C after B in
-    almost every round.
+    almost every round. On the CPU a visit is ``cpu_settle_calls`` untimed calls, then ``cpu_timed_calls``
+    timed ones (never past ``max_samples``), so what the previous runtime left on the cores lands on an
+    untimed call; elsewhere one timed call.
     """
+    settle, timed = (s.cpu_settle_calls, s.cpu_timed_calls) if device.type == "cpu" else (0, 1)
     samples: Dict[str, List[float]] = {n: [] for n in fns}
     ordered: Dict[str, List[float]] = {n: [] for n in fns}
     spent = {n: 0.0 for n in fns}
@@ -130,10 +135,13 @@ def _run_window(fns: Mapping[str, Callable[[], Any]], device: torch.device, s: S
     with _collector_held():
         while active:
             for name in shuffler.sample(active, len(active)):
-                t = time_call(fns[name], device, clock)
-                samples[name].append(t)
-                bisect.insort(ordered[name], t)
-                spent[name] += t
+                for _ in range(settle):
+                    time_call(fns[name], device, clock)
+                for _ in range(min(timed, s.max_samples - len(samples[name]))):
+                    t = time_call(fns[name], device, clock)
+                    samples[name].append(t)
+                    bisect.insort(ordered[name], t)
+                    spent[name] += t
             active = [n for n in active if not _window_done(ordered[n], spent[n], s)]
     return samples
 

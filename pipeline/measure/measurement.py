@@ -40,6 +40,8 @@ class Settings:
     budget_ms: float
     min_window_ms: float
     rel_precision: float
+    cpu_settle_calls: int
+    cpu_timed_calls: int
     noise_threshold: float
     max_repeats: int
     passes: int
@@ -55,6 +57,10 @@ class Settings:
         if s.rel_precision <= 0 or s.noise_threshold <= 0 or s.budget_ms < 0 or s.warmup_ms < 0 or s.max_repeats < 0:
             raise ValueError("profile: rel_precision and noise_threshold must be > 0, and budget_ms, warmup_ms and "
                              f"max_repeats >= 0; got {s}")
+        if s.cpu_settle_calls < 0 or s.cpu_timed_calls < 1:
+            raise ValueError(f"profile: a visit needs cpu_settle_calls >= 0 and cpu_timed_calls >= 1, got "
+                             f"{s.cpu_settle_calls} and {s.cpu_timed_calls}; e.g. profile.cpu_settle_calls=1 "
+                             "profile.cpu_timed_calls=4")
         if s.passes < 1:
             raise ValueError(f"profile.passes={s.passes}: every cell needs at least one pass; e.g. profile.passes=2")
         return s
