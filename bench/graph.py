@@ -95,7 +95,7 @@ def bench_model(name: str, device: torch.device) -> Dict:
 
 def table(rows: List[Dict]) -> str:
     head = f"{'model':<20} {'backend':<26} " + " ".join(f"{'bs' + str(bs):>8}" for bs in SIZES)
-    head += f" {'compile s':>9} {'record s':>8} {'pool MiB':>8}"
+    head += f" {'first s':>9} {'record s':>8} {'pool MiB':>8}"
     lines = [head, "-" * len(head)]
     for row in rows:
         for b in BACKENDS:
@@ -103,7 +103,7 @@ def table(rows: List[Dict]) -> str:
             if per is None:
                 lines.append(f"{row['model']:<20} {b:<26} {build['error'][:80]}")
                 continue
-            compile_s = build.get("compile_seconds", build["build_seconds"])
+            compile_s = build.get("first_calls_seconds", build["build_seconds"])
             record = f"{build['record_seconds']:8.2f} {build['pool_bytes'] / 2**20:8.1f}" if "record_seconds" in build else ""
             lines.append(f"{row['model']:<20} {b:<26} " + " ".join(f"{per[bs]['median_ms']:8.3f}" for bs in SIZES)
                          + f" {compile_s:9.1f} {record}")

@@ -217,7 +217,10 @@ class GraphBackend(Backend):
             "recorded_sizes": recorded,
             **({"recorded_lengths": list(lengths)} if seq else {}),
             "graphs": len(self._graphs),
-            "compile_seconds": warmup_seconds,  # warm-up runs, which hold every Inductor compile
+            # the program's first calls at each size, before recording: every Inductor compile, and the device
+            # libraries' set-up for each new shape (cuDNN builds a plan per convolution shape: 0.15-1.0 s for a
+            # channels-last depthwise one, bench/results/plain-script-h100.md)
+            "first_calls_seconds": warmup_seconds,
             "record_seconds": record_seconds,
             "compiles": compiles,
             "pool_bytes": pool_bytes,

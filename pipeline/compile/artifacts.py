@@ -473,7 +473,7 @@ class LoadReport:
 
     def summary(self) -> str:
         parts = [f"{name}: {b.program} program, build {b.build_s:.2f} s (trace {b.trace_s:.2f}, compile "
-                 f"{b.compile_s:.2f}, record {b.record_s:.2f}, {b.cache_hits} hit(s) {b.cache_misses} miss(es)), "
-                 f"warm-up {b.warmup_s:.2f} s" for name, b in self.backends.items()]
+                 f"{b.compile_s:.2f}, first calls {b.first_calls_s:.2f}, record {b.record_s:.2f}, {b.cache_hits} "
+                 f"hit(s) {b.cache_misses} miss(es)), warm-up {b.warmup_s:.2f} s" for name, b in self.backends.items()]
         return (f"read {self.read_s:.2f} s, artifacts {self.artifacts} ({self.artifacts_s:.2f} s); "
                 + "; ".join(parts))

@@ -51,6 +51,8 @@ def build_and_warm(backend: Backend, spec: BuildSpec, cost: BuildCost, warm: Cal
             warm(backend)
         devices.synchronize(spec.device)
         warm_s = time.perf_counter() - start
-    cost.record_s = float(backend.stats().get("record_seconds", 0.0))
+    stats = backend.stats()
+    cost.record_s = float(stats.get("record_seconds", 0.0))
+    cost.first_calls_s = float(stats.get("first_calls_seconds", 0.0))
     backend.artifacts = recorded
     return warm_s

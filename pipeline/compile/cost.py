@@ -28,6 +28,9 @@ class BuildCost:
     cache_hits: int = 0  # FX-graph cache: programs loaded instead of compiled
     cache_misses: int = 0  # programs compiled
     record_s: float = 0.0  # of build: device-graph recording
+    # of build: device graphs' first calls of the program at each recorded size, before recording (every compile,
+    # and the device libraries' set-up for each new shape: a fresh CUDA load's seconds are mostly these)
+    first_calls_s: float = 0.0
 
 
 @dataclass
