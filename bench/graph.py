@@ -103,7 +103,8 @@ def table(rows: List[Dict]) -> str:
             if per is None:
                 lines.append(f"{row['model']:<20} {b:<26} {build['error'][:80]}")
                 continue
-            compile_s = build.get("first_calls_seconds", build["build_seconds"])
+            # rows kept by --append from before the stat's rename name it compile_seconds
+            compile_s = build.get("first_calls_seconds", build.get("compile_seconds", build["build_seconds"]))
             record = f"{build['record_seconds']:8.2f} {build['pool_bytes'] / 2**20:8.1f}" if "record_seconds" in build else ""
             lines.append(f"{row['model']:<20} {b:<26} " + " ".join(f"{per[bs]['median_ms']:8.3f}" for bs in SIZES)
                          + f" {compile_s:9.1f} {record}")
