@@ -539,7 +539,8 @@ def test_a_cuda_route_of_device_graphs_loads_its_standalone_program_with_no_trac
     backend = result["report"]["backends"]["graph_inductor"]
     assert backend["program"] == "ahead of time" and not backend["traced"] and backend["cache_misses"] == 0, backend
     # the build's seconds say where they went: the program's first calls at each recorded size, then recording
-    assert 0 < backend["first_calls_s"] and backend["first_calls_s"] + backend["record_s"] <= backend["build_s"], backend
+    first, record = backend["first_calls_s"], backend["record_s"]
+    assert 0 < first and first + record <= backend["build_s"], backend
     assert result["children"] == [], result["children"]  # no compile-worker pool outlives the load
     with torch.inference_mode():
         torch.testing.assert_close(result["y"], ctx.model(result["x"]), rtol=1e-4, atol=1e-5)

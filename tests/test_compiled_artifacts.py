@@ -235,4 +235,3 @@ def test_recording_a_build_leaves_what_the_process_recorded_before_as_it_was():
     users = {kind: [a.key for a in found] for kind, found in CacheArtifactManager._new_cache_artifacts.items()}
     assert users == {"autotune": ["ab/users.best_config"]}, users
     CacheArtifactManager.clear()
-

@@ -158,7 +158,8 @@ def test_on_the_cpu_a_visit_settles_untimed_then_samples_back_to_back_and_a_runt
         return res, clock.log
 
     res, _ = leftovers(0, 1)
-    assert res["A"].median == pytest.approx(3.0, rel=0.01)  # A follows B but where a round ends with it and the next starts with it
+    # A follows B in every round but where one round ends with A and the next begins with it
+    assert res["A"].median == pytest.approx(3.0, rel=0.01)
     res, log = leftovers(1, 4)
     assert res["A"].median == pytest.approx(1.0) and res["A"].count == res["B"].count == 12
     visits = [name for i, name in enumerate(log[2:]) if i % 5 == 0]  # after first calls, 5 calls a visit

@@ -15,7 +15,7 @@ together, ONNX Runtime read 48-70% slower than alone at batch 1 (2.13-2.82 again
 OpenVINO up to 57% and eager up to 33%, which put ONNX Runtime behind OpenVINO in a repetition where alone it was
 16% ahead; one settling call and 4 timed ones a visit read 0.83-1.27x alone in every cell, within the repetitions'
 own spread. The profile now visits that way on the CPU (``profile.cpu_settle_calls``, ``cpu_timed_calls``)."""
-import os, sys, tempfile, bisect, random
+import os, sys, tempfile
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[2]))
 import onnxruntime, openvino, torch, torchvision
 from pipeline.backends.onnxruntime import spins
@@ -33,24 +33,6 @@ conv = openvino.convert_model(ep, input=[openvino.PartialShape([-1, 3, 64, 64])]
 ov = openvino.Core().compile_model(conv, "CPU", {"INFERENCE_NUM_THREADS": THREADS, "PERFORMANCE_HINT": "LATENCY",
                                                  "INFERENCE_PRECISION_HINT": "f32"})
 req = ov.create_infer_request()
-plain_window = il._run_window
-
-def block_window(settle, timed):
-  def window(fns, device, s, clock):
-    samples = {n: [] for n in fns}; ordered = {n: [] for n in fns}; spent = {n: 0.0 for n in fns}
-    active = list(fns); shuffler = random.Random(il.ORDER_SEED)
-    with il._collector_held():
-        while active:
-            for name in shuffler.sample(active, len(active)):
-                for _ in range(settle):
-                    il.time_call(fns[name], device, clock)
-                for _ in range(timed):
-                    t = il.time_call(fns[name], device, clock)
-                    samples[name].append(t); bisect.insort(ordered[name], t); spent[name] += t
-            active = [n for n in active if not il._window_done(ordered[n], spent[n], s)]
-    return samples
-  return window
-
 cpu = torch.device("cpu")
 for rep in range(int(os.environ.get("REPS", "2"))):
     for bs in (1, 8):
@@ -62,13 +44,12 @@ for rep in range(int(os.environ.get("REPS", "2"))):
                 return m(xi)
         fns["eager"] = eager
         med = lambda d: {k: round(v.summary()["median_ms"], 2) for k, v in d.items()}
-        il._run_window = plain_window
+        visits = lambda settle, timed: {"cpu_settle_calls": settle, "cpu_timed_calls": timed}
         alone = {}
         for k, f in fns.items():
-            alone.update(med(il.measure_interleaved({k: f}, cpu, {})))
-        together = med(il.measure_interleaved(fns, cpu, {}))
+            alone.update(med(il.measure_interleaved({k: f}, cpu, visits(0, 1))))
+        together = med(il.measure_interleaved(fns, cpu, visits(0, 1)))  # one timed call a visit: the profile before
         print(f"rep {rep} bs {bs}: alone {alone}\n   together {together}", flush=True)
         for settle, timed in ((1, 1), (0, 3), (1, 2), (1, 4)):
-            il._run_window = block_window(settle, timed)
-            print(f"   settle {settle} timed {timed}: {med(il.measure_interleaved(fns, cpu, {}))}", flush=True)
-        il._run_window = plain_window
+            print(f"   settle {settle} timed {timed}: {med(il.measure_interleaved(fns, cpu, visits(settle, timed)))}",
+                  flush=True)
