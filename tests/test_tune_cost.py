@@ -234,6 +234,18 @@ def test_noise_is_a_warning_only_where_it_could_change_the_route(tmp_path, caplo
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]  # every cell is noisy, none could matter
 
 
+def test_a_process_held_to_two_cores_of_a_big_host_starts_no_compile_workers():
+    """The worker count reads the cores the run may use (affinity, cgroup quota), not the host's: under ``taskset`` or
+    in a container given two CPUs of a 64-core host, 16 workers would share those two cores with the run."""
+    import subprocess
+    import sys
+    script = ("import os; os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]}); os.cpu_count = lambda: 64; "
+              "from pipeline.compile import ahead; "
+              "print(ahead.worker_count(None, 4), ahead.compile_threads({}, {}, 1))")
+    out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["0", "[1]"], out.stdout + out.stderr
+
+
 def test_inductor_and_graph_inductor_at_one_precision_share_one_compile_job():
     from pipeline.compile import ahead as compile_ahead
 

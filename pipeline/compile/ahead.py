@@ -42,6 +42,7 @@ from pipeline.backends.inductor import InductorBackend
 from pipeline.compile import state as process_state
 from pipeline.compile import worker as worker_process
 from pipeline.compile.build import BuildSpec
+from pipeline.measure.contention import usable_cores
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +56,10 @@ MIN_CORES = 8  # below this, workers would only take cores from the run's own co
 
 
 def worker_count(requested: Optional[int], jobs: int, cores: Optional[int] = None) -> int:
-    """``compile_cache.workers`` (null: one per CORES_PER_WORKER cores, none below MIN_CORES), at most one per job."""
-    cores = cores or os.cpu_count() or 1
+    """``compile_cache.workers`` (null: one per CORES_PER_WORKER cores, none below MIN_CORES), at most one per job.
+    The cores are the ones this process may use (its affinity, its cgroup's quota): a container given 2 CPUs of a
+    64-core host, or a run under ``taskset``, starts no workers rather than 16 that share two cores."""
+    cores = cores or usable_cores()
     wanted = requested if requested is not None else (cores // CORES_PER_WORKER if cores >= MIN_CORES else 0)
     return max(0, min(int(wanted), jobs))
 
@@ -75,7 +78,7 @@ def compile_threads(candidates: Mapping[str, Candidate], assigned: Mapping[str, 
     """Inductor's compile threads for each of ``count`` workers: an equal share of the cores, and every core for a
     worker with an autotuning job (:func:`autotunes`), which outlasts the others' jobs by minutes and would
     otherwise build its templates on a share while the rest of the host sits idle."""
-    cores = cores or os.cpu_count() or 1
+    cores = cores or usable_cores()
     heavy = {i for name, i in assigned.items() if autotunes(candidates[name])}
     return [cores if i in heavy else max(1, cores // count) for i in range(count)]
 

@@ -199,7 +199,7 @@ class CompileCacheConfig:
     # record the run writes shows it as *** (a resumed run takes it from $TWEAKPIPE_REDIS_PASSWORD).
     remote: Optional[str] = None
     # Worker processes that compile candidates' programs ahead of capture (pipeline/compile/ahead.py);
-    # null: one per 4 CPU cores, none below 8 cores; 0: compile in the run's own process only.
+    # null: one per 4 CPU cores the run may use (affinity, cgroup quota), none below 8; 0: the run's own process only.
     workers: Optional[int] = None
     # true: a worker compiles each candidate's Inductor program in the standalone form a checkpoint saves
     # (pipeline/compile/aot.py), which the run loads with no Dynamo trace, times, and saves as it is (no second
