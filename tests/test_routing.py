@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from pipeline.errors import RouteError
-from pipeline.route.policy import Range, backend_for, choose_route, eager_baseline, rests_on, sizes_owned
+from pipeline.route.policy import (Range, backend_for, choose_route, eager_baseline, left_behind, rests_on,
+                                   sizes_owned)
+from pipeline.route.table import backend_at, choose_table
 
 ORDER = ["eager", "inductor", "graph"]
 # Inductor has the best peak throughput (64 / 10 ms); graph is much faster at small sizes.
@@ -72,6 +74,32 @@ def test_no_size_is_served_slower_than_the_eager_baseline():
     assert route(profile, order, baseline="eager")[-1] == Range(18, None, "eager")
     # An excluded baseline guards nothing.
     assert route(profile, order, baseline="eager", failures={"eager": "failed: x"}) == [Range(1, None, "graph_inductor")]
+
+
+def test_no_incumbent_keeps_a_size_the_faster_backend_could_take_by_a_route_the_intervals_prove():
+    # mobilenet_v3_small on the 16-core CPU table (call BF of 2026-12-06, ms, the tune's medians and intervals):
+    # OpenVINO 18-20% faster at 8 and 17, its intervals overlapping ONNX Runtime's there. ONNX Runtime as the
+    # incumbent keeps every size (one range) and serves 8 and 17 that much slower; OpenVINO as the incumbent serves
+    # them, and gives 1 and 64 to ONNX Runtime, faster there beyond both intervals: every switch proven.
+    medians = {"openvino": {1: 1.32, 3: 1.73, 8: 2.36, 17: 3.58, 64: 10.81},
+               "onnxruntime": {1: 1.14, 3: 1.85, 8: 2.79, 17: 4.28, 64: 9.33}}
+    intervals = {"openvino": {1: (1.29, 1.35), 3: (1.67, 1.80), 8: (2.18, 2.48), 17: (2.96, 3.95), 64: (10.32, 11.14)},
+                 "onnxruntime": {1: (1.13, 1.17), 3: (1.81, 1.90), 8: (2.40, 3.14), 17: (3.38, 4.61),
+                                 64: (9.14, 9.73)}}
+    order = ["openvino", "onnxruntime"]
+    assert route(medians, order, intervals=intervals) == [Range(1, 1, "onnxruntime"), Range(2, 17, "openvino"),
+                                                          Range(18, None, "onnxruntime")]
+    assert left_behind({bs: "onnxruntime" for bs in medians["openvino"]}, medians, 0.1) == 2  # 8 and 17
+    # Where every incumbent leaves as many sizes behind, the fewest ranges, then the regret decide: with ONNX
+    # Runtime's cells at 1 and 64 overlapping OpenVINO's, neither route proves a switch and each leaves two
+    # sizes behind; OpenVINO's is the closer to the fastest (15-16% at 1 and 64 against 7-20% at 3, 8 and 17).
+    wide = {**intervals, "onnxruntime": {**intervals["onnxruntime"], 1: (1.10, 1.30), 64: (9.0, 10.5)}}
+    assert route(medians, order, intervals=wide) == [Range(1, None, "openvino")]
+    # The (batch size x length) table decides alike, at each tuned length.
+    at = {b: {(bs, 64): ms for bs, ms in per.items()} for b, per in medians.items()}
+    bounds = {b: {(bs, 64): iv for bs, iv in per.items()} for b, per in intervals.items()}
+    table = choose_table(at, order, [64], "router", 0.10, any_length=set(order), intervals=bounds)
+    assert [backend_at(table, bs, 64) for bs in (1, 3, 8, 17, 64)] == ["onnxruntime", *["openvino"] * 3, "onnxruntime"]
 
 
 def test_the_baseline_is_the_first_eager_kind_backend():

@@ -122,24 +122,37 @@ def route_regret(owners: Mapping[int, str], profile: Profile) -> float:
     return math.exp(sum(logs) / len(logs))
 
 
+def left_behind(owners: Mapping[Any, str], profile: Mapping[str, Mapping[Any, float]], min_gain: float) -> int:
+    """The cells an incumbent's route serves at least ``min_gain`` slower by median than the fastest there. Without
+    intervals there are none (a challenger that much faster takes the cell); with them, an incumbent keeps such a
+    cell wherever the two intervals overlap."""
+    return sum(profile[owner][key] / min(per[key] for per in profile.values() if key in per) - 1.0
+               >= min_gain - 1e-12 for key, owner in owners.items())
+
+
 def owners_per_size(profile: Profile, order: Sequence[str], min_gain: float,
                     baseline: Optional[str] = None, intervals: Optional[Intervals] = None,
                     references: Sequence[str] = ()) -> Dict[int, str]:
-    """Per-size owners under the incumbent that needs the fewest ranges.
+    """Per-size owners under the incumbent that leaves no size behind with the fewest ranges.
 
-    Every backend is tried as the incumbent. The route with the fewest ranges wins, because the
-    ``min_gain`` rule exists to keep switches few; then the one closest to the fastest backend at
-    every size (:func:`route_regret`); then the higher peak throughput; then config order. Choosing
-    by peak throughput alone let a backend ahead by 5% at the largest size only keep a size where
-    another was 7% faster, and cost a switch besides.
+    Every backend is tried as the incumbent. The route that serves the fewest sizes ``min_gain`` slower than the
+    fastest by median wins (:func:`left_behind`: an incumbent keeps those only because noisy intervals overlap, and
+    another incumbent's route, whose every switch the intervals prove, may serve them with the faster backend);
+    then the one with the fewest ranges, because the ``min_gain`` rule exists to keep switches few; then the one
+    closest to the fastest backend at every size (:func:`route_regret`); then the higher peak throughput; then
+    config order. Choosing by peak throughput alone let a backend ahead by 5% at the largest size only keep a size
+    where another was 7% faster, and cost a switch besides. Choosing by ranges first kept ONNX Runtime on
+    mobilenet_v3_small at every size on the 16-core CPU table (call BF of 2026-12-06), one range, where OpenVINO was
+    18-20% faster by median at 8 and 17 within overlapping intervals; OpenVINO as the incumbent served those and
+    gave 1 and 64 to ONNX Runtime, proven faster there, and the table's timing found OpenVINO 1.11-1.13x ahead.
     """
     routes = {b: owners_with(b, profile, order, min_gain, baseline, intervals, references)
               for b in profiled(profile, order)}
 
     def merit(incumbent: str) -> tuple:
         owners = routes[incumbent]
-        return (len(ranges_from_owners(owners)), route_regret(owners, profile),
-                -peak_throughput(profile[incumbent]), order.index(incumbent))
+        return (left_behind(owners, profile, min_gain), len(ranges_from_owners(owners)),
+                route_regret(owners, profile), -peak_throughput(profile[incumbent]), order.index(incumbent))
 
     return routes[min(routes, key=merit)]
 

@@ -20,7 +20,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any, Collection, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from pipeline.route.policy import (Range, check_settings, choose_route, owners_with, peak_throughput,
+from pipeline.route.policy import (Range, check_settings, choose_route, left_behind, owners_with, peak_throughput,
                                    ranges_from_owners, resting_cells, usable)
 
 Cell = Tuple[int, int]  # (batch size, length)
@@ -160,9 +160,10 @@ def choose_table(profile: Profile2, order: Sequence[str], lengths: Sequence[int]
     tables = {b: owners_table(b, competing, lengths, serving, min_gain, any_length, base, intervals, floors)
               for b in serving}
 
-    def merit(incumbent: str) -> tuple:
+    def merit(incumbent: str) -> tuple:  # as policy.owners_per_size's, over every tuned (batch size, length)
         owners = tables[incumbent]
-        return (len(tiles(bands_of(owners))), regret(owners, competing), -peak(competing, incumbent, lengths),
+        behind = sum(left_behind(tuned, row(competing, length), min_gain) for length, (tuned, _) in owners.items())
+        return (behind, len(tiles(bands_of(owners))), regret(owners, competing), -peak(competing, incumbent, lengths),
                 serving.index(incumbent))
 
     return tiles(bands_of(tables[min(tables, key=merit)]))
