@@ -17,11 +17,16 @@ directory unless given).
     python bench/cpu_table.py --out OUT --threads 4 --models bert_tiny --overrides 'attention=[default,math]'
     bash bench/device_wheels.sh openvino   # then on the GPU host's 16 cores (carry .whl):
     source bench/device_env.sh && python3 bench/cpu_table.py --out OUT --threads 4 --tracking off
+    # lanes side by side on disjoint cores (each lane's meta records its CPUs), then one table:
+    taskset -c 0-3 python3 bench/cpu_table.py --out A --threads 4 --models mlp resnet18 &
+    taskset -c 4-7 python3 bench/cpu_table.py --out B --threads 4 --models bert_tiny; wait
+    python3 bench/cpu_table.py --out OUT --threads 4 --combine A/cpu-table.json B/cpu-table.json
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import sys
@@ -34,7 +39,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import command_line, runs_argument, runs_dir  # noqa: E402
+from bench.common import command_line, joined_lanes, runs_argument, runs_dir  # noqa: E402
 from bench.seed_table import SIZES, Table, bench_model, write  # noqa: E402
 from pipeline import devices  # noqa: E402
 
@@ -71,14 +76,41 @@ def cpu_model() -> str:
     return devices.name(torch.device("cpu"))
 
 
-def notes(args: argparse.Namespace) -> str:
-    return (f"{args.threads} CPU thread(s) for every backend (top-level threads), {os.cpu_count()} cores on the "
-            f"machine; every cell timed interleaved in one process (profile={args.profile}). Inputs reduced for CPU "
-            f"time: `{VISION}` for mobilenet_v3_small and resnet18; distilbert_small is model=hf's "
+def notes(args: argparse.Namespace, lanes: List[List[int]], cores: int) -> str:
+    """What the table's numbers are; ``lanes``: the CPUs each lane's process could run on (one list a lane), of the
+    machine's ``cores``."""
+    pinned = "" if all(len(cpus) == cores for cpus in lanes) else (
+        f" Lanes side by side, each pinned to its own CPUs ({'; '.join(cpu_ranges(c) for c in lanes)}): a row's "
+        f"cells share one lane's cores, its neighbours' memory traffic and caches.")
+    return (f"{args.threads} CPU thread(s) for every backend (top-level threads), {cores} cores on the "
+            f"machine; every cell timed interleaved in one process (profile={args.profile}).{pinned} Inputs reduced "
+            f"for CPU time: `{VISION}` for mobilenet_v3_small and resnet18; distilbert_small is model=hf's "
             f"DistilBertForSequenceClassification with 4 layers of 256 (FFN 1024) on 64 tokens. auto: the routed "
             f"model loaded from its checkpoint; the JSON also "
             f"times its backends called without the router (`auto_direct:<backend>`) and holds the machine's load "
             f"average before and after each model (`load_average`).")
+
+
+def cpu_ranges(cpus: List[int]) -> str:
+    """``[0, 1, 2, 5]`` as ``0-2,5``: the form taskset takes."""
+    spans: List[List[int]] = []
+    for cpu in sorted(cpus):
+        if spans and cpu == spans[-1][1] + 1:
+            spans[-1][1] = cpu
+        else:
+            spans.append([cpu, cpu])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+
+
+def combine(parts: List[Path], args: argparse.Namespace) -> None:
+    """Join lanes measured alike (same CPU, torch, runtimes, threads, profile inputs) into one table, MODELS' order."""
+    meta, rows = joined_lanes(parts, list(MODELS), ("device", "cores", "torch", "python", "dtype", "threads",
+                                                    "overrides", "runtimes"))
+    for row in rows:  # JSON turned the batch-size keys into strings
+        row["cells"] = {b: {int(bs): c for bs, c in per.items()} for b, per in row["cells"].items()}
+    lanes = [json.loads(p.read_text())["cpus"] for p in parts]
+    print(write(args.out, "cpu-table", {**meta, "cpus": lanes}, rows, CPU, notes(args, lanes, meta["cores"])),
+          flush=True)
 
 
 def main() -> None:
@@ -92,20 +124,26 @@ def main() -> None:
     parser.add_argument("--overrides", nargs="*", default=[],
                         help="more overrides for every model's run, e.g. 'attention=[default,math]': auto may then "
                              "route to candidates beyond the table's four backends, timed directly too")
+    parser.add_argument("--combine", nargs="+", type=Path, help="join these lanes' cpu-table.json instead of running")
     runs_argument(parser)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.combine:
+        combine(args.combine, args)
+        return
     runs_dir(args)
-    meta = {"device": cpu_model(), "torch": torch.__version__, "python": platform.python_version(), "dtype": "float32",
-            "threads": args.threads, "overrides": args.overrides,
-            "runtimes": {p: metadata.version(p) for p in ("openvino", "onnxruntime")}, "command": command_line()}
+    cpus = sorted(os.sched_getaffinity(0))
+    meta = {"device": cpu_model(), "cores": os.cpu_count(), "torch": torch.__version__,
+            "python": platform.python_version(), "dtype": "float32", "threads": args.threads,
+            "overrides": args.overrides, "runtimes": {p: metadata.version(p) for p in ("openvino", "onnxruntime")},
+            "command": command_line(), "cpus": cpus}
     rows = []
     with devices.cpu_threads(args.threads):  # the timing after each run, as the run itself
         for model in args.models:
             before = os.getloadavg()
             row = bench_model(model, overrides_for(model, args), args.runs / model, CPU.sizes)
             rows.append({**row, "load_average": {"before": before, "after": os.getloadavg()}})
-            print(write(args.out, "cpu-table", meta, rows, CPU, notes(args)), flush=True)
+            print(write(args.out, "cpu-table", meta, rows, CPU, notes(args, [cpus], meta["cores"])), flush=True)
 
 
 if __name__ == "__main__":
