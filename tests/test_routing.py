@@ -90,6 +90,9 @@ def test_no_incumbent_keeps_a_size_the_faster_backend_could_take_by_a_route_the_
     assert route(medians, order, intervals=intervals) == [Range(1, 1, "onnxruntime"), Range(2, 17, "openvino"),
                                                           Range(18, None, "onnxruntime")]
     assert left_behind({bs: "onnxruntime" for bs in medians["openvino"]}, medians, 0.1) == 2  # 8 and 17
+    # A cell measured on a busy host (its interval unknown) leaves nothing behind: its median says where the host was.
+    busy = {**intervals, "openvino": {**intervals["openvino"], 8: (0.0, float("inf"))}}
+    assert left_behind({bs: "onnxruntime" for bs in medians["openvino"]}, medians, 0.1, busy) == 1  # 17 only
     # Where every incumbent leaves as many sizes behind, the fewest ranges, then the regret decide: with ONNX
     # Runtime's cells at 1 and 64 overlapping OpenVINO's, neither route proves a switch and each leaves two
     # sizes behind; OpenVINO's is the closer to the fastest (15-16% at 1 and 64 against 7-20% at 3, 8 and 17).

@@ -122,12 +122,20 @@ def route_regret(owners: Mapping[int, str], profile: Profile) -> float:
     return math.exp(sum(logs) / len(logs))
 
 
-def left_behind(owners: Mapping[Any, str], profile: Mapping[str, Mapping[Any, float]], min_gain: float) -> int:
+def left_behind(owners: Mapping[Any, str], profile: Mapping[str, Mapping[Any, float]], min_gain: float,
+                intervals: Optional[Mapping[str, Mapping[Any, Tuple[float, float]]]] = None) -> int:
     """The cells an incumbent's route serves at least ``min_gain`` slower by median than the fastest there. Without
     intervals there are none (a challenger that much faster takes the cell); with them, an incumbent keeps such a
-    cell wherever the two intervals overlap."""
-    return sum(profile[owner][key] / min(per[key] for per in profile.values() if key in per) - 1.0
-               >= min_gain - 1e-12 for key, owner in owners.items())
+    cell wherever the two intervals overlap. A cell whose interval is unknown (measured on a busy host:
+    ``pipeline.route.decision``) tells nothing either way: it neither leaves a size behind nor is left behind."""
+    def known(name: str, key: Any) -> bool:
+        return intervals is None or math.isfinite(intervals.get(name, {}).get(key, (0.0, 0.0))[1])
+
+    behind = 0
+    for key, owner in owners.items():
+        rivals = [per[key] for name, per in profile.items() if key in per and known(name, key)]
+        behind += known(owner, key) and profile[owner][key] / min(rivals) - 1.0 >= min_gain - 1e-12
+    return behind
 
 
 def owners_per_size(profile: Profile, order: Sequence[str], min_gain: float,
@@ -151,7 +159,7 @@ def owners_per_size(profile: Profile, order: Sequence[str], min_gain: float,
 
     def merit(incumbent: str) -> tuple:
         owners = routes[incumbent]
-        return (left_behind(owners, profile, min_gain), len(ranges_from_owners(owners)),
+        return (left_behind(owners, profile, min_gain, intervals), len(ranges_from_owners(owners)),
                 route_regret(owners, profile), -peak_throughput(profile[incumbent]), order.index(incumbent))
 
     return routes[min(routes, key=merit)]

@@ -162,7 +162,9 @@ def choose_table(profile: Profile2, order: Sequence[str], lengths: Sequence[int]
 
     def merit(incumbent: str) -> tuple:  # as policy.owners_per_size's, over every tuned (batch size, length)
         owners = tables[incumbent]
-        behind = sum(left_behind(tuned, row(competing, length), min_gain) for length, (tuned, _) in owners.items())
+        behind = sum(left_behind(tuned, row(competing, length), min_gain,
+                                 row(intervals, length) if intervals is not None else None)
+                     for length, (tuned, _) in owners.items())
         return (behind, len(tiles(bands_of(owners))), regret(owners, competing), -peak(competing, incumbent, lengths),
                 serving.index(incumbent))
 
