@@ -47,3 +47,23 @@ def test_the_summary_tells_the_routes_choices_from_one_instance_of_the_served_ba
     assert summary["worst_auto_over_best"] == pytest.approx(1.21) and summary["worst_cell"] == "m bs=1"
     assert summary["worst_auto_over_its_own_backend"] == pytest.approx(1.21)  # onnxruntime against onnxruntime
     assert summary["worst_auto_over_another_backend"] == pytest.approx(8.4 / 8.0)  # openvino fastest at 8
+
+
+def test_a_disagreement_says_whether_the_tune_already_showed_the_winner_or_the_cells_moved():
+    """Call BF (2026-12-06): the table's note named mobilenet_v3_small at 8 the route's bug (the tune had OpenVINO 18%
+    ahead by median; the route then kept ONNX Runtime at every size), and that was so (fixed in ae9183e); mlp at 17
+    in call BD, 8% apart in the tune, was the cells moving."""
+    from bench import seed_table
+
+    table = seed_table.Table(backends=["openvino", "onnxruntime"], sizes=[8, 17], peer="openvino")
+    cell = lambda ms: {"median_ms": ms}  # noqa: E731
+    tuned = lambda ms, lo, hi: {"median_ms": ms, "interval_ms": [lo, hi], "noisy": True, "contended": False}  # noqa
+    row = {"model": "m", "route": [{"lo": 1, "hi": None, "backend": "onnxruntime"}], "min_gain": 0.1,
+           "cells": {"auto": {8: cell(2.70), 17: cell(0.677)}, "openvino": {8: cell(2.19), 17: cell(0.594)},
+                     "onnxruntime": {8: cell(2.47), 17: cell(0.70)}},
+           "tune_cells": {"openvino": {"8": tuned(2.36, 2.18, 2.48), "17": tuned(0.703, 0.571, 0.863)},
+                          "onnxruntime": {"8": tuned(2.79, 2.40, 3.14), "17": tuned(0.762, 0.657, 0.897)}}}
+    found = seed_table.disagreements([row], table)
+    assert len(found) == 2
+    assert found[0].startswith("m bs=8: openvino") and found[0].endswith("the route's bug")
+    assert found[1].startswith("m bs=17: openvino") and found[1].endswith("the cells moved between tune and table")
