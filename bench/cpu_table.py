@@ -39,8 +39,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import command_line, joined_lanes, runs_argument, runs_dir  # noqa: E402
-from bench.seed_table import SIZES, Table, bench_model, write  # noqa: E402
+from bench.common import command_line, runs_argument, runs_dir  # noqa: E402
+from bench.seed_table import SIZES, Table, bench_model, joined_rows, write  # noqa: E402
 from pipeline import devices  # noqa: E402
 
 CPU = Table(backends=["eager", "inductor", "openvino", "onnxruntime"], sizes=SIZES, peer="inductor")
@@ -104,10 +104,8 @@ def cpu_ranges(cpus: List[int]) -> str:
 
 def combine(parts: List[Path], args: argparse.Namespace) -> None:
     """Join lanes measured alike (same CPU, torch, runtimes, threads, profile inputs) into one table, MODELS' order."""
-    meta, rows = joined_lanes(parts, list(MODELS), ("device", "cores", "torch", "python", "dtype", "threads",
-                                                    "overrides", "runtimes"))
-    for row in rows:  # JSON turned the batch-size keys into strings
-        row["cells"] = {b: {int(bs): c for bs, c in per.items()} for b, per in row["cells"].items()}
+    meta, rows = joined_rows(parts, list(MODELS), ("device", "cores", "torch", "python", "dtype", "threads",
+                                                   "overrides", "runtimes"))
     lanes = [json.loads(p.read_text())["cpus"] for p in parts]
     print(write(args.out, "cpu-table", {**meta, "cpus": lanes}, rows, CPU, notes(args, lanes, meta["cores"])),
           flush=True)

@@ -24,7 +24,7 @@ import platform
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Sequence, Tuple
 
 import torch
 
@@ -218,11 +218,18 @@ def write(out: Path, stem: str, meta: Dict, rows: List[Dict], table: Table = SEE
     return md
 
 
-def combine(parts: List[Path], out: Path, tag: str) -> None:
-    """Join parts (same device, dtype and torch) into one table, the seed's models first in their order."""
-    meta, rows = joined_lanes(parts, MODELS, ("device", "torch", "python", "dtype"))
+def joined_rows(parts: List[Path], models: Sequence[str], keys: Sequence[str]) -> Tuple[Dict, List[Dict]]:
+    """Lanes' JSON of this table's rows (``bench_model``'s) as one table (``common.joined_lanes``), each row's cells
+    keyed by batch size again."""
+    meta, rows = joined_lanes(parts, models, keys)
     for row in rows:  # JSON turned the batch-size keys into strings
         row["cells"] = {b: {int(bs): c for bs, c in per.items()} for b, per in row["cells"].items()}
+    return meta, rows
+
+
+def combine(parts: List[Path], out: Path, tag: str) -> None:
+    """Join parts (same device, dtype and torch) into one table, the seed's models first in their order."""
+    meta, rows = joined_rows(parts, MODELS, ("device", "torch", "python", "dtype"))
     print(write(out, f"seed-table-{tag}", meta, rows))
 
 
