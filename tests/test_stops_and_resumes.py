@@ -4,6 +4,7 @@ refuses a finished run, and names a damaged file instead of a traceback."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import re
@@ -21,6 +22,7 @@ import pipeline
 from conftest import ROOT, TINY, read_only
 from mlflow_helpers import clean_env, copy_store, init_store
 from models_for_tests import InterruptedInCallback
+from pipeline import stops
 from pipeline.errors import ConfigError
 from pipeline.record.claim import claimed
 from pipeline.runner import resumed_config, run
@@ -67,6 +69,79 @@ def test_a_ctrl_c_that_lands_in_a_weakref_callback_still_stops_the_run_and_is_re
     log = (run_dir / "tweakpipe.log").read_text()
     assert re.search(rf"stopped by SIGINT \(Ctrl-C\) during (capture|profile); what was measured is in "
                      rf"{re.escape(str(run_dir))}; python -m pipeline resume={re.escape(str(run_dir))} continues", log)
+
+
+def test_a_ctrl_c_between_a_store_writes_insert_and_its_commit_waits_for_the_commit_and_the_run_is_recorded_killed(
+        tmp_path, template):
+    """Raised inside the write, the stop left the interrupted connection holding SQLite's lock: the run's KILLED
+    status then waited out the store's whole wait and the MLflow run stayed RUNNING (the suite's CI run)."""
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    uri = copy_store(template, tmp_path / "store")
+    metrics_pending, interrupted = [], []
+
+    def note_metrics(conn, cursor, statement, *args) -> None:  # noqa: ANN001 -- SQLAlchemy's event signature
+        metrics_pending.append("INSERT INTO metrics" in statement)
+
+    def ctrl_c_at_commit(conn) -> None:  # noqa: ANN001
+        if any(metrics_pending) and not interrupted:  # the first commit of a metric: Ctrl-C inside the commit
+            interrupted.append(True)
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(100_000):  # the handler runs here, inside the commit
+                pass
+        metrics_pending.clear()
+
+    event.listen(Engine, "before_cursor_execute", note_metrics)
+    event.listen(Engine, "commit", ctrl_c_at_commit)
+    run_dir = tmp_path / "run"
+    start = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            pipeline.tune(torch.nn.Linear(16, 16), torch.randn(4, 16), run_dir=run_dir,
+                          overrides=[*QUICK, f"tracking.uri={uri}", "tracking.max_wait_s=5"])
+    finally:
+        event.remove(Engine, "before_cursor_execute", note_metrics)
+        event.remove(Engine, "commit", ctrl_c_at_commit)
+    assert interrupted and record(run_dir)["status"] == "KILLED"
+    run = MlflowClient(tracking_uri=uri).get_run(json.loads((run_dir / "mlflow_run.json").read_text())["run_id"])
+    assert run.info.status == "KILLED" and "tweakpipe.store_lost" not in run.data.tags
+    assert time.monotonic() - start < 60, "the stop waited on the store"
+    assert "stayed locked" not in (run_dir / "tweakpipe.log").read_text()
+
+
+def test_an_import_a_stop_cut_off_is_whole_when_imported_again(tmp_path, monkeypatch):
+    """Python drops the interrupted package but keeps the submodules it had finished, bound to the broken package:
+    matplotlib's, cut off by a stop during the first plot, failed every later plot of the process."""
+    package = tmp_path / "cut_off_package"
+    package.mkdir()
+    (package / "child.py").write_text("import cut_off_package\n\n\ndef parent_is_whole():\n"
+                                      "    return cut_off_package.WHOLE\n")
+    (package / "__init__.py").write_text(
+        "import os, signal, time\nfrom cut_off_package import child\n"
+        "if os.environ.pop('CUT_OFF_ONCE', None):\n    os.kill(os.getpid(), signal.SIGINT)\n"
+        "    time.sleep(5)  # the stop lands here\nWHOLE = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("CUT_OFF_ONCE", "1")
+    for name in ("cut_off_package", "cut_off_package.child"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    with pytest.raises(KeyboardInterrupt):
+        with stops.stoppable() as stop:
+            try:
+                importlib.import_module("cut_off_package")
+            except BaseException as exc:
+                stop.caught(exc)  # as the runner does
+                raise
+    assert importlib.import_module("cut_off_package").child.parent_is_whole()
+
+
+def test_a_stop_held_by_a_store_write_at_the_very_end_of_the_run_is_still_raised(caplog):
+    with pytest.raises(KeyboardInterrupt):
+        with stops.stoppable():
+            with stops.deferred():
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.01)  # the handler runs here and holds the stop
+    assert "stopped by SIGINT (Ctrl-C) as the run ended; its record stands as it ended" in caplog.text
 
 
 def cli(*args: str, cwd: Path) -> subprocess.Popen:

@@ -28,6 +28,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Set, TypeVar
 
+from pipeline import stops
 from pipeline.errors import ConfigError
 from pipeline.config.paths import writable_problem
 
@@ -340,8 +341,9 @@ class StoreGuard:
                     time.sleep(delay * random.uniform(1.0, 2.0))
                     delay = min(delay * 2, 1.0)
             try:
-                sqlite_writable_now(self.db)
-                yield
+                with stops.deferred():  # a stop raised between SQLite's insert and commit would keep it locked
+                    sqlite_writable_now(self.db)
+                    yield
             finally:
                 fcntl.flock(fh, fcntl.LOCK_UN)
 
