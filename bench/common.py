@@ -121,19 +121,45 @@ def row_or_error(model: str, bench_model: Callable[[str], Dict[str, Any]]) -> Di
         return {"model": model, "error": "".join(traceback.format_exception_only(type(exc), exc)).strip()[-2000:]}
 
 
+def budget_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--budget-s`` and ``--expect-from``: what :func:`within_budget` reads."""
+    parser.add_argument("--budget-s", type=float, default=540.0, help="start no model that would end past this")
+    parser.add_argument("--expect-from", nargs="+", type=Path, default=[],
+                        help="earlier tables (JSON) of this bench: a model with a row there is expected to take its "
+                             "bench_seconds again; the others, as long as the slowest model so far")
+
+
+def expected_seconds(tables: Sequence[Path]) -> Dict[str, float]:
+    """Model -> the seconds its row took to bench (``bench_seconds``) in ``tables``, the longest where several have
+    it. Rows written before the figure was recorded give none: their tune seconds leave out the eager timing,
+    the references and the load that the bench spends around the tune."""
+    seconds: Dict[str, float] = {}
+    for table in tables:
+        for row in json.loads(table.read_text())["rows"]:
+            if "bench_seconds" in row:
+                seconds[row["model"]] = max(seconds.get(row["model"], 0.0), float(row["bench_seconds"]))
+    return seconds
+
+
 def within_budget(args: argparse.Namespace, bench_model: Callable[[str], Dict[str, Any]]) -> Callable[[str], Dict]:
-    """``bench_model`` (each failure a row, :func:`row_or_error`), unless the slowest model so far would end past
-    ``args.budget_s``: then the row says so (``not_run``), and a second call runs the rest (``--combine``)."""
+    """``bench_model`` (each failure a row, :func:`row_or_error`, with the seconds it took as ``bench_seconds``),
+    unless it would end past ``args.budget_s``: by its ``bench_seconds`` in the tables of ``args.expect_from``, else
+    by the slowest model so far. Then the row says so (``not_run``), and a second call runs the rest
+    (``--combine``): a model cut off by the call's own limit leaves no row and costs the device time it ran."""
     start, slowest = time.perf_counter(), [0.0]
+    expected = expected_seconds(args.expect_from)
 
     def one(model: str) -> Dict[str, Any]:
         began = time.perf_counter()
-        if began - start + slowest[0] > args.budget_s:
-            return {"model": model, "not_run": f"{began - start:.0f} s in, and the slowest model so far took "
-                                               f"{slowest[0]:.0f} s: past --budget-s {args.budget_s:.0f}"}
+        guess, why = (expected[model], f"{model} took {expected[model]:.0f} s in --expect-from") \
+            if model in expected else (slowest[0], f"the slowest model so far took {slowest[0]:.0f} s")
+        if began - start + guess > args.budget_s:
+            return {"model": model, "not_run": f"{began - start:.0f} s in, and {why}: past --budget-s "
+                                               f"{args.budget_s:.0f}"}
         row = row_or_error(model, bench_model)
-        slowest[0] = max(slowest[0], time.perf_counter() - began)
-        return row
+        took = time.perf_counter() - began
+        slowest[0] = max(slowest[0], took)
+        return {**row, "bench_seconds": round(took, 1)}
 
     return one
 

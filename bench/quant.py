@@ -19,9 +19,10 @@ What it trades to finish inside one 10-minute call on one H200:
   ``precision-h200-rerun.md``), ``profile=quick``, graphs recorded at the tuned sizes only (``grid``; other
   sizes would pad to the next tuned one), the run's own reload check off (the bench loads both checkpoints
   itself), and no ``reduce-overhead`` peer;
-- the matmul-bound models go first, and no model starts once ``--budget-s`` (default 540) would be passed by the
-  slowest model so far: the tables are rewritten after each model, ``summary.not_run`` names the models left,
-  and a second call with ``--models ...`` is joined with ``--combine``.
+- the matmul-bound models go first, and no model starts once ``--budget-s`` (default 540) would be passed by its
+  ``bench_seconds`` in ``--expect-from`` tables, or else by the slowest model so far: the tables are rewritten after
+  each model, ``summary.not_run`` names the models left, and a second call with ``--models ...`` is joined with
+  ``--combine``.
 
     source bench/device_env.sh            # .whl/ holds torchao 0.18.0's wheel besides the usual ones
     python3 bench/quant.py --out OUT --tag h200
@@ -45,8 +46,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import (command_line, joined_lanes, lane_arguments, run_lane, tune_and_load,  # noqa: E402
-                          unfinished, within_budget, write_table)
+from bench.common import (budget_arguments, command_line, joined_lanes, lane_arguments, run_lane,  # noqa: E402
+                          tune_and_load, unfinished, within_budget, write_table)
 from bench.seed_table import MODELS as SEED_MODELS, SIZES as SEED_SIZES  # noqa: E402
 from pipeline import devices  # noqa: E402
 from pipeline import runner  # noqa: E402
@@ -222,7 +223,7 @@ def main() -> None:
     parser.add_argument("--precisions", nargs="+", default=PRECISIONS)
     parser.add_argument("--restricted", nargs="+", default=RESTRICTED, help="the precision list auto is held against")
     parser.add_argument("--backends", nargs="+", default=None, help=f"default: {' '.join(BACKENDS)} (--smoke: eager)")
-    parser.add_argument("--budget-s", type=float, default=540.0, help="start no model that would end past this")
+    budget_arguments(parser)
     parser.add_argument("--smoke", action="store_true", help=f"a CPU check: {SMOKE_MODELS} made tiny, batch sizes "
                                                             f"{SMOKE_SIZES}, eager")
     args = parser.parse_args()

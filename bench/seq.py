@@ -22,9 +22,9 @@ What it trades to finish inside 10-minute calls on one H200 (16 CPU cores):
   bench loads the checkpoint itself) or extra batch sizes;
 - the accuracy budget at cosine >= 0.99 against fp32 eager (the peers compute in the same bf16; each cell's cosine is
   in the JSON);
-- no model starts once ``--budget-s`` (default 540) would be passed by the slowest model so far: the tables are
-  rewritten after each model, ``summary.not_run`` names the models left, and a second call with ``--models ...``
-  is joined with ``--combine``.
+- no model starts once ``--budget-s`` (default 540) would be passed by its ``bench_seconds`` in ``--expect-from``
+  tables, or else by the slowest model so far: the tables are rewritten after each model, ``summary.not_run`` names
+  the models left, and a second call with ``--models ...`` is joined with ``--combine``.
 
     source bench/device_env.sh
     python3 bench/seq.py --out OUT --tag h200-a --models BertForQuestionAnswering DistilBertForQuestionAnswering
@@ -49,8 +49,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import (command_line, joined_lanes, lane_arguments, run_lane, tune_and_load,  # noqa: E402
-                          unfinished, within_budget, write_table)
+from bench.common import (budget_arguments, command_line, joined_lanes, lane_arguments, run_lane,  # noqa: E402
+                          tune_and_load, unfinished, within_budget, write_table)
 from pipeline import devices  # noqa: E402
 from pipeline.backends.program import Program  # noqa: E402
 from pipeline.measure import accuracy  # noqa: E402
@@ -221,7 +221,7 @@ def main() -> None:
     lane_arguments(parser, MODELS, profile="quick")
     parser.add_argument("--backends", nargs="+", default=None, help=f"default: {' '.join(BACKENDS)} (--smoke: eager)")
     parser.add_argument("--per-length", action="store_true", help="inductor also competes compiled per length")
-    parser.add_argument("--budget-s", type=float, default=540.0, help="start no model that would end past this")
+    budget_arguments(parser)
     parser.add_argument("--smoke", action="store_true", help=f"a CPU check: the models made tiny, batch sizes "
                                                             f"{SMOKE_SIZES} x lengths {SMOKE_LENGTHS}, eager")
     args = parser.parse_args()

@@ -53,8 +53,8 @@ from torch import nn
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import (command_line, joined_lanes, lane_arguments, references_of, run_lane,  # noqa: E402
-                          tune_and_load, unfinished, within_budget, write_table)
+from bench.common import (budget_arguments, command_line, joined_lanes, lane_arguments, references_of,  # noqa: E402
+                          run_lane, tune_and_load, unfinished, within_budget, write_table)
 from pipeline import devices  # noqa: E402
 from pipeline.measure.interleaved import measure_interleaved  # noqa: E402
 from pipeline.route.decision import baseline  # noqa: E402
@@ -307,7 +307,7 @@ def main() -> None:
     parser.add_argument("--overrides", nargs="*", default=[],
                         help="more overrides for every model's run (after the suite's own), e.g. "
                              "'attention=[default,cudnn]' or backends.graph_inductor.template=max_autotune")
-    parser.add_argument("--budget-s", type=float, default=540, help="start no model the slowest so far would end past")
+    budget_arguments(parser)
     parser.add_argument("--smoke", action="store_true", help="tiny shapes, eager and inductor only: a CPU check")
     args = parser.parse_args()
     unknown = [m for m in args.models if m not in SUITE]
