@@ -182,6 +182,7 @@ def bench_model(name: str, args: argparse.Namespace) -> Dict[str, Any]:
             "route": [r.to_dict() for r in ctx.route], "validation_ok": bool(ctx.validation.get("ok")),
             "route_reference": ctx.route_info.get("reference"),
             "screened_out": sorted(ctx.screened_out), "stage_seconds": ctx.stage_seconds,
+            "step_seconds": ctx.step_seconds,
             "outcomes": {n: {"status": o.status, "reason": o.reason[:300]} for n, o in ctx.outcomes.items()},
             "batch_sizes": ctx.batch_sizes, "cells": cells}
 

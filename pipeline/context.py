@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import time
 from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple, TypeVar
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple, TypeVar
 
 import torch
 from omegaconf import DictConfig
@@ -143,6 +144,8 @@ class RunContext:
     # validate
     validation: Dict[str, Any] = field(default_factory=dict)
     stage_seconds: Dict[str, float] = field(default_factory=dict)
+    # A stage's own steps that belong to no candidate ("capture.eager_outputs"): where its seconds went beside theirs
+    step_seconds: Dict[str, float] = field(default_factory=dict)
     # The model's weights and buffers as handed in (on the CPU): every stage's calls may advance a
     # buffer (a call counter, running statistics), so the runner puts them back after each stage
     # and the checkpoint stores the state the user tuned, not a mid-tune one.
@@ -262,8 +265,17 @@ class RunContext:
                  for f in fields(self) if f.name in later}
         kept = {"candidates": keep, "backends": ours(self.backends), "outcomes": copy.deepcopy(ours(self.outcomes)),
                 "screen": ours(self.screen), "screened_out": ours(self.screened_out), "profile": ours(self.profile),
-                "stage_seconds": {}}
+                "stage_seconds": {}, "step_seconds": {}}
         return replace(self, **{**kept, **fresh})
+
+    @contextlib.contextmanager
+    def step(self, name: str) -> Iterator[None]:
+        """Add the block's wall seconds to ``step_seconds[name]``."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.step_seconds[name] = self.step_seconds.get(name, 0.0) + time.perf_counter() - start
 
     def unverified(self) -> List[str]:
         """Backends capture could neither prove right nor wrong."""

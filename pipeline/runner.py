@@ -276,7 +276,7 @@ def run(cfg: DictConfig, run_dir: Path, model: Optional[torch.nn.Module] = None,
             status = "FINISHED"
             recorder.tuned(ctx, tuning.seconds)
             log.info("tune cost (seconds):\n%s", cost.table({n: o.cost for n, o in ctx.outcomes.items()},
-                                                               ctx.stage_seconds, tuning.seconds))
+                                                               ctx.stage_seconds, tuning.seconds, ctx.step_seconds))
         except BaseException as exc:
             stop.caught(exc)
             if stops.is_stop(exc):

@@ -65,8 +65,9 @@ def reference_outputs(ctx: RunContext, compute_dtype: Optional[torch.dtype]) -> 
     """Eager's outputs at every tuned cell (and every padding probe), each from the first inputs whose output
     can judge a backend computing in ``compute_dtype``: the truth every backend is held to."""
     sources = ctx.input_sources()
-    references = {key: reference_at(ctx.model, key, sources, compute_dtype, ctx.cfg.validate.tolerance_scale)
-                  for key in ctx.cells + probe_cells(ctx)}
+    with ctx.step("capture.eager_outputs"):
+        references = {key: reference_at(ctx.model, key, sources, compute_dtype, ctx.cfg.validate.tolerance_scale)
+                      for key in ctx.cells + probe_cells(ctx)}
     unproved = {key: ref.uninformative for key, ref in references.items() if ref.uninformative}
     if unproved:
         log.warning("capture: on every input tried, eager's output cannot tell a wrong backend from a right one at "
@@ -213,7 +214,8 @@ def precision_first(ctx: RunContext, ahead: compile_ahead.CompileAhead) -> Dict[
     if not (pcfg.screen and pcfg.precision_screen) or len(compiling) < 2 or len(set(numerics.values())) < 2:
         return {}
     sizes, lengths = screen_sizes(ctx.batch_sizes), screen_sizes(ctx.lengths) if ctx.lengths else []
-    with ctx.progress.steps("precision screen", len(sizes) * max(1, len(lengths))) as bar, ahead.paused():
+    with ctx.progress.steps("precision screen", len(sizes) * max(1, len(lengths))) as bar, ahead.paused(), \
+            ctx.step("capture.precision_screen"):
         cells = profile_cells(lambda key: ctx.calls(key, timed), sizes, lengths, ctx.device, screen_settings(pcfg),
                               on_step=lambda p, key: bar.next(f"{label(key)} ({len(timed)} candidates)"),
                               watch=ctx.watch())
@@ -306,6 +308,7 @@ def run(ctx: RunContext) -> None:
     crowded: Dict[str, str] = {}  # out of device memory beside the workers -> the reason, built again after them
     with compile_ahead.started({n: candidates[n] for n in supported}, spec, cells, ctx.cfg.threads,
                                OmegaConf.to_container(cache, resolve=True), cache.workers) as ahead:
+        ctx.step_seconds["capture.workers_setup"] = ahead.setup_s
         screened: Optional[Dict[str, str]] = None
         for name in ctx.progress.track(capture_sequence(order, candidates, ahead.ready), "capture", len(order)):
             if screened is None and candidates[name].compiles:  # every candidate that compiles nothing is built
@@ -329,7 +332,9 @@ def run(ctx: RunContext) -> None:
                                          precision=candidates[name].precision, weights=candidates[name].weights,
                                          within_budget=outside is None)
             else:
+                waiting = time.perf_counter()
                 head_start = ahead.wait(name)
+                waited = time.perf_counter() - waiting
                 if head_start and head_start.get("standalone"):  # its worker's program, loaded with no trace
                     standalone.adopt(built[name], head_start["standalone"], ahead.directory)
                     log.info("capture: %s runs the standalone program its worker built (%.1f s): no trace here",
@@ -345,6 +350,7 @@ def run(ctx: RunContext) -> None:
                     built[name] = backend_registry.create(candidates[name])
                     outcome = capture_one(ctx, built[name], references)
                 outcome.cost.ahead_s = float(head_start["seconds"]) if head_start else 0.0
+                outcome.cost.wait_s = waited
                 warn_if_ahead_missed(outcome, head_start)
                 if ran_out_of_memory(outcome) and ahead.working():
                     crowded[name] = outcome.reason
@@ -352,6 +358,7 @@ def run(ctx: RunContext) -> None:
                     continue
             ctx.outcomes[name] = outcome
             log_outcome(ctx, outcome)
+    ctx.step_seconds["capture.workers_stop"] = ahead.close_s
     for name, reason in crowded.items():  # the workers are stopped now: their device memory is back
         log.info("capture: %s ran out of device memory while compile workers held theirs (%s); built again now that "
                  "they have stopped", name, reason[:200])

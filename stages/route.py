@@ -233,8 +233,10 @@ def packed(ctx: RunContext, report: RouteReport) -> RouteReport:
 
 
 def cost_block(ctx: RunContext) -> Dict[str, Any]:
-    """route.json's ``cost``: each candidate's account (``cost.json`` holds the same, and the stages' seconds)."""
-    return {"candidates": {n: o.cost.to_dict() for n, o in ctx.outcomes.items()}, "stage_s": dict(ctx.stage_seconds)}
+    """route.json's ``cost``: each candidate's account (``cost.json`` holds the same), the stages' seconds and their
+    steps that belong to no candidate."""
+    return {"candidates": {n: o.cost.to_dict() for n, o in ctx.outcomes.items()}, "stage_s": dict(ctx.stage_seconds),
+            "step_s": dict(ctx.step_seconds)}
 
 
 def served_by(route: List[Any], key: Key) -> Optional[str]:

@@ -99,6 +99,7 @@ def test_a_precision_slower_without_compiling_gets_no_compiled_candidate_and_no_
     outcomes = ctx.outcomes
     assert outcomes["inductor"].status == "ok", outcomes["inductor"].reason
     assert "compile ahead: 1 worker(s) paused" in caplog.text  # the precision screen timed with its worker stopped
+    assert ctx.step_seconds["capture.precision_screen"] > 0  # its seconds, which no candidate's account holds
     route = json.loads((tmp_path / "screened" / "route.json").read_text())
     dropped = set(route["precision_screen"])
     if "measured on a busy host" in caplog.text:  # another test's compile took both cores: a cell settles nothing

@@ -55,6 +55,10 @@ def test_a_second_run_loads_its_programs_from_the_cache_and_a_changed_option_com
 def test_compile_workers_fill_the_cache_before_capture_builds_the_candidate(tmp_path):
     cost = inductor_cost(tmp_path, "ahead", f"compile_cache.dir={tmp_path / 'cache'}", "compile_cache.workers=1")
     assert cost.ahead_s > 0  # a worker process compiled it first
+    # eager is built in a moment, so capture then waits for the worker: seconds of the run's own, in its total
+    assert cost.wait_s > 0 and cost.total_s >= cost.build_s + cost.check_s + cost.wait_s
+    steps = json.loads((tmp_path / "ahead" / "cost.json").read_text())["step_s"]  # capture's seconds of no candidate
+    assert set(steps) == {"capture.eager_outputs", "capture.workers_setup", "capture.workers_stop"}, steps
     assert cost.cache_hits >= 1 and cost.cache_misses == 0  # so capture loaded every program it needed
     # compile_cache.standalone left null is off on the CPU: the run traced its program (a hit), as its checkpoint's
     # AOTInductor package is held to the traced program; on CUDA the worker's standalone program serves untraced

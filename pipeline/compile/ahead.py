@@ -288,6 +288,8 @@ class CompileAhead:
         self.directory = directory  # private to the run (its setup file; standalone programs are loaded from here)
         self.seen: Dict[str, Dict[str, Any]] = {}
         self.started = time.monotonic()
+        self.setup_s = 0.0  # the run's seconds starting the workers (the model written for them, the processes)
+        self.close_s = 0.0  # and stopping them
 
     def wait(self, name: str) -> Optional[Dict[str, Any]]:
         """Block until the job that compiles ``name``'s program is done; its figures, or None (no job, or it
@@ -415,6 +417,7 @@ def started(candidates: Mapping[str, Candidate], spec: BuildSpec, cells: Mapping
     if not count:
         yield CompileAhead({})
         return
+    begun = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="tweakpipe-ahead-") as tmp:
         setup = model_file(spec, cells, Path(tmp), threads=threads, cache=dict(cache_cfg), state=process_state.taken())
         if setup is None:
@@ -429,7 +432,10 @@ def started(candidates: Mapping[str, Candidate], spec: BuildSpec, cells: Mapping
         log.info("compile ahead: %d worker process(es) compile %d program(s) for %d candidate(s): %s (compile "
                  "threads: %s)", count, len(runners), len(jobs), ", ".join(runners), ", ".join(shares))
         ahead = CompileAhead(jobs, pool, assigned, Path(tmp))
+        ahead.setup_s = time.perf_counter() - begun
         try:
             yield ahead
         finally:
+            stopping = time.perf_counter()
             ahead.close()
+            ahead.close_s = time.perf_counter() - stopping

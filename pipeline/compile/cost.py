@@ -39,15 +39,16 @@ class CandidateCost(BuildCost):
 
     check_s: float = 0.0  # wall: its outputs against eager at every tuned size (and its own variants)
     ahead_s: float = 0.0  # a compile worker's seconds on its program, before capture built it (overlapped)
+    wait_s: float = 0.0  # capture blocked on that worker: the part of its seconds nothing else overlapped
     screen_s: float = 0.0  # its calls in the screen
     profile_s: float = 0.0  # its calls in the profile
     aot_s: float = 0.0  # routed only: building its program ahead of time at save, and holding it to the traced one
 
     @property
     def total_s(self) -> float:
-        """What it cost the run's own process: build, checks, screen, profile and its program ahead of time (workers
-        run beside it)."""
-        return self.build_s + self.check_s + self.screen_s + self.profile_s + self.aot_s
+        """What it cost the run's own process: build, checks, waiting on its compile worker, screen, profile and its
+        program ahead of time (a worker's own seconds run beside it)."""
+        return self.build_s + self.check_s + self.wait_s + self.screen_s + self.profile_s + self.aot_s
 
     def to_dict(self) -> Dict[str, float]:
         return {**asdict(self), "total_s": self.total_s}
@@ -83,19 +84,24 @@ class Stopwatch:
 
 
 COLUMNS = ("build_s", "check_s", "trace_s", "compile_s", "cache_hits", "cache_misses", "record_s", "ahead_s",
-           "screen_s", "profile_s", "aot_s", "total_s")
+           "wait_s", "screen_s", "profile_s", "aot_s", "total_s")
+HEADS = ("build", "check", "trace", "compile", "hits", "misses", "record", "ahead", "wait", "screen", "profile", "aot",
+         "total")
 
 
-def table(costs: Mapping[str, CandidateCost], stage_seconds: Mapping[str, float], tune_s: float) -> str:
-    """The cost account as a short text table: a row per candidate, then the stages and ``tune_s``."""
+def table(costs: Mapping[str, CandidateCost], stage_seconds: Mapping[str, float], tune_s: float,
+          step_seconds: Mapping[str, float]) -> str:
+    """The cost account as a short text table: a row per candidate, then the stages, the steps of a stage that
+    belong to no candidate (``step_seconds``), and ``tune_s``."""
     width = max([len("candidate"), *(len(n) for n in costs)])
-    heads = ("build", "check", "trace", "compile", "hits", "misses", "record", "ahead", "screen", "profile", "aot", "total")
-    lines = [f"  {'candidate':<{width}}  " + "  ".join(f"{h:>7}" for h in heads)]
+    lines = [f"  {'candidate':<{width}}  " + "  ".join(f"{h:>7}" for h in HEADS)]
     for name, cost in costs.items():
         row = cost.to_dict()
         cells = [f"{row[c]:>7d}" if c.startswith("cache") else f"{row[c]:>7.1f}" for c in COLUMNS]
         lines.append(f"  {name:<{width}}  " + "  ".join(cells))
     stages = ", ".join(f"{stage} {seconds:.1f} s" for stage, seconds in stage_seconds.items())
-    lines.append(f"  stages: {stages}; tune_s {tune_s:.1f} (seconds; hits and misses: FX-graph cache; "
-                 f"ahead: compile workers, overlapped; aot: the program built ahead of time at save)")
+    steps = ", ".join(f"{step} {seconds:.1f} s" for step, seconds in step_seconds.items())
+    lines.append(f"  stages: {stages}{f' (of which {steps})' if steps else ''}; tune_s {tune_s:.1f} (seconds; hits and "
+                 f"misses: FX-graph cache; ahead: compile workers, overlapped; wait: capture blocked on a worker; "
+                 f"aot: the program built ahead of time at save)")
     return "\n".join(lines)

@@ -203,11 +203,11 @@ class Recorder:
     @staticmethod
     def cost_metrics(name: str, o: BackendOutcome) -> Dict[str, float]:
         """A candidate's cost account: ``build_s``, ``compile_s`` (Dynamo and Inductor), cache hits and misses,
-        ``check_s``, ``screen_s``, ``profile_s`` and its total."""
+        ``check_s``, ``wait_s`` (capture blocked on its compile worker), ``screen_s``, ``profile_s`` and its total."""
         cost = o.cost.to_dict()
         return {"build_s/" + name: cost["build_s"], "compile_s/" + name: cost["trace_s"] + cost["compile_s"],
-                **{f"{key}/{name}": cost[key] for key in ("cache_hits", "cache_misses", "check_s", "screen_s",
-                                                          "profile_s", "total_s")}}
+                **{f"{key}/{name}": cost[key] for key in ("cache_hits", "cache_misses", "check_s", "wait_s",
+                                                          "screen_s", "profile_s", "total_s")}}
 
     def profile(self, ctx: RunContext) -> None:
         """The profile as it ended: every cell's final figures (a re-measured size pooled its windows)."""
@@ -283,18 +283,19 @@ class Recorder:
 
     def tuned(self, ctx: RunContext, tune_s: float) -> None:
         """The run's own cost: ``tune_s`` (from the first build to the end of its last stage), each stage's and
-        each candidate's account, in ``cost.json`` and MLflow; and the routed model's figures (the route stage's,
-        ``pipeline.route.figures``, and validate's ``load_s``: how long its reload of the checkpoint took) on the run
-        and, with ``tracking.log_checkpoint``, on the routed model logged as an MLflow model
-        (``pipeline.record.logged_model``)."""
+        each candidate's account and the stages' steps of no candidate (``step_s``), in ``cost.json`` and MLflow;
+        and the routed model's figures (the route stage's, ``pipeline.route.figures``, and validate's ``load_s``: how
+        long its reload of the checkpoint took) on the run and, with ``tracking.log_checkpoint``, on the routed model
+        logged as an MLflow model (``pipeline.record.logged_model``)."""
         from pipeline.record.logged_model import routed_files
 
         path = write_atomic(self.run_dir / "cost.json", json.dumps(
-            {"tune_s": tune_s, "stage_s": ctx.stage_seconds,
+            {"tune_s": tune_s, "stage_s": ctx.stage_seconds, "step_s": ctx.step_seconds,
              "candidates": {n: o.cost.to_dict() for n, o in ctx.outcomes.items()}}, indent=2))
         report = ctx.route_report
         shipped = report is not None and report.checkpoint is not None
-        metrics = {"tune_s": tune_s, **(report.figures if shipped else {}),
+        metrics = {"tune_s": tune_s, **{f"step_s/{step}": seconds for step, seconds in ctx.step_seconds.items()},
+                   **(report.figures if shipped else {}),
                    **({"load_s": float(ctx.validation["reload"]["total_s"])} if "reload" in ctx.validation else {})}
         if shipped and self.cfg.tracking.log_checkpoint:
             params = {"model": self.cfg.model.name, "device": str(ctx.device), "route.strategy": self.cfg.route.strategy,
