@@ -305,7 +305,7 @@ def run(ctx: RunContext) -> None:
     spec = BuildSpec(ctx.model, cells[max(cells)], ctx.device, range(1, max(ctx.batch_sizes) + 1), ctx.batch_sizes,
                      ctx.dims())
     cache = ctx.cfg.compile_cache
-    crowded: Dict[str, str] = {}  # out of device memory beside the workers -> the reason, built again after them
+    crowded: Dict[str, BackendOutcome] = {}  # out of device memory beside the workers: built again after them
     with compile_ahead.started({n: candidates[n] for n in supported}, spec, cells, ctx.cfg.threads,
                                OmegaConf.to_container(cache, resolve=True), cache.workers) as ahead:
         ctx.step_seconds["capture.workers_setup"] = ahead.setup_s
@@ -353,18 +353,19 @@ def run(ctx: RunContext) -> None:
                 outcome.cost.wait_s = waited
                 warn_if_ahead_missed(outcome, head_start)
                 if ran_out_of_memory(outcome) and ahead.working():
-                    crowded[name] = outcome.reason
+                    crowded[name] = outcome
                     built[name] = backend_registry.create(candidates[name])  # the failed build's memory goes
                     continue
             ctx.outcomes[name] = outcome
             log_outcome(ctx, outcome)
     ctx.step_seconds["capture.workers_stop"] = ahead.close_s
-    for name, reason in crowded.items():  # the workers are stopped now: their device memory is back
+    for name, first in crowded.items():  # the workers are stopped now: their device memory is back
         log.info("capture: %s ran out of device memory while compile workers held theirs (%s); built again now that "
-                 "they have stopped", name, reason[:200])
+                 "they have stopped", name, first.reason[:200])
         devices.release_memory(ctx.device)
-        ctx.outcomes[name] = capture_one(ctx, built[name], references)
-        log_outcome(ctx, ctx.outcomes[name])
+        outcome = ctx.outcomes[name] = capture_one(ctx, built[name], references)
+        outcome.cost.ahead_s, outcome.cost.wait_s = first.cost.ahead_s, first.cost.wait_s  # spent for it all the same
+        log_outcome(ctx, outcome)
     ctx.outcomes = {n: ctx.outcomes[n] for n in candidates}  # capture.json, the profile and the route in config order
     ctx.backends = {n: ctx.backends[n] for n in candidates if n in ctx.backends}
     if not ctx.backends:
