@@ -60,8 +60,8 @@ def test_a_ctrl_c_that_lands_in_a_weakref_callback_still_stops_the_run_and_is_re
     InterruptedInCallback.calls = 0
     run_dir = tmp_path / "run"
     with pytest.raises(KeyboardInterrupt):
-        pipeline.tune(InterruptedInCallback(at=40), torch.randn(4, 16), run_dir=run_dir,
-                      overrides=[*QUICK, f"tracking.uri={uri}", "profile.passes=3"])
+        pipeline.tune(InterruptedInCallback(at=40), torch.randn(4, 16), run_dir=run_dir,  # cells of a second each:
+                      overrides=[*QUICK, *SLOW_PROFILE, f"tracking.uri={uri}"])  # the stop lands in the profile
     assert swallowed and set(swallowed) == {KeyboardInterrupt}  # Python swallowed the first one
     assert record(run_dir)["status"] == "KILLED" and "profile" not in record(run_dir)["stages_done"]
     run_id = json.loads((run_dir / "mlflow_run.json").read_text())["run_id"]
@@ -74,7 +74,9 @@ def test_a_ctrl_c_that_lands_in_a_weakref_callback_still_stops_the_run_and_is_re
 def test_a_ctrl_c_between_a_store_writes_insert_and_its_commit_waits_for_the_commit_and_the_run_is_recorded_killed(
         tmp_path, template):
     """Raised inside the write, the stop left the interrupted connection holding SQLite's lock: the run's KILLED
-    status then waited out the store's whole wait and the MLflow run stayed RUNNING (the suite's CI run)."""
+    status then waited out the store's whole wait and the MLflow run stayed RUNNING (the suite's CI run). The
+    profile's cells take a second each, so the held stop lands in the run, not after its end (a warm process
+    finished this tiny run within the quarter second the stop waits: FINISHED, then the stop raised at its end)."""
     from sqlalchemy import event
     from sqlalchemy.engine import Engine
 
@@ -97,8 +99,8 @@ def test_a_ctrl_c_between_a_store_writes_insert_and_its_commit_waits_for_the_com
     run_dir = tmp_path / "run"
     try:
         with pytest.raises(KeyboardInterrupt):
-            pipeline.tune(torch.nn.Linear(16, 16), torch.randn(4, 16), run_dir=run_dir,
-                          overrides=[*QUICK, f"tracking.uri={uri}", "tracking.max_wait_s=5"])
+            pipeline.tune(torch.nn.Linear(16, 16), torch.randn(4, 16), run_dir=run_dir,  # cells of a second each:
+                          overrides=[*QUICK, *SLOW_PROFILE, f"tracking.uri={uri}", "tracking.max_wait_s=5"])
     finally:
         event.remove(Engine, "before_cursor_execute", note_metrics)
         event.remove(Engine, "commit", ctrl_c_at_commit)
