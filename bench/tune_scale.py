@@ -103,7 +103,7 @@ def tune(model: str, label: str, args: argparse.Namespace, cache: Path, extra: S
                         f"{model} {label}: the script")
     cost, route = done["cost"], done["route"]
     return {"wall_s": done["wall_s"], **json.loads(result.read_text()), "tune_s": cost["tune_s"],
-            "stage_s": cost["stage_s"], "step_s": cost.get("step_s", {}),
+            "stage_s": cost["stage_s"], "step_s": cost["step_s"],
             "top_level_runs": done["output"].count("TOP-LEVEL ran in pid"),
             "worker_misses": worker_misses(cost["candidates"]), "candidates": cost["candidates"],
             "route": route["ranges"], "screened_out": sorted(route.get("screened_out", {})),

@@ -17,7 +17,7 @@ from pipeline import progress
 from pipeline.backends import Backend
 from pipeline.backends.candidate import Candidate
 from pipeline.batching import BatchDims
-from pipeline.compile.cost import CandidateCost
+from pipeline.compile.cost import CandidateCost, Stopwatch
 from pipeline.measure import accuracy
 from pipeline.config.precisions import Precision, parse
 from pipeline.config.schema import STAGE_NAMES
@@ -271,11 +271,11 @@ class RunContext:
     @contextlib.contextmanager
     def step(self, name: str) -> Iterator[None]:
         """Add the block's wall seconds to ``step_seconds[name]``."""
-        start = time.perf_counter()
+        watch = Stopwatch()
         try:
             yield
         finally:
-            self.step_seconds[name] = self.step_seconds.get(name, 0.0) + time.perf_counter() - start
+            self.step_seconds[name] = self.step_seconds.get(name, 0.0) + watch.seconds
 
     def unverified(self) -> List[str]:
         """Backends capture could neither prove right nor wrong."""

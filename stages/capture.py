@@ -38,6 +38,7 @@ from pipeline.batching import output_batch_dims, output_seq_dims
 from pipeline.compile import ahead as compile_ahead
 from pipeline.compile import standalone
 from pipeline.compile.build import BuildSpec, build_and_warm
+from pipeline.compile.cost import Stopwatch
 from pipeline.context import ALLOW_HINT, BackendOutcome, RunContext
 from pipeline.errors import ConfigError, RunFailed
 from pipeline.measure import accuracy, padding
@@ -332,9 +333,9 @@ def run(ctx: RunContext) -> None:
                                          precision=candidates[name].precision, weights=candidates[name].weights,
                                          within_budget=outside is None)
             else:
-                waiting = time.perf_counter()
+                waiting = Stopwatch()
                 head_start = ahead.wait(name)
-                waited = time.perf_counter() - waiting
+                waited = waiting.seconds
                 if head_start and head_start.get("standalone"):  # its worker's program, loaded with no trace
                     standalone.adopt(built[name], head_start["standalone"], ahead.directory)
                     log.info("capture: %s runs the standalone program its worker built (%.1f s): no trace here",

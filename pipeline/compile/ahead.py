@@ -42,6 +42,7 @@ from pipeline.backends.inductor import InductorBackend
 from pipeline.compile import state as process_state
 from pipeline.compile import worker as worker_process
 from pipeline.compile.build import BuildSpec
+from pipeline.compile.cost import Stopwatch
 from pipeline.measure.contention import usable_cores
 
 log = logging.getLogger(__name__)
@@ -417,7 +418,7 @@ def started(candidates: Mapping[str, Candidate], spec: BuildSpec, cells: Mapping
     if not count:
         yield CompileAhead({})
         return
-    begun = time.perf_counter()
+    begun = Stopwatch()
     with tempfile.TemporaryDirectory(prefix="tweakpipe-ahead-") as tmp:
         setup = model_file(spec, cells, Path(tmp), threads=threads, cache=dict(cache_cfg), state=process_state.taken())
         if setup is None:
@@ -432,10 +433,10 @@ def started(candidates: Mapping[str, Candidate], spec: BuildSpec, cells: Mapping
         log.info("compile ahead: %d worker process(es) compile %d program(s) for %d candidate(s): %s (compile "
                  "threads: %s)", count, len(runners), len(jobs), ", ".join(runners), ", ".join(shares))
         ahead = CompileAhead(jobs, pool, assigned, Path(tmp))
-        ahead.setup_s = time.perf_counter() - begun
+        ahead.setup_s = begun.seconds
         try:
             yield ahead
         finally:
-            stopping = time.perf_counter()
+            stopping = Stopwatch()
             ahead.close()
-            ahead.close_s = time.perf_counter() - stopping
+            ahead.close_s = stopping.seconds
