@@ -124,9 +124,22 @@ def row_or_error(model: str, bench_model: Callable[[str], Dict[str, Any]]) -> Di
 def budget_arguments(parser: argparse.ArgumentParser) -> None:
     """``--budget-s`` and ``--expect-from``: what :func:`within_budget` reads."""
     parser.add_argument("--budget-s", type=float, default=540.0, help="start no model that would end past this")
-    parser.add_argument("--expect-from", nargs="+", type=Path, default=[],
+    parser.add_argument("--expect-from", nargs="+", type=earlier_table, default=[],
                         help="earlier tables (JSON) of this bench: a model with a row there is expected to take its "
                              "bench_seconds again; the others, as long as the slowest model so far")
+
+
+def earlier_table(text: str) -> Path:
+    """An ``--expect-from`` argument: a readable JSON table with ``rows``, checked as the command line is read, so a
+    wrong path is a one-line usage error before any model runs rather than a traceback after the imports."""
+    path = Path(text)
+    try:
+        rows = json.loads(path.read_text()).get("rows")
+    except (OSError, ValueError, AttributeError) as exc:
+        raise argparse.ArgumentTypeError(f"{text}: not a readable JSON table of this bench ({exc})") from exc
+    if not isinstance(rows, list):
+        raise argparse.ArgumentTypeError(f"{text}: a JSON table of this bench has a 'rows' list; this file has none")
+    return path
 
 
 def expected_seconds(tables: Sequence[Path]) -> Dict[str, float]:

@@ -8,7 +8,9 @@ import argparse
 import json
 import time
 
-from bench.common import within_budget
+import pytest
+
+from bench.common import budget_arguments, within_budget
 
 
 def test_a_model_starts_only_where_the_seconds_it_took_before_fit_and_each_row_records_its_own(tmp_path):
@@ -34,3 +36,19 @@ def test_without_an_earlier_table_the_slowest_model_so_far_decides():
     first, second = one("a"), one("b")
     assert first["bench_seconds"] >= 0.3 and "not_run" not in first
     assert "the slowest model so far took" in second["not_run"] and "bench_seconds" not in second
+
+
+def test_an_earlier_table_that_is_missing_or_not_a_table_is_a_one_line_usage_error(tmp_path, capsys):
+    parser = argparse.ArgumentParser(prog="suite.py")
+    budget_arguments(parser)
+    not_a_table = tmp_path / "notes.json"
+    not_a_table.write_text(json.dumps({"model": "resnet50"}))
+    for wrong, says in ((tmp_path / "missing.json", "not a readable JSON table"), (not_a_table, "'rows' list")):
+        with pytest.raises(SystemExit) as stop:
+            parser.parse_args(["--expect-from", str(wrong)])
+        assert stop.value.code == 2
+        error = capsys.readouterr().err
+        assert f"argument --expect-from: {wrong}" in error and says in error and "Traceback" not in error
+    table = tmp_path / "suite.json"
+    table.write_text(json.dumps({"rows": []}))
+    assert parser.parse_args(["--expect-from", str(table)]).expect_from == [table]
