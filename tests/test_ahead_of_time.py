@@ -664,3 +664,26 @@ def test_on_the_gpu_the_workers_standalone_programs_serve_capture_the_graphs_and
         assert cost["reference"]["trace_s"] > 0, cost["reference"]
         assert ctx.routed.aot["graph_inductor"]["profiled"] and cost["graph_inductor"]["aot_s"] == 0
         served_untraced(ctx, "graph_inductor", "cuda")
+
+
+def test_a_max_autotune_cpu_program_is_not_packaged_and_a_failed_attempt_is_on_the_account(tmp_path, monkeypatch):
+    """Call BI (2026-12-06): the CPU table's mobilenet_v3_small served its max-autotune reference at 18+, and the
+    save spent 172 s of a 293 s tune building its package, which then failed its check (max-autotune's C++ GEMM
+    templates pack each weight into a constant of the program's own, which a package binding the user's weights
+    cannot hold), with none of those seconds on the candidate's account. The form now refuses it before building,
+    and the seconds of an attempt that fails are on the account."""
+    from pipeline.compile.forms import InductorForm
+    from pipeline.config.limits import MAX_BATCH_SIZE
+
+    with tweakpipe_home(tmp_path / "home"):
+        ctx = run(compose_config([*ROUTE, "backends.inductor.mode=max-autotune-no-cudagraphs",
+                                  f"compile_cache.dir={SUITE_CACHE}"]), tmp_path / "run")
+    assert ctx.routed.aot["inductor"] == {"used": False, "why": "its Inductor setting max_autotune packs the weights "
+                                          "into constants of the program's own, which a package holding no weights "
+                                          "cannot bind"}
+    assert ctx.outcomes["inductor"].cost.aot_s == 0.0 and ctx.validation["reload"]["backends"]["inductor"]["traced"]
+    # what the refusal spares: the package built anyway fails its check, and the attempt's seconds are reported
+    monkeypatch.setattr(type(aot.AOTI), "unfit", InductorForm.unfit)
+    package, report = aot.package_for(ctx.routed.backends["inductor"], ctx.routed.record.inputs, [1, 3, 8],
+                                      MAX_BATCH_SIZE)
+    assert package is None and report["build_s"] > 0 and "are not the ones it records" in report["why"]

@@ -71,10 +71,25 @@ def check_layout(data: bytes) -> None:
                          f"{flags[:3]}, paths out of it {climbing[:3]})")
 
 
+# Inductor settings whose CPU programs hold constants of their own: max-autotune's C++ GEMM templates pack each
+# weight into a new constant (``constant4``...) at compile time, which a package holding no weights cannot bind, and
+# which would go stale where the user's weights change. Refused before the build (a max-autotune package of a small
+# convolution net took 172 s to build on 4 cores of the device host, then failed at its check, call BI).
+PACKS_WEIGHTS = ("max_autotune", "max_autotune_gemm")
+
+
 class AotiPackage(InductorForm):
     """An AOTInductor package: CPU programs."""
 
     name = "aoti/1"
+
+    def unfit(self, backend: Any) -> str:
+        why = super().unfit(backend)
+        if why:
+            return why
+        packing = [key for key in PACKS_WEIGHTS if backend.inductor_options().get(key)]
+        return (f"its Inductor setting {packing[0]} packs the weights into constants of the program's own, which a "
+                f"package holding no weights cannot bind") if packing else ""
 
     def build(self, backend: Any, sample: Mapping[str, torch.Tensor], largest: int, directory: Path) -> Package:
         """Export ``backend``'s module at ``sample`` (the batch dimension of every input dynamic, 1 to ``largest``)
