@@ -201,7 +201,10 @@ def joined_lanes(parts: List[Path], models: Sequence[str], keys: Sequence[str],
     """Lanes' JSON (``--combine``) as one table: the meta ``keys`` the lanes share with every lane's command,
     and all rows, ``models``' order first. Lanes that differ in one of ``keys`` (another GPU, another torch) are
     refused, naming it: their ratios were measured on different things and one table would say one. A lane written
-    before a key existed has the value in ``before`` (what its runs did)."""
+    before a key existed has the value in ``before`` (what its runs did). A model measured in several lanes keeps
+    the row of the lane given last (after a fix, or on a quieter machine) unless that lane left it for later
+    (``not_run``), and the meta keeps each finished row it replaced whole (``measured_again``: the lane's file name, its
+    place among ``parts``, its command and its row), so a table measured again still shows what it read the first time."""
     loaded = [{**(before or {}), **json.loads(p.read_text())} for p in parts]
     for key in keys:
         seen = {json.dumps(part.get(key), sort_keys=True): path for part, path in zip(loaded, parts)}
@@ -209,9 +212,21 @@ def joined_lanes(parts: List[Path], models: Sequence[str], keys: Sequence[str],
             raise SystemExit(f"--combine: the lanes differ in {key}: " + "; ".join(
                 f"{path.name}: {value}" for value, path in seen.items()) + "; join only lanes measured alike")
     order = {m: i for i, m in enumerate(models)}
-    rows = sorted((r for part in loaded for r in part["rows"]), key=lambda r: order.get(r["model"], len(models)))
+    latest: Dict[str, Dict] = {}
+    replaced: List[Dict[str, Any]] = []
+    for index, (part, path) in enumerate(zip(loaded, parts)):
+        for row in part["rows"]:
+            earlier = latest.get(row["model"])
+            if earlier is not None and "not_run" in row:
+                continue  # a lane that left the model for later replaces nothing
+            if earlier is not None and "not_run" not in earlier["row"]:
+                replaced.append({"model": row["model"], **earlier})
+            latest[row["model"]] = {"lane": path.name, "part": index, "command": part["command"], "row": row}
+    rows = sorted((kept["row"] for kept in latest.values()), key=lambda r: order.get(r["model"], len(models)))
     meta = {k: loaded[0][k] for k in keys}
     meta["command"] = " ; ".join(part["command"] for part in loaded)
+    if replaced:
+        meta["measured_again"] = replaced
     return meta, rows
 
 

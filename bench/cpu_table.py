@@ -32,7 +32,7 @@ import platform
 import sys
 from importlib import metadata
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Sequence
 
 import torch
 
@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.common import command_line, runs_argument, runs_dir  # noqa: E402
-from bench.seed_table import SIZES, Table, bench_model, joined_rows, write  # noqa: E402
+from bench.seed_table import SIZES, Table, bench_model, joined_rows, ratios, write  # noqa: E402
 from pipeline import devices  # noqa: E402
 
 CPU = Table(backends=["eager", "inductor", "openvino", "onnxruntime"], sizes=SIZES, peer="inductor")
@@ -76,12 +76,18 @@ def cpu_model() -> str:
     return devices.name(torch.device("cpu"))
 
 
-def notes(args: argparse.Namespace, lanes: List[List[int]], cores: int) -> str:
+def notes(args: argparse.Namespace, lanes: List[List[int]], cores: int, again: Sequence[Dict] = ()) -> str:
     """What the table's numbers are; ``lanes``: the CPUs each lane's process could run on (one list a lane), of the
-    machine's ``cores``."""
+    machine's ``cores``; ``again``: the rows a later lane measured again (``joined_lanes``' ``measured_again``),
+    each named with what it read, so a row measured twice shows both readings."""
     pinned = "" if all(len(cpus) == cores for cpus in lanes) else (
-        f" Lanes side by side, each pinned to its own CPUs ({'; '.join(cpu_ranges(c) for c in lanes)}): a row's "
-        f"cells share one lane's cores, its neighbours' memory traffic and caches.")
+        f" Each lane (one process) pinned to CPUs {'; '.join(cpu_ranges(c) for c in lanes)}: a row's cells share "
+        f"its lane's cores, and, where lanes ran side by side, their neighbours' memory traffic and caches.")
+    for earlier in again:
+        worst = " ".join(f"{r['auto_over_best']:.2f}" for r in ratios(earlier["row"], CPU).values())
+        pinned += (f" {earlier['model']} was measured again; the row replaced ({earlier['lane']}, CPUs "
+                   f"{cpu_ranges(earlier['cpus'])}) read auto / best single {worst} and is kept in the JSON's "
+                   f"`measured_again`.")
     return (f"{args.threads} CPU thread(s) for every backend (top-level threads), {cores} cores on the "
             f"machine; every cell timed interleaved in one process (profile={args.profile}).{pinned} Inputs reduced "
             f"for CPU time: `{VISION}` for mobilenet_v3_small and resnet18; distilbert_small is model=hf's "
@@ -107,7 +113,8 @@ def combine(parts: List[Path], args: argparse.Namespace) -> None:
     meta, rows = joined_rows(parts, list(MODELS), ("device", "cores", "torch", "python", "dtype", "threads",
                                                    "overrides", "runtimes"))
     lanes = [json.loads(p.read_text())["cpus"] for p in parts]
-    print(write(args.out, "cpu-table", {**meta, "cpus": lanes}, rows, CPU, notes(args, lanes, meta["cores"])),
+    again = [{**earlier, "cpus": lanes[earlier["part"]]} for earlier in meta.get("measured_again", [])]
+    print(write(args.out, "cpu-table", {**meta, "cpus": lanes}, rows, CPU, notes(args, lanes, meta["cores"], again)),
           flush=True)
 
 

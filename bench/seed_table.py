@@ -222,8 +222,8 @@ def joined_rows(parts: List[Path], models: Sequence[str], keys: Sequence[str]) -
     """Lanes' JSON of this table's rows (``bench_model``'s) as one table (``common.joined_lanes``), each row's cells
     keyed by batch size again."""
     meta, rows = joined_lanes(parts, models, keys)
-    for row in rows:  # JSON turned the batch-size keys into strings
-        row["cells"] = {b: {int(bs): c for bs, c in per.items()} for b, per in row["cells"].items()}
+    for row in [*rows, *(again["row"] for again in meta.get("measured_again", []))]:
+        row["cells"] = {b: {int(bs): c for bs, c in per.items()} for b, per in row["cells"].items()}  # JSON: strings
     return meta, rows
 
 

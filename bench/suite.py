@@ -285,16 +285,7 @@ def write(out: Path, tag: str, meta: Dict[str, Any], rows: List[Dict[str, Any]])
 def combine(parts: List[Path], out: Path, tag: str) -> None:
     meta, rows = joined_lanes(parts, list(SUITE), ("device", "torch", "precision", "overrides", "python", "smoke"),
                               before={"overrides": []})
-    latest: Dict[str, Dict[str, Any]] = {}
-    replaced: set = set()  # models an earlier lane finished and a later one ran again: the later row is kept
-    for row in rows:  # in --combine order per model: a later lane that ran it again (after a fix) is its row
-        earlier = latest.get(row["model"])
-        if earlier is not None and "not_run" in row:
-            continue  # a lane that left the model for later replaces nothing
-        if earlier is not None and "not_run" not in earlier:
-            replaced.add(row["model"])
-        latest[row["model"]] = row
-    rows, meta["run_again"] = list(latest.values()), sorted(replaced)
+    meta["run_again"] = sorted({again["model"] for again in meta.get("measured_again", [])})
     for row in rows:  # JSON turned the batch-size keys into strings
         if "cells" in row:
             row["cells"] = {int(bs): per for bs, per in row["cells"].items()}

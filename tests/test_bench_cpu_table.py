@@ -67,3 +67,38 @@ def test_a_disagreement_says_whether_the_tune_already_showed_the_winner_or_the_c
     assert len(found) == 2
     assert found[0].startswith("m bs=8: openvino") and found[0].endswith("the route's bug")
     assert found[1].startswith("m bs=17: openvino") and found[1].endswith("the cells moved between tune and table")
+
+
+def test_a_model_measured_again_in_a_later_lane_keeps_that_row_and_the_table_still_shows_the_first(tmp_path):
+    """Session 2026-12-06 (eleventh): distilbert_small read 1.17 at 64 on CPUs 0-3 with every backend's interval
+    +-7-15% wide, then 1.04 measured again on 4-7; the joined table keeps the later row and names the first with
+    what it read, in its notes and whole in the JSON, rather than leaving two rows or dropping one silently."""
+    import json
+
+    cell = lambda ms: {"median_ms": ms}  # noqa: E731
+    sizes = cpu_table.CPU.sizes
+
+    def row(model: str, auto_ms: float) -> dict:
+        return {"model": model, "route": [{"lo": 1, "hi": None, "backend": "openvino"}], "tune_seconds": 1.0,
+                "stage_seconds": {}, "outcomes": {"openvino": {"build_seconds": 1.0}}, "backend_stats": {},
+                "cells": {"auto": {str(bs): cell(auto_ms) for bs in sizes},
+                          **{b: {str(bs): cell(1.0) for bs in sizes} for b in cpu_table.CPU.backends}}}
+
+    meta = {"device": "cpu x", "cores": 16, "torch": "2.11", "python": "3.12", "dtype": "float32", "threads": 4,
+            "overrides": [], "runtimes": {}}
+    lanes = []
+    for name, cpus, rows in (("first.json", [0, 1, 2, 3], [row("mlp", 1.0), row("distilbert_small", 1.17)]),
+                             ("again.json", [4, 5, 6, 7], [row("distilbert_small", 1.04)])):
+        lanes.append(tmp_path / name)
+        lanes[-1].write_text(json.dumps({**meta, "command": f"python bench/cpu_table.py {name}", "cpus": cpus,
+                                         "rows": rows}))
+    cpu_table.combine(lanes, argparse.Namespace(out=tmp_path, threads=4, profile="default"))
+    joined = json.loads((tmp_path / "cpu-table.json").read_text())
+    assert [r["model"] for r in joined["rows"]] == ["mlp", "distilbert_small"]
+    assert joined["summary"]["worst_auto_over_best"] == pytest.approx(1.04)
+    again = joined["measured_again"]
+    assert [(a["model"], a["lane"], a["part"]) for a in again] == [("distilbert_small", "first.json", 0)]
+    assert again[0]["row"]["cells"]["auto"]["64"]["median_ms"] == 1.17
+    notes = (tmp_path / "cpu-table.md").read_text()
+    assert "distilbert_small was measured again; the row replaced (first.json, CPUs 0-3) read auto / best single " \
+           "1.17 1.17 1.17 1.17 1.17" in notes and "pinned to CPUs 0-3; 4-7" in notes
