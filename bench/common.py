@@ -203,8 +203,9 @@ def joined_lanes(parts: List[Path], models: Sequence[str], keys: Sequence[str],
     refused, naming it: their ratios were measured on different things and one table would say one. A lane written
     before a key existed has the value in ``before`` (what its runs did). A model measured in several lanes keeps
     the row of the lane given last (after a fix, or on a quieter machine) unless that lane left it for later
-    (``not_run``), and the meta keeps each finished row it replaced whole (``measured_again``: the lane's file name, its
-    place among ``parts``, its command and its row), so a table measured again still shows what it read the first time."""
+    (``not_run``), and the meta keeps each finished row it replaced whole (``measured_again``: the lane's file name,
+    its place among ``parts``, its command and its row), so a table measured again still shows what it read the
+    first time."""
     loaded = [{**(before or {}), **json.loads(p.read_text())} for p in parts]
     for key in keys:
         seen = {json.dumps(part.get(key), sort_keys=True): path for part, path in zip(loaded, parts)}
