@@ -683,7 +683,7 @@ def test_a_max_autotune_cpu_program_is_not_packaged_and_a_failed_attempt_is_on_t
                                           "cannot bind"}
     assert ctx.outcomes["inductor"].cost.aot_s == 0.0 and ctx.validation["reload"]["backends"]["inductor"]["traced"]
     # what the refusal spares: the package built anyway fails its check, and the attempt's seconds are reported
-    monkeypatch.setattr(type(aot.AOTI), "unfit", InductorForm.unfit)
+    monkeypatch.setattr(type(aot.AOTI), "refused", InductorForm.refused)
     package, report = aot.package_for(ctx.routed.backends["inductor"], ctx.routed.record.inputs, [1, 3, 8],
                                       MAX_BATCH_SIZE)
     assert package is None and report["build_s"] > 0 and "are not the ones it records" in report["why"]

@@ -82,14 +82,8 @@ class AotiPackage(InductorForm):
     """An AOTInductor package: CPU programs."""
 
     name = "aoti/1"
-
-    def unfit(self, backend: Any) -> str:
-        why = super().unfit(backend)
-        if why:
-            return why
-        packing = [key for key in PACKS_WEIGHTS if backend.inductor_options().get(key)]
-        return (f"its Inductor setting {packing[0]} packs the weights into constants of the program's own, which a "
-                f"package holding no weights cannot bind") if packing else ""
+    refused = {**InductorForm.refused, **{key: "packs the weights into constants of the program's own, which a "
+                                               "package holding no weights cannot bind" for key in PACKS_WEIGHTS}}
 
     def build(self, backend: Any, sample: Mapping[str, torch.Tensor], largest: int, directory: Path) -> Package:
         """Export ``backend``'s module at ``sample`` (the batch dimension of every input dynamic, 1 to ``largest``)

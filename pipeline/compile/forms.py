@@ -65,14 +65,18 @@ class Form:
 class InductorForm(Form):
     """A form of an Inductor program (the AOTInductor package, the standalone program)."""
 
+    # Inductor settings a program of this form cannot hold -> why (after "its Inductor setting <key>"); a form adds
+    # its own to these
+    refused: ClassVar[Mapping[str, str]] = {key: "has no ahead-of-time form" for key in NOT_AHEAD}
+
     def unfit(self, backend: Any) -> str:
         candidate = backend.candidate
         if not candidate.compiles:
             return "it compiles nothing"
         if candidate.quantizes:
             return f"{candidate.precision} weights are tensor subclasses a package cannot bind"
-        held = [key for key in NOT_AHEAD if backend.inductor_options().get(key)]
-        return f"its Inductor setting {held[0]} has no ahead-of-time form" if held else ""
+        held = [key for key in self.refused if backend.inductor_options().get(key)]
+        return f"its Inductor setting {held[0]} {self.refused[held[0]]}" if held else ""
 
 
 def reason(form: Form, backend: Any) -> str:
