@@ -27,6 +27,7 @@ from torch import nn
 
 from pipeline import devices
 from pipeline.compile.aoti import AotiPackage
+from pipeline.compile.cost import Stopwatch
 from pipeline.compile.forms import Form, reason
 from pipeline.compile.manifest import Loaded, Package, common_problem
 from pipeline.compile.runtimes import OnnxModel, OpenVinoModel
@@ -107,13 +108,13 @@ def package_for(backend: Any, spec: Mapping[str, Any], sizes: Sequence[int], lar
         return None, {"used": False, "why": why}
     device, own = backend.device, backend.own_program()
     with scratch() as tmp:
-        start = time.perf_counter()
+        attempt = Stopwatch()
         try:
             package = form.build(backend, make_inputs(spec, 2, device, 0), largest, Path(tmp))
             program = form.loader(package.data, package.manifest, Path(tmp), device, False)(backend.module)
         except Exception as exc:  # noqa: BLE001 -- export, AOTInductor or the runtime cannot take it: it keeps its own
             first = (str(exc).strip().splitlines() or [""])[0][:300]
-            return None, {"build_s": round(time.perf_counter() - start, 3), "used": False,  # the attempt's cost too
+            return None, {"build_s": round(attempt.seconds, 3), "used": False,  # the attempt's cost too
                           "why": f"it could not be built ahead of time ({type(exc).__name__}: {first})"}
         report: Dict[str, Any] = {"build_s": round(package.build_s, 3), "aot_ms": {}, "traced_ms": {}}
         ratios: Dict[int, float] = {}

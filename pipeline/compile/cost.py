@@ -83,10 +83,10 @@ class Stopwatch:
         return time.perf_counter() - self.start
 
 
-COLUMNS = ("build_s", "check_s", "trace_s", "compile_s", "cache_hits", "cache_misses", "record_s", "ahead_s",
-           "wait_s", "screen_s", "profile_s", "aot_s", "total_s")
-HEADS = ("build", "check", "trace", "compile", "hits", "misses", "record", "ahead", "wait", "screen", "profile", "aot",
-         "total")
+# The table's columns: a figure of the account -> its heading
+COLUMNS = {"build_s": "build", "check_s": "check", "trace_s": "trace", "compile_s": "compile", "cache_hits": "hits",
+           "cache_misses": "misses", "record_s": "record", "ahead_s": "ahead", "wait_s": "wait", "screen_s": "screen",
+           "profile_s": "profile", "aot_s": "aot", "total_s": "total"}
 
 
 def table(costs: Mapping[str, CandidateCost], stage_seconds: Mapping[str, float], tune_s: float,
@@ -94,7 +94,7 @@ def table(costs: Mapping[str, CandidateCost], stage_seconds: Mapping[str, float]
     """The cost account as a short text table: a row per candidate, then the stages, the steps of a stage that
     belong to no candidate (``step_seconds``), and ``tune_s``."""
     width = max([len("candidate"), *(len(n) for n in costs)])
-    lines = [f"  {'candidate':<{width}}  " + "  ".join(f"{h:>7}" for h in HEADS)]
+    lines = [f"  {'candidate':<{width}}  " + "  ".join(f"{h:>7}" for h in COLUMNS.values())]
     for name, cost in costs.items():
         row = cost.to_dict()
         cells = [f"{row[c]:>7d}" if c.startswith("cache") else f"{row[c]:>7.1f}" for c in COLUMNS]
