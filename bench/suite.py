@@ -119,10 +119,11 @@ class Entry:
     smoke: Tuple[str, ...] = ()  # --smoke: what shrinks it for a CPU check
 
 
-def hf(name: str, batch_size: int, smoke_config: str = "") -> Entry:
-    """A Hugging Face model at its class's default config, sequence 128; ``smoke_config``: what else its two-layer
-    smoke config needs (GPT-Neo lists an attention type per layer)."""
-    return Entry(name, "huggingface", batch_size, ("model=hf", f"model.hf.model_class={name}", "model.hf.seq_len=128"),
+def hf(name: str, batch_size: int, smoke_config: str = "", *extra: str) -> Entry:
+    """A Hugging Face model at its class's default config, sequence 128, and ``extra`` overrides; ``smoke_config``:
+    what else its two-layer smoke config needs (GPT-Neo lists an attention type per layer)."""
+    return Entry(name, "huggingface", batch_size,
+                 ("model=hf", f"model.hf.model_class={name}", "model.hf.seq_len=128", *extra),
                  (f"+model.hf.config={{num_hidden_layers: 2, hidden_size: 64, num_attention_heads: 2{smoke_config}}}",
                   "model.hf.seq_len=16"))
 
@@ -140,7 +141,10 @@ def torchbench(name: str, batch_size: int, target: str, shape: str) -> Entry:
 SUITE = {e.name: e for e in (
     hf("BertForMaskedLM", 32), hf("DistilBertForMaskedLM", 256), hf("AlbertForMaskedLM", 8),
     hf("ElectraForQuestionAnswering", 128), hf("T5ForConditionalGeneration", 8),
-    hf("GPTNeoForCausalLM", 32, ", attention_types: [[[global, local], 1]]"),
+    # GPT-Neo's default config (24 layers of 2048, random weights) drifts in bf16 itself: its eager at bf16 reads
+    # cosine 0.9729 against fp32 eager (H100, 2026-12-06), under the default bound of 0.999, so no bf16 candidate could
+    # serve; the user's own bf16 compile is held to no bound, and ours are held to what bf16 eager meets.
+    hf("GPTNeoForCausalLM", 32, ", attention_types: [[[global, local], 1]]", "route.accuracy_budget.bound=0.97"),
     hf("PegasusForCausalLM", 128),
     timm("mobilenetv3_large_100", 512, "model.inputs.x.shape=[3,64,64]"),
     timm("deit_tiny_patch16_224", 128, "+model.timm.kwargs={img_size: 32}"),

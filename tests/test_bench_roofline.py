@@ -76,6 +76,7 @@ def test_a_suite_table_becomes_each_cells_bound_and_what_is_left_over_the_refere
     assert thousand["reference"] == "reference.bf16" and thousand["reference_mode"] == "reduce-overhead"
     assert thousand["auto_of_bound"] == pytest.approx(bound / 0.1)
     assert thousand["speedup_at_bound"] == pytest.approx(0.4 / bound)
+    assert thousand["auto_of_bound_for_target"] == pytest.approx(1.5 * bound / 0.4)  # 1.5x the reference's fraction
     summary = result["summary"]
     assert summary["all"]["speedup_over_reference"] == pytest.approx((2 * 4) ** 0.5)  # geomean of 0.2/0.1, 0.4/0.1
     assert summary["larger"]["cells"] == summary["batch_1"]["cells"] == 1
