@@ -237,6 +237,17 @@ def test_pipeline_run_with_graph_backends(compose_cfg, tmp_path, device):
     assert ctx.validation["ok"]
 
 
+def test_max_autotune_kernels_recorded_as_device_graphs_are_checked_profiled_and_served(compose_cfg, tmp_path, device):
+    """graph_inductor_max_autotune (conf/backends): a max-autotune-no-cudagraphs program under graph_inductor's graphs,
+    through a whole run, its route validated against eager."""
+    torch._dynamo.reset()
+    cfg = compose_cfg(TINY + ["backends=[eager,graph_inductor,graph_inductor_max_autotune]", f"device={device.type}"])
+    ctx = runner.run(cfg, tmp_path)
+    statuses = {n: o.status for n, o in ctx.outcomes.items()}
+    assert statuses.get("graph_inductor_max_autotune") == "ok", statuses
+    assert ctx.validation["ok"]
+
+
 @pytest.mark.parametrize("cfg", [GRAPH, GRAPH_INDUCTOR], ids=["graph", "graph_inductor"])
 def test_a_sequence_first_model_is_padded_and_chunked_along_its_batch_dimension(cfg, device):
     torch._dynamo.reset()
