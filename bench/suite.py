@@ -39,6 +39,7 @@ references_not_measured, S0, ES0, failed, not_run) and
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import platform
 from collections import Counter
@@ -56,6 +57,7 @@ sys.path.insert(0, str(ROOT))
 from bench.common import (budget_arguments, command_line, joined_lanes, lane_arguments, references_of,  # noqa: E402
                           run_lane, tune_and_load, unfinished, within_budget, write_table)
 from pipeline import devices  # noqa: E402
+from pipeline.config.schema import AccuracyBudget  # noqa: E402
 from pipeline.measure.interleaved import measure_interleaved  # noqa: E402
 from pipeline.route.decision import baseline  # noqa: E402
 
@@ -188,7 +190,9 @@ def bench_model(name: str, args: argparse.Namespace) -> Dict[str, Any]:
             "route_reference": ctx.route_info.get("reference"),
             "screened_out": sorted(ctx.screened_out), "stage_seconds": ctx.stage_seconds,
             "step_seconds": ctx.step_seconds,
-            "outcomes": {n: {"status": o.status, "reason": o.reason[:300]} for n, o in ctx.outcomes.items()},
+            "accuracy_budget": {"metric": cfg.route.accuracy_budget.metric, "bound": cfg.route.accuracy_budget.bound},
+            "outcomes": {n: {"status": o.status, "reason": o.reason[:300], "accuracy": o.accuracy}
+                         for n, o in ctx.outcomes.items()},
             "batch_sizes": ctx.batch_sizes, "cells": cells}
 
 
@@ -258,6 +262,20 @@ def own_compile(row: Dict[str, Any]) -> str:
     return f"{seconds[name]:.0f} ({row['reference_modes'].get(name, name)})"
 
 
+DEFAULT_BUDGET = dataclasses.asdict(AccuracyBudget())
+
+
+def held_to(row: Dict[str, Any]) -> str:
+    """A model the suite holds to another accuracy budget than the default, with what its references and the
+    candidates it serves read against fp32 eager: the reader sees that the comparison stayed fair."""
+    budget, outcomes = row["accuracy_budget"], row["outcomes"]
+    served = sorted({r["backend"] for r in row.get("route", [])})
+    read = ", ".join(f"{n} {outcomes[n]['accuracy']:.4f}" for n in dict.fromkeys([*served, *row["references"]])
+                     if math.isfinite(outcomes.get(n, {}).get("accuracy", math.nan)))
+    return (f"{row['model']}: held to {budget['metric']} {budget['bound']} against fp32 eager (the default: "
+            f"{DEFAULT_BUDGET['bound']}); read: {read}")
+
+
 def markdown(rows: List[Dict[str, Any]], meta: Dict[str, Any]) -> str:
     extra = f", with {' '.join(meta['overrides'])}" if meta.get("overrides") else ""
     lines = [f"## {meta['device']}, precision {meta['precision']}{extra}, torch {meta['torch']}", "",
@@ -278,6 +296,7 @@ def markdown(rows: List[Dict[str, Any]], meta: Dict[str, Any]) -> str:
                          f"{own_compile(row)} | {row['load_seconds']:.1f} | {route} |")
     lines += [f"{row['model']}: not measured, so not among its references: {name} ({why[:200]})"
               for row in rows for name, why in row.get("references_not_measured", {}).items()]
+    lines += [held_to(row) for row in rows if row.get("accuracy_budget", DEFAULT_BUDGET) != DEFAULT_BUDGET]
     if meta.get("run_again"):
         lines += ["", f"Run again in a later lane, whose row is kept: {', '.join(meta['run_again'])}."]
     return "\n".join(lines) + "\n"

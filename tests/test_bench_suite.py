@@ -73,8 +73,17 @@ def test_the_smoke_run_writes_the_summary_of_the_h200_table(tmp_path):
     # what the user's own compiles cost: each reference's seconds, the slowest in the table with its mode
     assert set(row["reference_compile_seconds"]) == set(row["references"])
     slowest = max(row["reference_compile_seconds"].values())
-    assert 0 < slowest < row["tune_seconds"] and f"| {slowest:.0f} (" in (tmp_path / "suite-cpu.md").read_text()
+    md = (tmp_path / "suite-cpu.md").read_text()
+    assert 0 < slowest < row["tune_seconds"] and f"| {slowest:.0f} (" in md
     assert result["command"].startswith("python bench/suite.py --out OUT")
+    # each candidate's accuracy against fp32 eager is kept; a model held to another bound than the default says so
+    # with what its served candidates and references read (GPT-Neo's bf16 drift: the SUITE entry's comment)
+    assert row["accuracy_budget"] == {"metric": "cosine", "bound": 0.999} and "held to" not in md
+    served = row["route"][0]["backend"]
+    assert row["outcomes"][served]["accuracy"] >= 0.999
+    held = suite.markdown([{**row, "cells": cells, "accuracy_budget": {"metric": "cosine", "bound": 0.96}}], result)
+    assert f"lennard_jones: held to cosine 0.96 against fp32 eager (the default: 0.999); read: {served} " in held
+    assert "reference_max_autotune.bf16-weights 0." in held or "reference_max_autotune.bf16-weights 1." in held
 
     # lanes joined: a model a later lane ran again (after a fix) is that lane's row; one it left for later is not
     lanes = []
