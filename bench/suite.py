@@ -145,8 +145,9 @@ SUITE = {e.name: e for e in (
     hf("ElectraForQuestionAnswering", 128), hf("T5ForConditionalGeneration", 8),
     # GPT-Neo's default config (24 layers of 2048, random weights) drifts in bf16 itself: its logits under bf16
     # autocast read cosine 0.9729 against fp32 eager on an H100 (2026-12-06), 0.9707 on a CPU, and 0.9707 with bf16
-    # weights, under the default bound of 0.999, so no bf16 candidate could serve. The user's own bf16 compiles are
-    # held to no bound; ours to 0.96, what bf16 eager meets with room for a compile's own rounding.
+    # weights (bench/probes/gptneo_bf16_drift_probe.py), under the default bound of 0.999, so no bf16 candidate could
+    # serve. The user's own bf16 compiles are held to no bound; ours to 0.96, what bf16 eager meets with room for a
+    # compile's own rounding.
     hf("GPTNeoForCausalLM", 32, ", attention_types: [[[global, local], 1]]", "route.accuracy_budget.bound=0.96"),
     hf("PegasusForCausalLM", 128),
     timm("mobilenetv3_large_100", 512, "model.inputs.x.shape=[3,64,64]"),
