@@ -55,7 +55,10 @@ class BackendOutcome:
     max_rel_error: float = float("nan")
     tolerance: float = float("nan")
     tensors: int = 0  # output tensors compared with eager's, over every check
-    peak_memory_bytes: int = 0
+    peak_memory_bytes: int = 0  # the process's peak during its build, what the candidates before it held included
+    # Device memory it keeps once built and checked (its weights copy, graph pools, CUDA-graph trees and the outputs
+    # they hold), kept while the run holds the candidate (through the profile). 0 on the CPU: torch counts none.
+    held_bytes: int = 0
     # Evidence that a compiling backend served its compiled program: Dynamo graphs, graph breaks,
     # frames and eager calls of its own program ({} for a backend that does not compile).
     compile: Dict[str, int] = field(default_factory=dict)

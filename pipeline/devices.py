@@ -71,6 +71,20 @@ def peak_memory_bytes(device: torch.device) -> int:
     return 0
 
 
+def kept_bytes(device: torch.device) -> int:
+    """Device memory the process keeps from other processes and later allocations: its caching allocator's reserve
+    once the unused part is given back (live tensors, and device graph pools whole: a recorded graph's intermediates
+    are free blocks of its pool, still reserved while it lives). 0 on CPU, where torch does not count. Before and
+    after a candidate's build: what that candidate keeps."""
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        return int(torch.cuda.memory_reserved(device))
+    if device.type == "xpu":
+        torch.xpu.empty_cache()
+        return int(torch.xpu.memory_reserved(device))
+    return 0
+
+
 def available_memory_bytes(device: torch.device) -> Optional[int]:
     """Memory a run can still take: the device's free memory, or the host's available RAM for cpu; None if unknown."""
     if device.type == "cuda":
@@ -101,13 +115,7 @@ def release_memory(device: torch.device) -> int:
     then fail with out-of-memory (DistilBERT's masked-LM head at batch 256 on the H200: 67 GiB held by one
     worker, every graph candidate of the run out of memory)."""
     gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-        return int(torch.cuda.memory_reserved(device))
-    if device.type == "xpu":
-        torch.xpu.empty_cache()
-        return int(torch.xpu.memory_reserved(device))
-    return 0
+    return kept_bytes(device)
 
 
 def reset_peak_memory(device: torch.device) -> None:

@@ -69,6 +69,7 @@ def check_sweep(uri: str, jobs: int = 2, experiment: str = "tweakpipe") -> tuple
         assert {f"latency_ms/eager/bs{bs}" for bs in (1, 3, 8)} <= set(m)
         assert {f"throughput/eager/bs{bs}" for bs in (1, 3, 8)} <= set(m)
         assert "compile_s/eager" in m and "peak_memory_mb/eager" in m and m["validation_ok"] == 1.0
+        assert m["held_memory_mb/eager"] == 0.0  # the CPU: torch counts no memory there
         assert child.data.params["model.name"] == "tiny_mlp"
         assert f"seed={num}" in tags["hydra.overrides"].split() and tags["hydra.job.num"] == str(num)
         assert tags["stages"] == "capture,profile,route,validate"

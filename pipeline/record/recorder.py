@@ -191,6 +191,7 @@ class Recorder:
                 # accuracy/<metric>/<candidate>: the budget's metric against fp32 eager (worst tuned size)
                 metrics.update({f"max_rel_error/{name}": o.max_rel_error,
                                 f"peak_memory_mb/{name}": o.peak_memory_bytes / 2**20,
+                                f"held_memory_mb/{name}": o.held_bytes / 2**20,
                                 f"accuracy/{budget.metric}/{name}": o.accuracy,
                                 f"within_budget/{name}": float(o.within_budget)})
                 metrics.update({f"dynamo_{k}/{name}": v for k, v in o.compile.items()})
