@@ -162,8 +162,8 @@ def memory_holders(kept: Iterable[BackendOutcome], shown: int = 4) -> str:
     named = ", ".join(f"{o.name} {disks.size(o.held_bytes)}" for o in holders[:shown])
     more = f" and {len(holders) - shown} more" if len(holders) > shown else ""
     return (f"; the candidates built before it hold {disks.size(sum(o.held_bytes for o in holders))} of device "
-            f"memory ({named}{more}): fewer backends or precisions, a smaller model.batch_sizes or a graph backend's "
-            f"max_pool_mb leave room for it")
+            f"memory ({named}{more}): fewer backends or precisions, a smaller model.batch_sizes or a cap on the device "
+            f"graphs' pools (backends.<graph backend>.max_pool_mb) leave room for it")
 
 
 class NoBackendSurvived(RunFailed):
