@@ -192,7 +192,8 @@ def bench_model(name: str, args: argparse.Namespace) -> Dict[str, Any]:
             "screened_out": sorted(ctx.screened_out), "stage_seconds": ctx.stage_seconds,
             "step_seconds": ctx.step_seconds,
             "accuracy_budget": {"metric": cfg.route.accuracy_budget.metric, "bound": cfg.route.accuracy_budget.bound},
-            "outcomes": {n: {"status": o.status, "reason": o.reason[:300], "accuracy": o.accuracy}
+            "outcomes": {n: {"status": o.status, "reason": o.reason[:300], "accuracy": o.accuracy,
+                             "held_mb": round(o.held_bytes / 2**20, 1)}  # device memory it kept once built
                          for n, o in ctx.outcomes.items()},
             "batch_sizes": ctx.batch_sizes, "cells": cells}
 

@@ -81,6 +81,7 @@ def test_the_smoke_run_writes_the_summary_of_the_h200_table(tmp_path):
     assert row["accuracy_budget"] == {"metric": "cosine", "bound": 0.999} and "held to" not in md
     served = row["route"][0]["backend"]
     assert row["outcomes"][served]["accuracy"] >= 0.999
+    assert row["outcomes"][served]["held_mb"] == 0  # the device memory each keeps: none that torch counts on a CPU
     held = suite.markdown([{**row, "cells": cells, "accuracy_budget": {"metric": "cosine", "bound": 0.96}}], result)
     assert f"lennard_jones: held to cosine 0.96 against fp32 eager (the default: 0.999); read: {served} " in held
     assert "reference_max_autotune.bf16-weights 0." in held or "reference_max_autotune.bf16-weights 1." in held
