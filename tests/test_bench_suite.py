@@ -79,11 +79,12 @@ def test_the_smoke_run_writes_the_summary_of_the_h200_table(tmp_path):
     # each candidate's accuracy against fp32 eager is kept; a model held to another bound than the default says so
     # with what its served candidates and references read (GPT-Neo's bf16 drift: the SUITE entry's comment)
     assert row["accuracy_budget"] == {"metric": "cosine", "bound": 0.999} and "held to" not in md
-    served = row["route"][0]["backend"]
-    assert row["outcomes"][served]["accuracy"] >= 0.999
-    assert row["outcomes"][served]["held_mb"] == 0  # the device memory each keeps: none that torch counts on a CPU
+    served = sorted({r["backend"] for r in row["route"]})  # one or more: where each was faster (noisy here)
+    assert all(row["outcomes"][n]["accuracy"] >= 0.999 for n in served)
+    assert all(row["outcomes"][n]["held_mb"] == 0 for n in served)  # device memory kept: none torch counts on a CPU
     held = suite.markdown([{**row, "cells": cells, "accuracy_budget": {"metric": "cosine", "bound": 0.96}}], result)
-    assert f"lennard_jones: held to cosine 0.96 against fp32 eager (the default: 0.999); read: {served} " in held
+    assert f"lennard_jones: held to cosine 0.96 against fp32 eager (the default: 0.999); read: {served[0]} " in held
+    assert all(f"{n} 1.0000" in held or f"{n} 0.9" in held for n in served)
     assert "reference_max_autotune.bf16-weights 0." in held or "reference_max_autotune.bf16-weights 1." in held
 
     # lanes joined: a model a later lane ran again (after a fix) is that lane's row; one it left for later is not
