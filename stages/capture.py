@@ -127,7 +127,9 @@ def capture_one(ctx: RunContext, backend: Backend,
             said = " ".join(outcome.reason[:300].split())  # the compiler's command and output, on one line
             outcome.reason = f"{disks.full_reason(cache, 'compile_cache.dir')} ({said})"
         elif ran_out_of_memory(outcome):
-            outcome.reason += memory_holders(ctx.outcomes[n] for n in ctx.backends)
+            # the candidates kept so far (one rebuilt after its standalone program failed is kept, its outcome
+            # not yet recorded)
+            outcome.reason += memory_holders(o for n, o in ctx.outcomes.items() if n in ctx.backends)
         return outcome
     stats = backend.stats()
     outcome.graphs, outcome.pool_mb = int(stats.get("graphs", 0)), float(stats.get("pool_bytes", 0)) / 2**20
