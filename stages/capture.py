@@ -127,9 +127,7 @@ def capture_one(ctx: RunContext, backend: Backend,
             said = " ".join(outcome.reason[:300].split())  # the compiler's command and output, on one line
             outcome.reason = f"{disks.full_reason(cache, 'compile_cache.dir')} ({said})"
         elif ran_out_of_memory(outcome):
-            # the candidates kept so far (one rebuilt after its standalone program failed is kept, its outcome
-            # not yet recorded)
-            outcome.reason += memory_holders(o for n, o in ctx.outcomes.items() if n in ctx.backends)
+            outcome.reason += memory_holders(o for n, o in ctx.outcomes.items() if n in ctx.backends)  # kept so far
         return outcome
     stats = backend.stats()
     outcome.graphs, outcome.pool_mb = int(stats.get("graphs", 0)), float(stats.get("pool_bytes", 0)) / 2**20
@@ -370,7 +368,9 @@ def run(ctx: RunContext) -> None:
                     log.warning("capture: %s's standalone program from its worker %s here (%s); it is traced "
                                 "instead", name, off, outcome.reason[:300] or
                                 f"{ctx.cfg.route.accuracy_budget.metric} {outcome.accuracy:.6g}")
+                    ctx.backends.pop(name, None)  # kept where it answered: neither timed nor holding memory now
                     built[name] = backend_registry.create(candidates[name])
+                    devices.release_memory(ctx.device)
                     outcome = capture_one(ctx, built[name], references)
                 outcome.cost.ahead_s = float(head_start["seconds"]) if head_start else 0.0
                 outcome.cost.wait_s = waited

@@ -624,8 +624,20 @@ def test_a_workers_standalone_program_that_answers_off_in_the_run_is_traced_ther
     warning naming the error, never excluded for the program's fault."""
     import logging
 
-    real = aot.STANDALONE.loader
+    caplog.set_level(logging.INFO)
+    ctx = captured_loading_with(negated(aot.STANDALONE.loader), tmp_path, monkeypatch, "precision=[bf16]")
+    said = [r.getMessage() for r in caplog.records if "standalone program from its worker answered" in r.getMessage()]
+    metric = ctx.cfg.route.accuracy_budget.metric  # the figure that was off, named (the message said "()")
+    assert len(said) == 2 and all("outside the accuracy budget" in m and "traced instead" in m and f"({metric} " in m
+                                  for m in said), said
+    for name in ("inductor.bf16", "inductor.bf16-weights"):
+        outcome = ctx.outcomes[name]
+        assert outcome.status == "ok" and outcome.within_budget, outcome.reason
+        assert outcome.cost.trace_s > 0 and ctx.backends[name].program is not None
 
+
+def negated(real):
+    """A standalone-program loader whose programs answer ``-x`` where the real one answers ``x``."""
     def answers_off(data: bytes, manifest: dict, directory: Path, device: torch.device, single_threaded: bool):
         load = real(data, manifest, directory, device, single_threaded)
 
@@ -635,17 +647,26 @@ def test_a_workers_standalone_program_that_answers_off_in_the_run_is_traced_ther
             loaded.run = lambda flat, batch: [-t for t in right(flat, batch)]
             return loaded
         return program
+    return answers_off
 
-    caplog.set_level(logging.INFO)
-    ctx = captured_loading_with(answers_off, tmp_path, monkeypatch, "precision=[bf16]")
-    said = [r.getMessage() for r in caplog.records if "standalone program from its worker answered" in r.getMessage()]
-    metric = ctx.cfg.route.accuracy_budget.metric  # the figure that was off, named (the message said "()")
-    assert len(said) == 2 and all("outside the accuracy budget" in m and "traced instead" in m and f"({metric} " in m
-                                  for m in said), said
-    for name in ("inductor.bf16", "inductor.bf16-weights"):
+
+def test_a_candidate_whose_trace_fails_after_its_program_answered_off_is_neither_kept_nor_timed(tmp_path,
+                                                                                              monkeypatch):
+    """The program answered outside the budget (bf16: judged by it, so the backend was kept), so the candidate is
+    traced instead; where that trace fails too, the candidate is failed with the trace's reason, and the backend that
+    ran the off program is not kept: the profile would time it (and it would keep its device memory) though its
+    outcome says failed."""
+    from pipeline.backends.inductor import InductorBackend
+
+    def trace_refused(self, model, records_cuda_graphs=False):
+        raise RuntimeError("the trace was refused")
+
+    monkeypatch.setattr(InductorBackend, "program_for", trace_refused)  # the standalone program needs no trace
+    ctx = captured_loading_with(negated(aot.STANDALONE.loader), tmp_path, monkeypatch, "precision=[bf16]")
+    for name in ("inductor.bf16", "inductor.bf16-weights"):  # judged by the budget: the off program was kept
         outcome = ctx.outcomes[name]
-        assert outcome.status == "ok" and outcome.within_budget, outcome.reason
-        assert outcome.cost.trace_s > 0 and ctx.backends[name].program is not None
+        assert outcome.status == "failed" and "the trace was refused" in outcome.reason, outcome.reason
+        assert name not in ctx.backends, list(ctx.backends)
 
 
 @pytest.mark.gpu
