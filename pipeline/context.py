@@ -171,6 +171,11 @@ class RunContext:
         random fills at the run's seed plus ``seed_offset``. The first is what the model is tuned on."""
         return input_sources(self.inputs, self.examples, self.device, self.cfg.seed + seed_offset, start)
 
+    def budget_left(self) -> Optional[float]:
+        """The seconds ``tune.budget_s`` leaves (0 once spent), or None without a budget."""
+        budget = self.cfg.tune.budget_s
+        return None if budget is None else max(0.0, budget - (time.perf_counter() - self.started))
+
     def budget_spent(self) -> Optional[str]:
         """Why no more optional work may start (``tune.budget_s`` spent, and the seconds so far), or None."""
         budget, elapsed = self.cfg.tune.budget_s, time.perf_counter() - self.started

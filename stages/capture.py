@@ -296,12 +296,16 @@ def precision_skip(screened: Mapping[str, str], candidate: Candidate) -> Optiona
             f"own kernels than the margin (profile.precision_screen=false builds it)") if why else None
 
 
-def over_budget(ctx: RunContext, name: str) -> Optional[str]:
-    """Why ``name`` is not built once ``tune.budget_s`` is spent (plain eager, the baseline, always is), or None."""
+def over_budget(ctx: RunContext, name: str, waited: float = 0.0) -> Optional[str]:
+    """Why ``name`` is not built once ``tune.budget_s`` is spent (plain eager, the baseline, always is), or None;
+    ``waited``: the seconds capture waited for its compile worker before the budget ran out (a user's max-autotune
+    compile of GPT-Neo ran past 7 min on an H100: the suite's call BP, 2026-12-06)."""
     spent = ctx.budget_spent()
     if not spent or name == baseline(ctx.candidates):
         return None
-    return f"not built: {spent}; the candidates built before it were the likelier winners (a larger tune.budget_s builds it)"
+    waiting = f", {waited:.0f} s of it waiting for its compile worker's job" if waited >= 1 else ""
+    return (f"not built: {spent}{waiting}; the candidates built before it were the likelier winners (a larger "
+            f"tune.budget_s builds it)")
 
 
 def run(ctx: RunContext) -> None:
@@ -341,21 +345,23 @@ def run(ctx: RunContext) -> None:
                         ahead.drop(n)
             earlier = ctx.earlier.outcomes.get(name)
             outside = budget_skip(ctx, candidates[name])
-            over = over_budget(ctx, name)
-            skip = outside or precision_skip(screened or {}, candidates[name]) or unattended.get(name) or over
+            skip = outside or precision_skip(screened or {}, candidates[name]) or unattended.get(name)
+            waiting = Stopwatch()  # for its worker's job, no longer than the tune's budget left
+            head_start = None if skip else ahead.wait(name, ctx.budget_left())
+            waited = waiting.seconds
+            over = over_budget(ctx, name, waited)
+            skip = skip or over
             if earlier is not None and earlier.status in ("failed", "skipped"):
                 outcome = earlier  # the interrupted run's verdict; building it again would fail again
             elif skip:
-                ahead.drop(name)
+                ahead.drop(name)  # its job is stopped where nothing waits behind it
                 if skip is over:
                     ctx.budget_skipped[name] = over
                 outcome = BackendOutcome(name=name, kind=candidates[name].kind, status="skipped", reason=skip,
                                          precision=candidates[name].precision, weights=candidates[name].weights,
                                          within_budget=outside is None)
+                outcome.cost.wait_s = waited
             else:
-                waiting = Stopwatch()
-                head_start = ahead.wait(name)
-                waited = waiting.seconds
                 if head_start and head_start.get("standalone"):  # its worker's program, loaded with no trace
                     standalone.adopt(built[name], head_start["standalone"], ahead.directory)
                     log.info("capture: %s runs the standalone program its worker built (%.1f s): no trace here",

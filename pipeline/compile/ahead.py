@@ -243,9 +243,10 @@ class Worker:
             self.progress = (now, used)
         return now - self.progress[0] > STALL_S
 
-    def result(self, name: str, started: float) -> Dict[str, Any]:
-        """Wait for ``name``'s answer; raises RuntimeError naming why it will not come (the worker stalled,
-        exited, or the job ran past JOB_TIMEOUT_S)."""
+    def result(self, name: str, started: float, deadline: Optional[float] = None) -> Optional[Dict[str, Any]]:
+        """Wait for ``name``'s answer until ``deadline`` (``time.monotonic``; None: as long as it takes), then None
+        with the job left running; raises RuntimeError naming why it will not come (the worker stalled, exited, or
+        the job ran past JOB_TIMEOUT_S)."""
         with self.done:
             while name not in self.results:
                 if self.gone:
@@ -259,7 +260,9 @@ class Worker:
                 if self.gone:
                     self.stop()
                     raise RuntimeError(self.gone)
-                self.done.wait(POLL_S)
+                if deadline is not None and now >= deadline:
+                    return None
+                self.done.wait(POLL_S if deadline is None else min(POLL_S, max(deadline - now, 0.01)))
         answer = self.results[name]
         if "error" in answer:
             raise RuntimeError(answer["error"])
@@ -292,16 +295,20 @@ class CompileAhead:
         self.setup_s = 0.0  # the run's seconds starting the workers (the model written for them, the processes)
         self.close_s = 0.0  # and stopping them
 
-    def wait(self, name: str) -> Optional[Dict[str, Any]]:
-        """Block until the job that compiles ``name``'s program is done; its figures, or None (no job, or it
-        failed: capture then compiles the candidate itself, and the log says why)."""
+    def wait(self, name: str, within: Optional[float] = None) -> Optional[Dict[str, Any]]:
+        """Block until the job that compiles ``name``'s program is done, or ``within`` seconds have passed (None: no
+        bound; the tune's budget left, in capture); its figures, or None (no job, it failed: capture then compiles
+        the candidate itself, and the log says why; or it still runs, left to the caller to drop)."""
         runner = self.jobs.get(name)
         if runner is None or runner not in self.assigned:
             return None
         if runner not in self.seen:
             worker = self.workers[self.assigned[runner]]
             try:
-                self.seen[runner] = worker.result(runner, self.started)
+                answer = worker.result(runner, self.started, None if within is None else time.monotonic() + within)
+                if answer is None:
+                    return None
+                self.seen[runner] = answer
             except RuntimeError as exc:
                 log.warning("compile ahead: %s's job did not finish (%s); capture compiles it itself", runner,
                             str(exc).splitlines()[0] if str(exc) else "")
