@@ -299,7 +299,7 @@ def precision_skip(screened: Mapping[str, str], candidate: Candidate) -> Optiona
 def over_budget(ctx: RunContext, name: str, waited: float = 0.0) -> Optional[str]:
     """Why ``name`` is not built once ``tune.budget_s`` is spent (plain eager, the baseline, always is), or None;
     ``waited``: the seconds capture waited for its compile worker before the budget ran out (a user's max-autotune
-    compile of GPT-Neo ran past 7 min on an H100: the suite's call BP, 2026-12-06)."""
+    compile of GPT-Neo ran past 8 min on an H100: the suite's call BP, 2026-12-06)."""
     spent = ctx.budget_spent()
     if not spent or name == baseline(ctx.candidates):
         return None
