@@ -190,7 +190,7 @@ def test_a_wait_bounded_in_time_leaves_the_job_running_for_a_later_wait():
 
 
 def test_capture_waits_for_a_workers_job_no_longer_than_the_tunes_budget(tmp_path, caplog):
-    """GPT-Neo's max-autotune reference compiled for over 7 min in its worker on an H100 while the run, its budget of
+    """GPT-Neo's max-autotune reference compiled for over 8 min in its worker on an H100 while the run, its budget of
     524 s spent, waited for it until the suite's bench killed it (call BP, 2026-12-06). The budget bounds the wait:
     the candidate is skipped with the reason and its worker stopped, and the run goes on (the worker here is
     stopped outright, a job that would never end; STALL_S, 60 s, is far off)."""
