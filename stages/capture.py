@@ -347,7 +347,7 @@ def run(ctx: RunContext) -> None:
             outside = budget_skip(ctx, candidates[name])
             skip = outside or precision_skip(screened or {}, candidates[name]) or unattended.get(name)
             waiting = Stopwatch()  # for its worker's job, no longer than the tune's budget left
-            head_start = None if skip else ahead.wait(name, ctx.budget_left())
+            head_start = None if skip or ctx.budget_spent() else ahead.wait(name, ctx.budget_left())
             waited = waiting.seconds
             over = over_budget(ctx, name, waited)
             skip = skip or over
