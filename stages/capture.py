@@ -346,8 +346,8 @@ def run(ctx: RunContext) -> None:
             earlier = ctx.earlier.outcomes.get(name)
             outside = budget_skip(ctx, candidates[name])
             skip = outside or precision_skip(screened or {}, candidates[name]) or unattended.get(name)
-            waiting = Stopwatch()  # for its worker's job, no longer than the tune's budget left
-            head_start = None if skip or ctx.budget_spent() else ahead.wait(name, ctx.budget_left())
+            waiting, left = Stopwatch(), ctx.budget_left()  # its worker's job waited for no longer than the budget left
+            head_start = None if skip or left == 0 else ahead.wait(name, left)
             waited = waiting.seconds
             over = over_budget(ctx, name, waited)
             skip = skip or over
