@@ -189,6 +189,25 @@ def test_a_wait_bounded_in_time_leaves_the_job_running_for_a_later_wait():
         assert ahead.wait("inductor") is not None
 
 
+def test_a_jobs_time_bound_counts_from_when_its_worker_took_it_not_its_time_in_the_queue(monkeypatch):
+    """A job queued behind a long one (a max-autotune reference takes 4-9 min on an H100, bench/results/README.md)
+    is not stopped for the minutes it waited: the bound counts from when its worker took it, less the pauses while
+    the host was timed. The running job's own bound still ends the worker, whichever job is waited for."""
+    monkeypatch.setattr(compile_ahead, "STALL_S", 600.0)  # the stopped worker below is the job's length, not a stall
+    monkeypatch.setattr(compile_ahead, "JOB_TIMEOUT_S", 8.0)
+    with ahead_of(["inductor.bf16", "inductor"], workers=1) as ahead:
+        [worker] = ahead.workers
+        with ahead.paused():  # the first job's clock stops; the second, queued, waits all the while
+            time.sleep(compile_ahead.JOB_TIMEOUT_S + 1)
+        assert ahead.wait("inductor") is not None, worker.gone
+    with ahead_of(["inductor.bf16", "inductor"], workers=1) as ahead:
+        [worker] = ahead.workers
+        worker.signal(signal.SIGSTOP)
+        time.sleep(compile_ahead.JOB_TIMEOUT_S + 1)
+        assert ahead.wait("inductor") is None  # the running job, ahead of it, ran past the bound
+        assert "inductor.bf16's job past 8 s" in worker.gone and worker.process.poll() is not None
+
+
 def test_capture_waits_for_a_workers_job_no_longer_than_the_tunes_budget(tmp_path, caplog):
     """GPT-Neo's max-autotune reference compiled for over 8 min in its worker on an H100 while the run, its budget of
     524 s spent, waited for it until the suite's bench killed it (call BP, 2026-12-06). The budget bounds the wait:

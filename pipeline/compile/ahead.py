@@ -48,7 +48,8 @@ from pipeline.measure.contention import usable_cores
 log = logging.getLogger(__name__)
 
 # A worker whose processes use no CPU for STALL_S seconds is stopped (a SIGSTOP, a deadlock), and one job may
-# take JOB_TIMEOUT_S at most; either way capture compiles that candidate itself. POLL_S: how often it is asked.
+# take JOB_TIMEOUT_S at most from when its worker took it (not its time in the queue); either way capture compiles
+# that candidate itself. POLL_S: how often it is asked.
 STALL_S = 60.0
 JOB_TIMEOUT_S = 900.0
 POLL_S = 2.0
@@ -170,6 +171,7 @@ class Worker:
         # Jobs are handed over one at a time, so that one dropped before its turn is never compiled.
         self.queued: List[Candidate] = []
         self.running: Optional[str] = None
+        self.since = time.monotonic()  # when the running job was handed over: JOB_TIMEOUT_S counts from here
         self.cancelled: List[str] = []
         self.stopped: List[str] = []  # jobs dropped while they ran, their worker stopped with them
         self.reader = threading.Thread(target=self._read, args=(os.fdopen(read_end),), daemon=True,
@@ -227,7 +229,7 @@ class Worker:
         if not self.queued or self.gone:
             return
         candidate = self.queued.pop(0)
-        self.running = candidate.name
+        self.running, self.since = candidate.name, time.monotonic()
         try:
             self.process.stdin.write(json.dumps({"name": candidate.name, "cfg": candidate.config()}) + "\n")
             self.process.stdin.flush()
@@ -243,10 +245,10 @@ class Worker:
             self.progress = (now, used)
         return now - self.progress[0] > STALL_S
 
-    def result(self, name: str, started: float, deadline: Optional[float] = None) -> Optional[Dict[str, Any]]:
+    def result(self, name: str, deadline: Optional[float] = None) -> Optional[Dict[str, Any]]:
         """Wait for ``name``'s answer until ``deadline`` (``time.monotonic``; None: as long as it takes), then None
         with the job left running; raises RuntimeError naming why it will not come (the worker stalled, exited, or
-        the job ran past JOB_TIMEOUT_S)."""
+        its running job, ``name`` or one queued before it, ran past JOB_TIMEOUT_S of its own)."""
         with self.done:
             while name not in self.results:
                 if self.gone:
@@ -255,8 +257,8 @@ class Worker:
                 if self.stalled(now):
                     self.gone = (f"worker {self.index} made no progress for {STALL_S:.0f} s (its processes used no "
                                  f"CPU: stopped or deadlocked)")
-                elif now - started > JOB_TIMEOUT_S:
-                    self.gone = f"worker {self.index} ran {name}'s job past {JOB_TIMEOUT_S:.0f} s"
+                elif self.running is not None and now - self.since > JOB_TIMEOUT_S:
+                    self.gone = f"worker {self.index} ran {self.running}'s job past {JOB_TIMEOUT_S:.0f} s"
                 if self.gone:
                     self.stop()
                     raise RuntimeError(self.gone)
@@ -291,7 +293,6 @@ class CompileAhead:
         self.jobs, self.workers, self.assigned = jobs, list(workers), dict(assigned or {})
         self.directory = directory  # private to the run (its setup file; standalone programs are loaded from here)
         self.seen: Dict[str, Dict[str, Any]] = {}
-        self.started = time.monotonic()
         self.setup_s = 0.0  # the run's seconds starting the workers (the model written for them, the processes)
         self.close_s = 0.0  # and stopping them
 
@@ -305,7 +306,7 @@ class CompileAhead:
         if runner not in self.seen:
             worker = self.workers[self.assigned[runner]]
             try:
-                answer = worker.result(runner, self.started, None if within is None else time.monotonic() + within)
+                answer = worker.result(runner, None if within is None else time.monotonic() + within)
                 if answer is None:
                     return None
                 self.seen[runner] = answer
@@ -345,7 +346,8 @@ class CompileAhead:
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
         """The workers stopped (SIGSTOP) for the block and resumed after it, so that what the block times runs on
-        a quiet host; the pause does not count towards a worker's stall (``STALL_S``)."""
+        a quiet host; the pause counts towards neither a worker's stall (``STALL_S``) nor its job's bound
+        (``JOB_TIMEOUT_S``)."""
         if not self.workers:
             yield
             return
@@ -358,6 +360,8 @@ class CompileAhead:
             for worker in self.workers:
                 worker.signal(signal.SIGCONT)
                 worker.progress = (time.monotonic(), worker.progress[1])
+                with worker.done:
+                    worker.since += time.monotonic() - start
             log.info("compile ahead: %d worker(s) paused %.1f s while the host was timed", len(self.workers),
                      time.monotonic() - start)
 
