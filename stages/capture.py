@@ -351,15 +351,16 @@ def run(ctx: RunContext) -> None:
             waited = waiting.seconds
             over = over_budget(ctx, name, waited)
             skip = skip or over
+            timed_out = (head_start or {}).get("timed_out")  # its worker's job ran past compile_cache.job_timeout_s
             if earlier is not None and earlier.status in ("failed", "skipped"):
                 outcome = earlier  # the interrupted run's verdict; building it again would fail again
-            elif skip:
+            elif skip or timed_out:
                 ahead.drop(name)  # its job is stopped where nothing waits behind it
                 if skip is over:
                     ctx.budget_skipped[name] = over
-                outcome = BackendOutcome(name=name, kind=candidates[name].kind, status="skipped", reason=skip,
-                                         precision=candidates[name].precision, weights=candidates[name].weights,
-                                         within_budget=outside is None)
+                outcome = BackendOutcome(name=name, kind=candidates[name].kind, status="skipped" if skip else "failed",
+                                         reason=skip or timed_out, precision=candidates[name].precision,
+                                         weights=candidates[name].weights, within_budget=outside is None)
                 outcome.cost.wait_s = waited
             else:
                 if head_start and head_start.get("standalone"):  # its worker's program, loaded with no trace

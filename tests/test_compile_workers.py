@@ -13,14 +13,17 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import List
+from typing import List, Sequence
 
+import pytest
 
 from conftest import ROOT, SUITE_CACHE, TINY
 from models_for_tests import compile_workers_of as workers_of
 from mlflow_helpers import clean_env
 from pipeline.compile import ahead as compile_ahead
 from pipeline.api import compose_config
+from pipeline.errors import ConfigError
+from pipeline.preflight.checks import check_config
 from pipeline.runner import run
 
 # reference=false: one compiling candidate, so one worker job (the max-autotune reference peer would be a second)
@@ -194,18 +197,45 @@ def test_a_jobs_time_bound_counts_from_when_its_worker_took_it_not_its_time_in_t
     is not stopped for the minutes it waited: the bound counts from when its worker took it, less the pauses while
     the host was timed. The running job's own bound still ends the worker, whichever job is waited for."""
     monkeypatch.setattr(compile_ahead, "STALL_S", 600.0)  # the stopped worker below is the job's length, not a stall
-    monkeypatch.setattr(compile_ahead, "JOB_TIMEOUT_S", 8.0)
-    with ahead_of(["inductor.bf16", "inductor"], workers=1) as ahead:
+    bound = ["compile_cache.job_timeout_s=8"]
+    with ahead_of(["inductor.bf16", "inductor"], workers=1, overrides=bound) as ahead:
         [worker] = ahead.workers
         with ahead.paused():  # the first job's clock stops; the second, queued, waits all the while
-            time.sleep(compile_ahead.JOB_TIMEOUT_S + 1)
+            time.sleep(9)
         assert ahead.wait("inductor") is not None, worker.gone
-    with ahead_of(["inductor.bf16", "inductor"], workers=1) as ahead:
+    with ahead_of(["inductor.bf16", "inductor"], workers=1, overrides=bound) as ahead:
         [worker] = ahead.workers
         worker.signal(signal.SIGSTOP)
-        time.sleep(compile_ahead.JOB_TIMEOUT_S + 1)
-        assert ahead.wait("inductor") is None  # the running job, ahead of it, ran past the bound
-        assert "inductor.bf16's job past 8 s" in worker.gone and worker.process.poll() is not None
+        time.sleep(9)
+        assert ahead.wait("inductor") is None  # the running job ahead of it ran past the bound: compiled in the run
+        assert "inductor.bf16's job past compile_cache.job_timeout_s=8 s" in worker.gone
+        assert worker.process.poll() is not None
+        failed = ahead.wait("inductor.bf16")  # the job that ran past it: its candidate fails
+        assert failed and "not compiled again in the run's process" in failed["timed_out"], failed
+
+
+def test_a_candidate_whose_workers_job_runs_past_its_bound_fails_with_the_reason_and_is_not_compiled_again(
+        tmp_path, caplog, monkeypatch):
+    """A job past ``compile_cache.job_timeout_s`` (a compile still busy, or hung on the device with its CPU spinning)
+    was compiled again in the run's process, as long again or hung for good; now its candidate fails, named, the
+    run goes on and leaves no worker behind."""
+    monkeypatch.setattr(compile_ahead, "STALL_S", 600.0)  # the stopped worker reads as a job that never ends
+    stopped_when_started()
+    with caplog.at_level("INFO"):
+        ctx = run(compose_config([*WORKERS, f"compile_cache.dir={SUITE_CACHE}", "compile_cache.job_timeout_s=3"]),
+                  tmp_path / "run")
+    outcome = ctx.outcomes["inductor"]
+    assert outcome.status == "failed" and "job past compile_cache.job_timeout_s=3 s" in outcome.reason, outcome
+    assert "not compiled again in the run's process" in outcome.reason and outcome.cost.compile_s == 0
+    assert outcome.cost.wait_s >= 3 and ctx.outcomes["eager"].status == "ok"
+    assert "capture compiles it itself" not in caplog.text
+    assert not workers_of(os.getpid())
+
+
+@pytest.mark.parametrize("value", ["0", "-60"])
+def test_a_job_bound_that_is_not_a_positive_number_of_seconds_is_refused_in_one_line(value):
+    with pytest.raises(ConfigError, match=f"compile_cache.job_timeout_s={value} must be a positive number of seconds"):
+        check_config(compose_config([*TINY, f"compile_cache.job_timeout_s={value}"]))
 
 
 def test_capture_waits_for_a_workers_job_no_longer_than_the_tunes_budget(tmp_path, caplog):
@@ -251,8 +281,9 @@ def test_a_run_killed_outright_leaves_no_worker_behind(tmp_path):
         time.sleep(0.2)
 
 
-def ahead_of(names: List[str], workers: int):
-    """Real compile workers started for ``names`` (inductor at a precision each) on a tiny MLP, on the CPU."""
+def ahead_of(names: List[str], workers: int, overrides: Sequence[str] = ()):
+    """Real compile workers started for ``names`` (inductor at a precision each) on a tiny MLP, on the CPU, with the
+    run's ``compile_cache`` config (and ``overrides`` to it)."""
     import torch
     from omegaconf import OmegaConf
 
@@ -265,7 +296,7 @@ def ahead_of(names: List[str], workers: int):
     cells = {bs: {"x": torch.randn(bs, 16)} for bs in (1, 4)}
     dims = output_batch_dims(model, lambda bs: {"x": torch.randn(bs, 16)})
     spec = BuildSpec(model, cells[4], device, range(1, 5), [1, 4], BatchDims(inputs={"x": 0}, outputs=dims))
-    cache = compose_config([*TINY, f"compile_cache.dir={SUITE_CACHE}"]).compile_cache
+    cache = compose_config([*TINY, f"compile_cache.dir={SUITE_CACHE}", *overrides]).compile_cache
     candidates = {n: Candidate.of(n, {"kind": "inductor", **({"precision": "bf16"} if "bf16" in n else {})})
                   for n in names}
     return compile_ahead.started(candidates, spec, cells, 1, OmegaConf.to_container(cache, resolve=True), workers)

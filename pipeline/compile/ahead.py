@@ -16,8 +16,10 @@ queued behind it stops at once.
 Where the model cannot be sent to a worker (it does not pickle, or its classes live in the user's script)
 or a worker fails, capture compiles in its own process as before; the log says why, and nothing else
 changes. A worker cannot hang a run: one whose processes use no CPU for STALL_S seconds (stopped,
-deadlocked), or whose job runs past JOB_TIMEOUT_S, is stopped and named, and capture compiles that
-candidate itself. Workers die with their run, also when it is killed outright (``pipeline.compile.worker``).
+deadlocked) is stopped and named, and capture compiles its candidates itself; one whose running job passes
+``compile_cache.job_timeout_s`` is stopped too, and that job's candidates fail with the reason: the same compile in
+the run's process would take as long, or hang as it did. Workers die with their run, also when it is killed
+outright (``pipeline.compile.worker``).
 """
 
 from __future__ import annotations
@@ -47,11 +49,9 @@ from pipeline.measure.contention import usable_cores
 
 log = logging.getLogger(__name__)
 
-# A worker whose processes use no CPU for STALL_S seconds is stopped (a SIGSTOP, a deadlock), and one job may
-# take JOB_TIMEOUT_S at most from when its worker took it (not its time in the queue); either way capture compiles
-# that candidate itself. POLL_S: how often it is asked.
+# A worker whose processes use no CPU for STALL_S seconds is stopped (a SIGSTOP, a deadlock) and capture compiles
+# its candidates itself (a job's own bound is compile_cache.job_timeout_s). POLL_S: how often it is asked.
 STALL_S = 60.0
-JOB_TIMEOUT_S = 900.0
 POLL_S = 2.0
 CORES_PER_WORKER = 4
 MIN_CORES = 8  # below this, workers would only take cores from the run's own compiles
@@ -153,7 +153,7 @@ def process_tree_cpu_s(pid: int) -> Optional[float]:
 class Worker:
     """One compile worker process (``pipeline.compile.worker``), its jobs in order, and what came back."""
 
-    def __init__(self, index: int, setup: str, threads: int, log_dir: Path) -> None:
+    def __init__(self, index: int, setup: str, threads: int, log_dir: Path, job_timeout_s: float) -> None:
         import subprocess
 
         self.index, self.log = index, log_dir / f"worker{index}.log"
@@ -171,7 +171,9 @@ class Worker:
         # Jobs are handed over one at a time, so that one dropped before its turn is never compiled.
         self.queued: List[Candidate] = []
         self.running: Optional[str] = None
-        self.since = time.monotonic()  # when the running job was handed over: JOB_TIMEOUT_S counts from here
+        self.since = time.monotonic()  # when the running job was handed over: its bound counts from here
+        self.job_timeout_s = job_timeout_s
+        self.timed_out: Optional[str] = None  # the job that ran past its bound, where one did
         self.cancelled: List[str] = []
         self.stopped: List[str] = []  # jobs dropped while they ran, their worker stopped with them
         self.reader = threading.Thread(target=self._read, args=(os.fdopen(read_end),), daemon=True,
@@ -248,7 +250,7 @@ class Worker:
     def result(self, name: str, deadline: Optional[float] = None) -> Optional[Dict[str, Any]]:
         """Wait for ``name``'s answer until ``deadline`` (``time.monotonic``; None: as long as it takes), then None
         with the job left running; raises RuntimeError naming why it will not come (the worker stalled, exited, or
-        its running job, ``name`` or one queued before it, ran past JOB_TIMEOUT_S of its own)."""
+        its running job, ``name`` or one queued before it, ran past ``job_timeout_s`` of its own)."""
         with self.done:
             while name not in self.results:
                 if self.gone:
@@ -257,8 +259,10 @@ class Worker:
                 if self.stalled(now):
                     self.gone = (f"worker {self.index} made no progress for {STALL_S:.0f} s (its processes used no "
                                  f"CPU: stopped or deadlocked)")
-                elif self.running is not None and now - self.since > JOB_TIMEOUT_S:
-                    self.gone = f"worker {self.index} ran {self.running}'s job past {JOB_TIMEOUT_S:.0f} s"
+                elif self.running is not None and now - self.since > self.job_timeout_s:
+                    self.timed_out = self.running
+                    self.gone = (f"worker {self.index} ran {self.running}'s job past "
+                                 f"compile_cache.job_timeout_s={self.job_timeout_s:g} s")
                 if self.gone:
                     self.stop()
                     raise RuntimeError(self.gone)
@@ -298,10 +302,11 @@ class CompileAhead:
 
     def wait(self, name: str, within: Optional[float] = None) -> Optional[Dict[str, Any]]:
         """Block until the job that compiles ``name``'s program is done, or ``within`` seconds have passed (None: no
-        bound; the tune's budget left, in capture); its figures, or None (no job, it failed: capture then compiles
-        the candidate itself, and the log says why; or it still runs, left to the caller to drop)."""
+        bound; the tune's budget left, in capture); its figures, or ``{"timed_out": reason}`` (the job ran past
+        ``compile_cache.job_timeout_s``: its candidates fail), or None (no job, it failed: capture then compiles the
+        candidate itself, and the log says why; or it still runs, left to the caller to drop)."""
         runner = self.jobs.get(name)
-        if runner is None or runner not in self.assigned:
+        if runner is None or (runner not in self.seen and runner not in self.assigned):
             return None
         if runner not in self.seen:
             worker = self.workers[self.assigned[runner]]
@@ -311,10 +316,15 @@ class CompileAhead:
                     return None
                 self.seen[runner] = answer
             except RuntimeError as exc:
-                log.warning("compile ahead: %s's job did not finish (%s); capture compiles it itself", runner,
-                            str(exc).splitlines()[0] if str(exc) else "")
+                why = str(exc).splitlines()[0] if str(exc) else ""
                 self.assigned.pop(runner)
-                return None
+                if worker.timed_out != runner:
+                    log.warning("compile ahead: %s's job did not finish (%s); capture compiles it itself", runner, why)
+                    return None
+                log.warning("compile ahead: %s; its candidates fail, not compiled again in the run's process", why)
+                self.seen[runner] = {"timed_out": (
+                    f"not built: compile {why}; not compiled again in the run's process, where it would take as long "
+                    f"or hang as it did (a larger compile_cache.job_timeout_s waits longer)")}
         result = self.seen[runner]
         return result if runner == name else {**result, "shared_with": runner}
 
@@ -347,7 +357,7 @@ class CompileAhead:
     def paused(self) -> Iterator[None]:
         """The workers stopped (SIGSTOP) for the block and resumed after it, so that what the block times runs on
         a quiet host; the pause counts towards neither a worker's stall (``STALL_S``) nor its job's bound
-        (``JOB_TIMEOUT_S``)."""
+        (``job_timeout_s``)."""
         if not self.workers:
             yield
             return
@@ -437,7 +447,7 @@ def started(candidates: Mapping[str, Candidate], spec: BuildSpec, cells: Mapping
             return
         assigned = {name: i % count for i, name in enumerate(runners)}
         threads = compile_threads(candidates, assigned, count)
-        pool = [Worker(i, setup, threads[i], Path(tmp)) for i in range(count)]
+        pool = [Worker(i, setup, threads[i], Path(tmp), float(cache_cfg["job_timeout_s"])) for i in range(count)]
         for name in runners:
             pool[assigned[name]].submit(candidates[name])
         shares = (f"{t} for {'/'.join(n for n, i in assigned.items() if i == w)}" for w, t in enumerate(threads))
