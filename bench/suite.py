@@ -184,6 +184,7 @@ def bench_model(name: str, args: argparse.Namespace) -> Dict[str, Any]:
         cells[bs] = {n: m.summary() for n, m in measure_interleaved(fns, ctx.device, cfg.profile).items()}
     return {"model": name, "source": entry.source, "harness_batch_size": entry.batch_size,
             "tune_seconds": tune_s, "load_seconds": load_s, "eager": eager, "references": list(references),
+            "programs_compiled": sum(o.cost.cache_misses + o.cost.ahead_compiled for o in ctx.outcomes.values()),
             "reference_compile_seconds": {n: round(ctx.outcomes[n].cost.ahead_s + ctx.outcomes[n].cost.build_s, 1)
                                           for n in references if n in ctx.outcomes},
             "reference_modes": references, "references_not_measured": not_measured,
@@ -254,6 +255,13 @@ def summary(rows: List[Dict[str, Any]]) -> Dict[str, Any]:
             "failed": [r["model"] for r in rows if "error" in r], "not_run": [r["model"] for r in rows if "not_run" in r]}
 
 
+def tune_cell(row: Dict[str, Any]) -> str:
+    """The tune's seconds, with the programs it compiled (none: Inductor's cache was warm; rows of earlier lanes lack
+    the count): a warm tune's seconds are not a cold one's."""
+    compiled = f" ({row['programs_compiled']} compiled)" if "programs_compiled" in row else ""
+    return f"{row['tune_seconds']:.0f}{compiled}"
+
+
 def own_compile(row: Dict[str, Any]) -> str:
     """The seconds of the slowest reference's compile (its worker's and capture's), with its mode: what the user's own
     best compile costs them, and the part of the tune that waits on it (rows of earlier lanes lack it)."""
@@ -294,11 +302,14 @@ def markdown(rows: List[Dict[str, Any]], meta: Dict[str, Any]) -> str:
             lines.append(f"| {row['model']} | {row['source']} | {c['batch_size']} | {cell['auto']['median_ms']:.4g} | "
                          f"{cell[row['eager']]['median_ms']:.4g} | {c['reference']} ({c['reference_mode']}) | "
                          f"{ref:.4g} | "
-                         f"{c['auto_over_reference']:.3f} | {c['auto_over_eager']:.3f} | {row['tune_seconds']:.0f} | "
+                         f"{c['auto_over_reference']:.3f} | {c['auto_over_eager']:.3f} | {tune_cell(row)} | "
                          f"{own_compile(row)} | {row['load_seconds']:.1f} | {route} |")
     lines += [f"{row['model']}: not measured, so not among its references: {name} ({why[:200]})"
               for row in rows for name, why in row.get("references_not_measured", {}).items()]
     lines += [held_to(row) for row in rows if row.get("accuracy_budget", DEFAULT_BUDGET) != DEFAULT_BUDGET]
+    if any("programs_compiled" in row for row in rows):
+        lines.append("tune s (N compiled): the programs the tune compiled, in its process and its compile workers "
+                     "(Inductor's FX-graph cache misses); 0 is a warm cache's tune")
     if meta.get("run_again"):
         lines += ["", f"Run again in a later lane, whose row is kept: {', '.join(meta['run_again'])}."]
     return "\n".join(lines) + "\n"

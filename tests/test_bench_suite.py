@@ -75,6 +75,10 @@ def test_the_smoke_run_writes_the_summary_of_the_h200_table(tmp_path):
     slowest = max(row["reference_compile_seconds"].values())
     md = (tmp_path / "suite-cpu.md").read_text()
     assert 0 < slowest < row["tune_seconds"] and f"| {slowest:.0f} (" in md
+    # a warm tune's seconds are told from a cold one's: the programs it compiled, in its process and its workers
+    costs = json.loads((tmp_path / "runs" / "cpu-lennard_jones" / "cost.json").read_text())["candidates"]
+    assert row["programs_compiled"] == sum(c["cache_misses"] + c["ahead_compiled"] for c in costs.values())
+    assert f"| {row['tune_seconds']:.0f} ({row['programs_compiled']} compiled) |" in md
     assert result["command"].startswith("python bench/suite.py --out OUT")
     # each candidate's accuracy against fp32 eager is kept; a model held to another bound than the default says so
     # with what its served candidates and references read (GPT-Neo's bf16 drift: the SUITE entry's comment)

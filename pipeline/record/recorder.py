@@ -204,11 +204,12 @@ class Recorder:
     @staticmethod
     def cost_metrics(name: str, o: BackendOutcome) -> Dict[str, float]:
         """A candidate's cost account: ``build_s``, ``compile_s`` (Dynamo and Inductor), cache hits and misses,
-        ``check_s``, ``wait_s`` (capture blocked on its compile worker), ``screen_s``, ``profile_s`` and its total."""
+        ``ahead_compiled`` (the programs its compile worker compiled), ``check_s``, ``wait_s`` (capture blocked on its
+        compile worker), ``screen_s``, ``profile_s`` and its total."""
         cost = o.cost.to_dict()
         return {"build_s/" + name: cost["build_s"], "compile_s/" + name: cost["trace_s"] + cost["compile_s"],
-                **{f"{key}/{name}": cost[key] for key in ("cache_hits", "cache_misses", "check_s", "wait_s",
-                                                          "screen_s", "profile_s", "total_s")}}
+                **{f"{key}/{name}": cost[key] for key in ("cache_hits", "cache_misses", "ahead_compiled", "check_s",
+                                                          "wait_s", "screen_s", "profile_s", "total_s")}}
 
     def profile(self, ctx: RunContext) -> None:
         """The profile as it ended: every cell's final figures (a re-measured size pooled its windows)."""
