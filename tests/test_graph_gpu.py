@@ -121,6 +121,34 @@ def test_outputs_match_eager_padded_and_chunked(cfg, model_name, device):
                 assert buf[17:24].eq(0).all()
 
 
+class MasksOnTheHost(nn.Module):
+    """GPT-Neo's attention, in small: a mask value made as a CPU tensor and copied to the device in the forward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.lin(x)
+        return torch.where(y > 0, y, torch.tensor(-1e4, dtype=y.dtype).to(y.device))
+
+
+def test_a_forward_copying_from_the_host_fails_graph_with_the_way_out_and_graph_inductor_records_it(device):
+    """GPT-Neo's graph candidates failed with torch's words alone (call BP); they now say the cause and the way out,
+    which graph_inductor takes (its program holds the mask value as a constant)."""
+    if device.type != "cuda":
+        pytest.skip("torch's words checked here are CUDA's")
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model, x = MasksOnTheHost().eval().to(device), torch.randn(8, 16, device=device)
+    with pytest.raises(RuntimeError, match=r"Cannot copy between CPU and CUDA.*works on the host.*graph_inductor"):
+        backend_registry.create(Candidate.of("g", GRAPH)).build(model, {"x": x}, device, [1, 8])
+    recorded = backend_registry.create(Candidate.of("gi", GRAPH_INDUCTOR))
+    recorded.build(model, {"x": x}, device, [1, 8])
+    with torch.inference_mode():
+        assert judge(recorded(x=x), model(x)).ok
+
+
 @pytest.mark.parametrize("cfg", [GRAPH, GRAPH_INDUCTOR], ids=["graph", "graph_inductor"])
 def test_tuned_sizes_are_recorded_exactly(cfg, device):
     torch._dynamo.reset()

@@ -11,7 +11,7 @@ from torch import nn
 from pipeline import backends as backend_registry
 from pipeline import runner
 from pipeline.backends import graph_plan
-from pipeline.backends.graph import GraphBackend, concat_chunks, released, stage_inputs, take_rows
+from pipeline.backends.graph import GraphBackend, concat_chunks, host_work_said, released, stage_inputs, take_rows
 from pipeline.batching import BatchDims, output_batch_dims, tile
 from pipeline.backends.candidate import Candidate
 from conftest import TINY
@@ -265,3 +265,20 @@ def test_graph_is_skipped_on_cpu_and_the_run_goes_on(compose_cfg, tmp_path):
         assert "CUDA" in ctx.outcomes[name].reason
     assert ctx.outcomes["eager"].status == "ok"
     assert set(ctx.backends) == {"eager"} and ctx.validation
+
+
+# torch 2.11's words recording GPT-Neo's forward, which copies a tensor made on the CPU to the GPU (call BP)
+GPT_NEO_SAID = ("Cannot copy between CPU and CUDA tensors during CUDA graph capture unless the CPU tensor is pinned. "
+                "Please use tensor.pin_memory() or allocate the tensor with pin_memory=True.")
+
+
+def test_a_forward_that_works_on_the_host_fails_its_graph_with_the_cause_and_the_way_out():
+    """Torch's own words stay first; the cause and the way out follow: graph_inductor where the graph replays eager
+    (its Inductor program can take the copy out of the forward: GPT-Neo's graph_inductor recorded where graph failed),
+    the model's own code either way. Any other error is left as torch said it. (On a GPU: tests/test_graph_gpu.py.)"""
+    eager = host_work_said(GPT_NEO_SAID, compiled=False)
+    assert eager.startswith(GPT_NEO_SAID) and "works on the host between its kernels" in eager
+    assert "graph_inductor" in eager and "make that tensor on the device in the model's own code" in eager
+    compiled = host_work_said("CUDA error: operation not permitted when stream is capturing", compiled=True)
+    assert "works on the host" in compiled and "graph_inductor" not in compiled
+    assert host_work_said("CUDA out of memory. Tried to allocate 2.00 GiB", compiled=False) is None

@@ -41,6 +41,22 @@ log = logging.getLogger(__name__)
 WARMUP_CALLS = 2
 # More compiles than this mean the batch dimension did not stay dynamic.
 EXPECTED_COMPILES = 3
+# torch's words when a forward works on the host between its kernels, which a device graph cannot record: a tensor
+# made on the CPU copied over (GPT-Neo's forward: call BP, bench/results/README.md), a value read back (.item()).
+HOST_WORK = ("Cannot copy between CPU and CUDA tensors during CUDA graph capture",
+             "operation not permitted when stream is capturing")
+
+
+def host_work_said(message: str, compiled: bool) -> Optional[str]:
+    """``message`` (an error from recording a device graph) with its cause and the way out, where torch's words are
+    of host work inside the forward (:data:`HOST_WORK`); None for any other error."""
+    if not any(words in message for words in HOST_WORK):
+        return None
+    way_out = ("" if compiled else "graph_inductor, whose Inductor program can take such work out of the forward, "
+               "may record it; or ")
+    return (f"{message.strip()} [the model's forward works on the host between its kernels (a tensor made on the CPU "
+            f"and copied to the device, a value read back with .item()), which a device graph cannot record: "
+            f"{way_out}make that tensor on the device in the model's own code]")
 
 
 def take_rows(out: Any, rows: int, size: int, clone: bool, dims: BatchDims = BatchDims()) -> Any:
@@ -198,8 +214,14 @@ class GraphBackend(Backend):
             start = time.perf_counter()
             for key in order:
                 graph = graph_class()
-                with devices.graph_capture_workspace(device), api.graph(graph, pool=pool), self.autocast():
-                    out = fn(**views[key])
+                try:
+                    with devices.graph_capture_workspace(device), api.graph(graph, pool=pool), self.autocast():
+                        out = fn(**views[key])
+                except RuntimeError as exc:
+                    said = host_work_said(str(exc), self._inductor is not None)
+                    if said is None:
+                        raise
+                    raise RuntimeError(said) from exc
                 # cloned at every call, its outputs' memory is shared with the graphs recorded after it; handed out
                 # as views (clone_outputs: false), each graph keeps its own, as a view must outlive other replays
                 self._graphs[key] = (graph, released(out) if self._clone and device.type == "cuda" else out)
