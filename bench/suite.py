@@ -309,7 +309,7 @@ def markdown(rows: List[Dict[str, Any]], meta: Dict[str, Any]) -> str:
     lines += [held_to(row) for row in rows if row.get("accuracy_budget", DEFAULT_BUDGET) != DEFAULT_BUDGET]
     if any("programs_compiled" in row for row in rows):
         lines.append("tune s (N compiled): the programs the tune compiled, in its process and its compile workers "
-                     "(Inductor's FX-graph cache misses); 0 is a warm cache's tune")
+                     "(Inductor's cache misses); 0 is a warm cache's tune")
     if meta.get("run_again"):
         lines += ["", f"Run again in a later lane, whose row is kept: {', '.join(meta['run_again'])}."]
     return "\n".join(lines) + "\n"

@@ -381,7 +381,7 @@ def run(ctx: RunContext) -> None:
                     outcome = capture_one(ctx, built[name], references)
                 outcome.cost.ahead_s = float(head_start["seconds"]) if head_start else 0.0
                 if head_start and "shared_with" not in head_start:
-                    outcome.cost.ahead_compiled = int(head_start.get("cache_misses", 0))
+                    outcome.cost.ahead_compiled = int(head_start.get("compiled", 0))
                 outcome.cost.wait_s = waited
                 warn_if_ahead_missed(outcome, head_start)
                 if ran_out_of_memory(outcome) and ahead.working():

@@ -71,6 +71,18 @@ def test_a_script_without_a_main_guard_runs_its_top_level_once_and_its_workers_p
     assert cost["cache_hits"] >= 1 and cost["cache_misses"] == 0, cost  # and the run only loaded it
 
 
+def test_a_workers_standalone_program_counts_as_compiled_into_a_cold_cache_and_not_a_warm_one(tmp_path):
+    """A standalone program (``compile_cache.standalone``, the CUDA default) bundles its Inductor graph into
+    AOTAutograd's cache entry, which the FX-graph counters never see: its worker's job into an empty cache read
+    0 programs compiled, as a warm one's does. A cold tune and a warm one now read apart."""
+    overrides = [*WORKERS, "compile_cache.standalone=true", f"compile_cache.dir={tmp_path / 'cache'}"]
+    cold = run(compose_config(overrides), tmp_path / "cold").outcomes["inductor"]
+    warm = run(compose_config(overrides), tmp_path / "warm").outcomes["inductor"]
+    assert cold.status == warm.status == "ok" and cold.cost.trace_s == 0  # its worker's standalone program, loaded
+    assert cold.cost.ahead_s > 0 and cold.cost.ahead_compiled >= 1, cold.cost
+    assert warm.cost.ahead_compiled == 0, warm.cost
+
+
 PROJECT_SCRIPT = """
 import torch, pipeline
 from user_nets import Net  # a module of the user's own, beside the script

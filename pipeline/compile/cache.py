@@ -364,14 +364,18 @@ BACKEND_TIMER = "OutputGraph.call_user_compiler"
 
 
 def counts() -> Dict[str, float]:
-    """Process-wide totals so far: FX-graph cache hits and misses, and seconds in Dynamo and in Inductor (all
-    zero while Dynamo is not loaded: nothing has compiled)."""
+    """Process-wide totals so far: FX-graph cache hits and misses, AOTAutograd's cache misses (a standalone program,
+    ``torch._inductor.standalone_compile(aot=True)``, bundles its Inductor graph into AOTAutograd's entry: only
+    these count its compile), and seconds in Dynamo and in Inductor (all zero while Dynamo is not loaded: nothing has
+    compiled)."""
     if "torch._dynamo.utils" not in sys.modules:
-        return {"cache_hits": 0, "cache_misses": 0, "trace_s": 0.0, "compile_s": 0.0}
+        return {"cache_hits": 0, "cache_misses": 0, "autograd_misses": 0, "trace_s": 0.0, "compile_s": 0.0}
     from torch._dynamo.utils import compilation_time_metrics, counters
 
     dynamo = sum(compilation_time_metrics.get(DYNAMO_TIMER, ()))
     backend = sum(compilation_time_metrics.get(BACKEND_TIMER, ()))
+    autograd = counters["aot_autograd"]
     return {"cache_hits": counters["inductor"]["fxgraph_cache_hit"],
             "cache_misses": counters["inductor"]["fxgraph_cache_miss"],
+            "autograd_misses": autograd["autograd_cache_miss"] + autograd["autograd_cache_bypass"],
             "trace_s": max(0.0, dynamo - backend), "compile_s": backend}

@@ -102,6 +102,7 @@ def compile_one(state: Dict[str, Any], name: str, settings: Dict[str, Any]) -> D
     (capture loads it instead of tracing)."""
     from pipeline import backends
     from pipeline.backends.candidate import Candidate
+    from pipeline.compile import cache as compile_cache
     from pipeline.compile import standalone
     from pipeline.compile.build import build_and_warm
     from pipeline.compile.cost import BuildCost, Stopwatch
@@ -112,6 +113,7 @@ def compile_one(state: Dict[str, Any], name: str, settings: Dict[str, Any]) -> D
     if not unfit:
         backend.prebuilt = standalone.compiled_here(backend, spec.sample, state["directory"], built.append)
     warm = lambda backend: [backend(**cell) for cell in state["cells"]]  # noqa: E731
+    before = compile_cache.counts()
     try:
         build_and_warm(backend, spec, counted, warm)
     except Exception as exc:  # noqa: BLE001 -- no standalone program (a graph break, say): the traced one, as ever
@@ -120,7 +122,10 @@ def compile_one(state: Dict[str, Any], name: str, settings: Dict[str, Any]) -> D
         unfit, built = f"its standalone build failed ({type(exc).__name__}: {str(exc).strip()[:300]})", []
         counted = BuildCost()
         build_and_warm(backends.create(candidate), spec, counted, warm)
+    # the programs it compiled: a standalone one's compile is AOTAutograd's cache miss, a traced one's the FX graph's
+    compiled = compile_cache.counts()["autograd_misses"] - before["autograd_misses"] if built else counted.cache_misses
     return {"seconds": watch.seconds, "cache_hits": counted.cache_hits, "cache_misses": counted.cache_misses,
+            "compiled": int(compiled),
             **({"standalone": standalone.answer_of(built[0])} if built else {}),
             **({"standalone_unfit": unfit} if state["standalone"] and unfit else {})}
 
