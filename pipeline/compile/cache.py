@@ -189,8 +189,8 @@ def settings_problem(cfg: Mapping[str, Any]) -> Optional[str]:
 
     if cfg.get("workers") is not None and int(cfg["workers"]) < 0:
         return f"compile_cache.workers={cfg['workers']} must be >= 0 (0: no compile workers), or null for one per 4 cores"
-    timeout = cfg.get("job_timeout_s", 900.0)
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+    timeout = cfg.get("job_timeout_s")  # typed a float by the schema: a number here
+    if timeout is not None and (isinstance(timeout, bool) or not timeout > 0):
         return (f"compile_cache.job_timeout_s={timeout:g} must be a positive number of seconds; "
                 f"e.g. compile_cache.job_timeout_s=1800")
     problem = privacy_problem(cfg)
