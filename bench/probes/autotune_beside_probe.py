@@ -126,8 +126,12 @@ def time_all(args: argparse.Namespace, out: Path) -> None:
             raise SystemExit(f"{entry['name']}: no FX graph cache hit in {entry['cache']}: it compiled again here")
 
         def call(fn: Any = compiled) -> Any:
+            """As the profile calls a reference (``InductorBackend.__call__``): a new CUDA-graph step, the output
+            cloned (the next replay overwrites it)."""
+            if args.device == "cuda":
+                torch.compiler.cudagraph_mark_step_begin()
             with torch.inference_mode():
-                return fn(x)
+                return fn(x).clone()
 
         calls[entry["name"]] = call
     medians: Dict[str, List[float]] = {name: [] for name in calls}
