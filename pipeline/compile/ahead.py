@@ -369,8 +369,8 @@ class CompileAhead:
         finally:
             for worker in self.workers:
                 worker.signal(signal.SIGCONT)
-                worker.progress = (time.monotonic(), worker.progress[1])
-                with worker.done:
+                with worker.done:  # as stalled() and result() read them: under the worker's lock
+                    worker.progress = (time.monotonic(), worker.progress[1])
                     worker.since += time.monotonic() - start
             log.info("compile ahead: %d worker(s) paused %.1f s while the host was timed", len(self.workers),
                      time.monotonic() - start)
