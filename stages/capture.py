@@ -380,8 +380,8 @@ def run(ctx: RunContext) -> None:
                     devices.release_memory(ctx.device)
                     outcome = capture_one(ctx, built[name], references)
                 outcome.cost.ahead_s = float(head_start["seconds"]) if head_start else 0.0
-                if head_start and "shared_with" not in head_start:
-                    outcome.cost.ahead_compiled = int(head_start.get("compiled", 0))
+                if head_start:
+                    outcome.cost.ahead_compiled = ahead.compiled_for(name, head_start)
                 outcome.cost.wait_s = waited
                 warn_if_ahead_missed(outcome, head_start)
                 if ran_out_of_memory(outcome) and ahead.working():
@@ -397,6 +397,7 @@ def run(ctx: RunContext) -> None:
         devices.release_memory(ctx.device)
         outcome = ctx.outcomes[name] = capture_one(ctx, built[name], references)
         outcome.cost.ahead_s, outcome.cost.wait_s = first.cost.ahead_s, first.cost.wait_s  # spent for it all the same
+        outcome.cost.ahead_compiled = first.cost.ahead_compiled
         log_outcome(ctx, outcome)
     ctx.outcomes = {n: ctx.outcomes[n] for n in candidates}  # capture.json, the profile and the route in config order
     ctx.backends = {n: ctx.backends[n] for n in candidates if n in ctx.backends}

@@ -271,3 +271,15 @@ def test_inductor_and_graph_inductor_at_one_precision_share_one_compile_job():
     assigned = {"graph_inductor.bf16-weights": 0, "reference.bf16-weights": 1, "reference_max_autotune.bf16-weights": 2,
                 "graph_inductor.bf16": 0}
     assert compile_ahead.compile_threads(gpu, assigned, 3, cores=16) == [5, 5, 16]
+
+
+def test_a_jobs_compiled_programs_count_once_on_the_first_candidate_built_from_it():
+    """``ahead_compiled`` was counted on the job's runner only: where the runner (a graph candidate) was skipped and
+    the inductor candidate sharing its job was built, the tune's total lost the programs that job compiled."""
+    from pipeline.compile.ahead import CompileAhead
+
+    ahead = CompileAhead({"inductor": "graph_inductor", "graph_inductor": "graph_inductor"})
+    job = {"seconds": 3.0, "compiled": 2}
+    assert ahead.compiled_for("inductor", {**job, "shared_with": "graph_inductor"}) == 2  # its runner was skipped
+    assert ahead.compiled_for("graph_inductor", job) == 0  # counted once in the tune's total
+    assert CompileAhead({"graph_inductor": "graph_inductor"}).compiled_for("graph_inductor", job) == 2

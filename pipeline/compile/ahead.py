@@ -34,7 +34,7 @@ import threading
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
 import torch
 
@@ -297,6 +297,7 @@ class CompileAhead:
         self.jobs, self.workers, self.assigned = jobs, list(workers), dict(assigned or {})
         self.directory = directory  # private to the run (its setup file; standalone programs are loaded from here)
         self.seen: Dict[str, Dict[str, Any]] = {}
+        self.counted: Set[str] = set()  # the jobs whose compiled programs a built candidate already carries
         self.setup_s = 0.0  # the run's seconds starting the workers (the model written for them, the processes)
         self.close_s = 0.0  # and stopping them
 
@@ -327,6 +328,16 @@ class CompileAhead:
                     f"or hang as it did (a larger compile_cache.job_timeout_s waits longer)")}
         result = self.seen[runner]
         return result if runner == name else {**result, "shared_with": runner}
+
+    def compiled_for(self, name: str, head_start: Dict[str, Any]) -> int:
+        """The programs the job behind ``head_start`` (``name``'s answer from :meth:`wait`) compiled, counted once:
+        on the first of its candidates built, so that a job whose runner was skipped or failed still counts on the
+        candidate sharing it, and one shared by several counts once in the tune's total."""
+        runner = head_start.get("shared_with", name)
+        if runner in self.counted:
+            return 0
+        self.counted.add(runner)
+        return int(head_start.get("compiled", 0))
 
     def ready(self, name: str) -> bool:
         """Whether :meth:`wait` for ``name`` would return at once: it has no job (none, dropped, or failed), or its

@@ -40,7 +40,7 @@ class CandidateCost(BuildCost):
     check_s: float = 0.0  # wall: its outputs against eager at every tuned size (and its own variants)
     ahead_s: float = 0.0  # a compile worker's seconds on its program, before capture built it (overlapped)
     # the programs that worker's job compiled (its cache misses: the FX graph's for a traced program, AOTAutograd's
-    # for a standalone one; counted on the candidate whose job it was, not on one sharing it): with cache_misses,
+    # for a standalone one; counted once per job, on the first candidate built from it): with cache_misses,
     # whether a tune's seconds were a cold or a warm cache's
     ahead_compiled: int = 0
     wait_s: float = 0.0  # capture blocked on that worker: the part of its seconds nothing else overlapped
