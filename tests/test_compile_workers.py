@@ -142,26 +142,30 @@ def test_a_candidate_out_of_memory_beside_busy_workers_is_built_again_once_they_
 SHORT_CHILDREN = """
 import subprocess, sys, time
 burn = "import time; t = time.process_time()\\nwhile time.process_time() - t < 0.25: pass"
-end = time.monotonic() + 30
+end = time.monotonic() + 120
 while time.monotonic() < end:
     subprocess.run([sys.executable, "-c", burn])
+    print("ended", flush=True)
 """
 
 
 def test_a_worker_waiting_on_one_short_process_after_another_is_making_progress():
     """On an H100, a max-autotune reference's job was ended as stalled ("its processes used no CPU") while its
     compile ran short processes one after another: a snapshot of the living tree misses the seconds of the children
-    that ended. They count now (``cutime``), so such a worker is not stopped."""
-    proc = subprocess.Popen([sys.executable, "-c", SHORT_CHILDREN])
+    that ended. They count now (``cutime``), so such a worker is not stopped. Counted in children ended, not in wall
+    seconds, so a busy machine (CI's two cores) does not starve the children between the two readings."""
+    proc = subprocess.Popen([sys.executable, "-c", SHORT_CHILDREN], stdout=subprocess.PIPE, text=True)
     try:
-        time.sleep(2.0)
+        assert proc.stdout.readline() == "ended\n"
         first = compile_ahead.process_tree_cpu_s(proc.pid)
-        time.sleep(3.0)
+        ended = [proc.stdout.readline() for _ in range(4)]  # four children burned 0.25 CPU seconds each, and ended
         later = compile_ahead.process_tree_cpu_s(proc.pid)
     finally:
         proc.kill()
         proc.wait()
-    assert first is not None and later is not None and later - first > 1.0, (first, later)
+    assert ended == ["ended\n"] * 4, ended
+    # a snapshot of the living tree would see at most one living child's 0.25 s between the readings
+    assert first is not None and later is not None and later - first >= 0.9, (first, later)
 
 
 def test_a_stopped_worker_is_named_and_bypassed_and_capture_compiles_its_candidate(tmp_path, caplog, monkeypatch):
