@@ -265,6 +265,20 @@ def test_pipeline_run_with_graph_backends(compose_cfg, tmp_path, device):
     assert ctx.validation["ok"]
 
 
+def test_a_graph_candidates_worker_builds_its_standalone_program_alone_and_capture_records_it(compose_cfg, tmp_path,
+                                                                                             device):
+    """The worker builds graph_inductor's standalone program by its Inductor side alone (no device graphs recorded
+    there); capture loads it with no trace, records its graphs over it and the route answers as eager."""
+    torch._dynamo.reset()
+    cfg = compose_cfg(TINY + ["backends=[eager,graph_inductor]", f"device={device.type}", "compile_cache.workers=1",
+                              f"compile_cache.dir={tmp_path / 'cache'}"])
+    ctx = runner.run(cfg, tmp_path / "run")
+    built = ctx.outcomes["graph_inductor"]
+    assert built.status == "ok", built.reason
+    assert built.cost.ahead_s > 0 and built.cost.ahead_compiled >= 1 and built.cost.trace_s == 0, built.cost
+    assert ctx.validation["ok"]
+
+
 def test_max_autotune_kernels_recorded_as_device_graphs_are_checked_profiled_and_served(compose_cfg, tmp_path, device):
     """graph_inductor_max_autotune (conf/backends): a max-autotune-no-cudagraphs program under graph_inductor's graphs,
     through a whole run, its route validated against eager."""

@@ -283,3 +283,21 @@ def test_a_jobs_compiled_programs_count_once_on_the_first_candidate_built_from_i
     assert ahead.compiled_for("inductor", {**job, "shared_with": "graph_inductor"}) == 2  # its runner was skipped
     assert ahead.compiled_for("graph_inductor", job) == 0  # counted once in the tune's total
     assert CompileAhead({"graph_inductor": "graph_inductor"}).compiled_for("graph_inductor", job) == 2
+
+
+def test_a_worker_builds_a_graph_candidates_standalone_program_by_its_inductor_side_alone():
+    """The job a graph candidate runs for its group recorded device graphs at every recorded size in the worker
+    though its standalone program is one for every size: cuDNN's plans again, beside capture (mobilenetv3: 72 s)."""
+    from pipeline import backends
+    from pipeline.backends.inductor import InductorBackend
+    from pipeline.compile.worker import program_builder
+
+    candidates = candidates_of(compose_config(["backends=gpu", "precision=[bf16]"]), torch.device("cuda"))
+    graph_inductor = backends.create(candidates["graph_inductor.bf16-weights"])
+    builder = program_builder(graph_inductor)
+    assert isinstance(builder, InductorBackend) and builder.candidate is graph_inductor.candidate
+    assert builder.inductor_options() == graph_inductor.inductor_options() and not builder.records_cuda_graphs
+    inductor = backends.create(candidates["inductor.bf16-weights"])
+    assert program_builder(inductor) is inductor  # already the program alone
+    graph = backends.create(candidates["graph.bf16-weights"])
+    assert program_builder(graph) is graph  # no Inductor side: it compiles nothing, and runs no job

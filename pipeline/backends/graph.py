@@ -157,6 +157,12 @@ class GraphBackend(Backend):
     def inductor_options(self) -> Dict[str, Any]:
         return self._inductor.effective_options() if self._inductor else {}
 
+    @property
+    def inductor_part(self) -> Optional[InductorBackend]:
+        """Its Inductor side as a backend of its own (None without Inductor): the program its graphs record, which
+        a compile worker builds alone where that program is standalone (``pipeline.compile.worker``)."""
+        return self._inductor
+
     def _compiled(self, model: nn.Module) -> Any:
         if self._inductor is None:
             return model

@@ -7,8 +7,8 @@ in each worker. Nor through ``python -m``, which puts the current directory firs
 folder others can write (``/tmp``), a ``json.py`` planted there would run inside the worker. The worker imports
 from exactly the run's own ``sys.path`` (:data:`BOOT`). Here the worker's ``__main__`` is this module; it reads the run's setup file (the build spec,
 the inputs at every tuned cell, the cache settings, the run's process state: ``compile.state``), then compiles one job per line of its standard input (a
-JSON object: the candidate's name and settings), built and warmed exactly as capture will
-(``pipeline.compile.build``), and answers each with one JSON line on the file descriptor ``RESULTS_FD``: the
+JSON object: the candidate's name and settings), built and warmed as capture will (``pipeline.compile.build``;
+a graph candidate's standalone program by its Inductor side alone, no graphs recorded), and answers each with one JSON line on the file descriptor ``RESULTS_FD``: the
 seconds and cache counts and the device memory it still holds once the candidate is dropped, or the error.
 
 It dies with its run: the kernel sends it SIGKILL when the run's process ends (Linux's
@@ -96,10 +96,18 @@ def start(setup_path: str) -> Dict[str, Any]:
             "directory": Path(setup_path).parent}
 
 
+def program_builder(backend: Any) -> Any:
+    """The backend a worker builds for a standalone program: a graph backend's Inductor side alone. That program
+    serves every size, so recording the graph backend's device graphs in the worker compiled nothing more and only
+    repeated, beside capture and the references' autotuning, the device work capture does again in its own process
+    (cuDNN's plans at each of 36 recorded sizes: mobilenetv3's graph job took 72 s warm on an H100)."""
+    return getattr(backend, "inductor_part", None) or backend
+
+
 def compile_one(state: Dict[str, Any], name: str, settings: Dict[str, Any]) -> Dict[str, Any]:
     """Build the candidate as capture will and call it at every tuned cell: its programs enter the cache. With
-    ``compile_cache.standalone``, its program is built in the standalone form where it has one, and sent back
-    (capture loads it instead of tracing)."""
+    ``compile_cache.standalone``, its program is built in the standalone form where it has one (a graph candidate's
+    by its Inductor side alone: :func:`program_builder`), and sent back (capture loads it instead of tracing)."""
     from pipeline import backends
     from pipeline.backends.candidate import Candidate
     from pipeline.compile import cache as compile_cache
@@ -111,6 +119,7 @@ def compile_one(state: Dict[str, Any], name: str, settings: Dict[str, Any]) -> D
     backend, built = backends.create(candidate), []
     unfit = standalone.standalone_unfit(backend, bool(spec.dims.seq)) if state["standalone"] else "off"
     if not unfit:
+        backend = program_builder(backend)
         backend.prebuilt = standalone.compiled_here(backend, spec.sample, state["directory"], built.append)
     warm = lambda backend: [backend(**cell) for cell in state["cells"]]  # noqa: E731
     before = compile_cache.counts()
