@@ -8,8 +8,9 @@ folder others can write (``/tmp``), a ``json.py`` planted there would run inside
 from exactly the run's own ``sys.path`` (:data:`BOOT`). Here the worker's ``__main__`` is this module; it reads the run's setup file (the build spec,
 the inputs at every tuned cell, the cache settings, the run's process state: ``compile.state``), then compiles one job per line of its standard input (a
 JSON object: the candidate's name and settings), built and warmed as capture will (``pipeline.compile.build``;
-a graph candidate's standalone program by its Inductor side alone, no graphs recorded), and answers each with one JSON line on the file descriptor ``RESULTS_FD``: the
-seconds and cache counts and the device memory it still holds once the candidate is dropped, or the error.
+a graph candidate's standalone program by its Inductor side alone, no graphs recorded), and answers each with one
+JSON line on the file descriptor ``RESULTS_FD``: the seconds and cache counts and the device memory it still holds
+once the candidate is dropped, or the error.
 
 It dies with its run: the kernel sends it SIGKILL when the run's process ends (Linux's
 ``PR_SET_PDEATHSIG``), a thread watches ``PARENT_PID`` where that is missing, and an end of standard input
