@@ -3,19 +3,25 @@ worker while capture uses the same GPU, as the tune's ``reference_max_autotune``
 the user's own compile would? Its picks are what every suite row compares with: a reference slowed by our own
 capture would inflate the lead.
 
-Phase 1, for each of ROUNDS x (quiet, beside), alternating: a fresh process compiles the model (torchvision, random
-weights, bf16 weights as ``reference_max_autotune.bf16-weights``) with ``torch.compile(mode="max-autotune")`` at one
+Phase 1, for each of ROUNDS x (quiet, beside), alternating: a fresh process compiles the model (a torchvision name, or
+a ``module.Class`` built with no arguments such as the suite's ``bench.suite.PhlippeResNet``; random weights, bf16
+weights as ``reference_max_autotune.bf16-weights``) with ``torch.compile(mode="max-autotune")`` at one
 batch size into its own empty Inductor cache, with every core as its compile threads (as the tune's autotuning
 worker has); for ``beside`` this process meanwhile runs what capture runs on the device: the eager model at batch
 sizes cycling 1..batch, a device graph recorded and replayed every tenth step. Phase 2: a fresh process loads
 every program from its own cache (an FX graph cache hit each, checked: a miss would compile again, quietly, and is
 an error) and times them in the profile's interleaved rounds (``pipeline.measure.interleaved``).
 
+    python bench/probes/autotune_beside_probe.py --model bench.suite.PhlippeResNet --batch 128 --size 32 OUT_DIR
     python bench/probes/autotune_beside_probe.py --model regnet_y_400mf --batch 32 --rounds 2 OUT_DIR
     python bench/probes/autotune_beside_probe.py --device cpu --model resnet18 --batch 2 --size 32 --rounds 1 OUT_DIR
 
 Prints each compile's seconds and each program's median ms; the quiet programs' spread is the noise autotuning
 has anyway, so beside is slower only where it falls outside it. Writes ``OUT_DIR/autotune-beside.json``.
+
+Size it to the device call: RegNetY-400MF at 32 takes 255-295 s a compile on an H200 (2026-12-07, calls BT and BU:
+one round's beside compile did not end within a 10-minute call); PhlippeResNet, the suite's CIFAR ResNet whose cells
+max-autotune leads (90 s for its two batch sizes on an H100), fits two rounds.
 """
 from __future__ import annotations
 
@@ -32,12 +38,20 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def build(model: str, device: str) -> Any:
-    """The model as the bf16-weights reference compiles it: eval mode, weights cast, on the device."""
+    """The model as the bf16-weights reference compiles it: eval mode, weights cast, on the device. ``model``: a
+    torchvision name, or ``module.Class`` (imported from the repository root, built with no arguments)."""
+    import importlib
+
     import torch
     import torchvision
 
     torch.manual_seed(0)
-    return torchvision.models.get_model(model).eval().to(device=device, dtype=torch.bfloat16)
+    if "." in model:
+        module, _, name = model.rpartition(".")
+        built = getattr(importlib.import_module(module), name)()
+    else:
+        built = torchvision.models.get_model(model)
+    return built.eval().to(device=device, dtype=torch.bfloat16)
 
 
 def sample(batch: int, size: int, device: str) -> Any:
