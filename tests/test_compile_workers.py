@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import List, Sequence
+from typing import List, Mapping, Sequence
 
 import pytest
 
@@ -297,9 +297,9 @@ def test_a_run_killed_outright_leaves_no_worker_behind(tmp_path):
         time.sleep(0.2)
 
 
-def ahead_of(names: List[str], workers: int, overrides: Sequence[str] = ()):
-    """Real compile workers started for ``names`` (inductor at a precision each) on a tiny MLP, on the CPU, with the
-    run's ``compile_cache`` config (and ``overrides`` to it)."""
+def ahead_of(names: List[str], workers: int, overrides: Sequence[str] = (), settings: Mapping[str, dict] = {}):
+    """Real compile workers started for ``names`` (inductor at a precision each, and ``settings`` of its own where
+    given) on a tiny MLP, on the CPU, with the run's ``compile_cache`` config (and ``overrides`` to it)."""
     import torch
     from omegaconf import OmegaConf
 
@@ -313,30 +313,64 @@ def ahead_of(names: List[str], workers: int, overrides: Sequence[str] = ()):
     dims = output_batch_dims(model, lambda bs: {"x": torch.randn(bs, 16)})
     spec = BuildSpec(model, cells[4], device, range(1, 5), [1, 4], BatchDims(inputs={"x": 0}, outputs=dims))
     cache = compose_config([*TINY, f"compile_cache.dir={SUITE_CACHE}", *overrides]).compile_cache
-    candidates = {n: Candidate.of(n, {"kind": "inductor", **({"precision": "bf16"} if "bf16" in n else {})})
+    candidates = {n: Candidate.of(n, {"kind": "inductor", **({"precision": "bf16"} if "bf16" in n else {}),
+                                      **settings.get(n, {})})
                   for n in names}
     return compile_ahead.started(candidates, spec, cells, 1, OmegaConf.to_container(cache, resolve=True), workers)
 
 
 def test_a_worker_whose_running_job_is_dropped_with_none_after_it_is_stopped(caplog):
-    """A dropped job that already runs takes cores the compiles still wanted: its worker stops, unless it has jobs
-    queued behind it (then the job finishes and the worker goes on to them)."""
+    """A dropped job that already runs takes cores the compiles still wanted: its worker stops, unless a job it could
+    take is still queued (then the job finishes and the worker goes on to the next)."""
     caplog.set_level("INFO", logger="pipeline.compile.ahead")
     with ahead_of(["inductor.bf16", "inductor"], workers=1) as ahead:
         [worker] = ahead.workers
-        assert worker.running == "inductor.bf16" and [c.name for c in worker.queued] == ["inductor"]
-        ahead.drop("inductor.bf16")  # running, with the fp32 job behind it: it goes on
+        assert worker.running == "inductor.bf16" and [c.name for c in ahead.queue.pending] == ["inductor"]
+        ahead.drop("inductor.bf16")  # running, with the fp32 job queued: it goes on
         assert worker.process.poll() is None and ahead.working() and not worker.stopped
         assert ahead.wait("inductor") is not None  # and the job behind it is done as before
     with ahead_of(["inductor.bf16", "inductor"], workers=2) as ahead:
         first, second = ahead.workers
-        assert first.running == "inductor.bf16" and not first.queued and second.running == "inductor"
+        assert first.running == "inductor.bf16" and not ahead.queue.pending and second.running == "inductor"
         ahead.drop("inductor.bf16")
         assert first.process.poll() is not None and first.stopped == ["inductor.bf16"]
         assert second.process.poll() is None and ahead.working()
         assert ahead.wait("inductor") is not None  # the other worker's job is untouched
     said = [r.getMessage() for r in caplog.records if "stopped, its running job" in r.getMessage()]
     assert said == ["compile ahead: worker 0 stopped, its running job (inductor.bf16) dropped and none left for it"]
+
+
+def test_a_job_goes_to_whichever_worker_frees_up_first_not_behind_a_long_one():
+    """Jobs were dealt out in turn, so a job waited behind a long one (a max-autotune compile: minutes) on its worker
+    while another sat idle (DistilBERT's ``reference.bf16``, 2026-12-06). Now each worker takes the next job as it
+    frees up: with the first worker held up, the third job goes to the second, after its own."""
+    nofuse = {"inductor_nofuse": {"options": {"epilogue_fusion": False}}}
+    with ahead_of(["inductor.bf16", "inductor", "inductor_nofuse"], workers=2, settings=nofuse) as ahead:
+        first, second = ahead.workers
+        assert (first.running, second.running) == ("inductor.bf16", "inductor")
+        first.signal(signal.SIGSTOP)  # a long compile
+        try:
+            assert ahead.wait("inductor_nofuse", within=240) is not None, (second.gone, first.gone)
+            assert ahead.queue.taken["inductor_nofuse"] is second and first.running == "inductor.bf16"
+            assert not first.gone and not second.gone
+        finally:
+            first.signal(signal.SIGCONT)
+
+
+def test_an_autotuning_job_goes_first_to_the_worker_of_every_core_and_the_others_to_the_rest():
+    """The worker compiling on every core takes the autotuning job at once, though it is queued after a likely winner,
+    and another worker keeps a share of the cores for the other jobs; a lone worker takes them in priority order."""
+    from pipeline.compile.ahead import autotunes
+
+    tuned = {"inductor_tuned": {"mode": "max-autotune-no-cudagraphs"}}
+    with ahead_of(["inductor_tuned", "inductor.bf16", "inductor"], workers=2, settings=tuned) as ahead:
+        assert [c.name for c in ahead.queue.pending] == ["inductor"] and ahead.queue.autotuning == {"inductor_tuned"}
+        first, second = ahead.workers
+        assert first.heavy and not second.heavy and autotunes(first.queue.pending[0]) is False
+        assert (first.running, second.running) == ("inductor_tuned", "inductor.bf16")
+    with ahead_of(["inductor_tuned", "inductor.bf16"], workers=1, settings=tuned) as ahead:
+        [worker] = ahead.workers
+        assert worker.heavy and worker.running == "inductor.bf16"  # no other worker: the likely winner first
 
 
 GRAPH_BREAK_SCRIPT = """

@@ -245,7 +245,7 @@ def test_a_process_held_to_two_cores_of_a_big_host_starts_no_compile_workers():
     import sys
     script = ("import os; os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]}); os.cpu_count = lambda: 64; "
               "from pipeline.compile import ahead; "
-              "print(ahead.worker_count(None, 4), ahead.compile_threads({}, {}, 1))")
+              "print(ahead.worker_count(None, 4), ahead.compile_threads(0, 1))")
     out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["0", "[1]"], out.stdout + out.stderr
 
@@ -268,9 +268,10 @@ def test_inductor_and_graph_inductor_at_one_precision_share_one_compile_job():
     gpu = candidates_of(compose_config(["backends=gpu", "precision=[bf16]"]), torch.device("cuda"))
     heavy = [n for n, c in gpu.items() if c.compiles and compile_ahead.autotunes(c)]
     assert heavy == ["reference_max_autotune.bf16-weights"]
-    assigned = {"graph_inductor.bf16-weights": 0, "reference.bf16-weights": 1, "reference_max_autotune.bf16-weights": 2,
-                "graph_inductor.bf16": 0}
-    assert compile_ahead.compile_threads(gpu, assigned, 3, cores=16) == [5, 5, 16]
+    assert compile_ahead.heavy_count(len(heavy), 3) == 1 and compile_ahead.compile_threads(1, 3, cores=16) == [16, 5, 5]
+    # one worker at least is kept on a share for the other jobs; a lone worker takes them all, on every core
+    assert compile_ahead.heavy_count(3, 4) == 3 and compile_ahead.heavy_count(5, 2) == 1
+    assert compile_ahead.heavy_count(1, 1) == 1 and compile_ahead.heavy_count(0, 4) == 0
 
 
 def test_a_jobs_compiled_programs_count_once_on_the_first_candidate_built_from_it():

@@ -3,20 +3,22 @@
 Inductor's compile is CPU-bound and mostly single-threaded Python, and capture builds candidates one
 after another: on a 16-core host, 16 candidates' compiles ran back to back. Here, worker processes
 (fresh processes of ``pipeline.compile.worker``: their own CUDA context, Dynamo state and memory, never the
-user's script, which multiprocessing's ``spawn`` would import again, and never a module of the current directory) build each compiling candidate exactly
-as capture will (the same model, sample inputs, batch sizes and numerics), so its programs land in the
+user's script, which multiprocessing's ``spawn`` would import again, and never a module of the current directory)
+build each compiling candidate exactly as capture will (the same model, sample inputs, batch sizes and numerics), so its programs land in the
 on-disk, content-addressed cache (``pipeline.compile.cache``); capture waits for a candidate's job,
 then builds and checks it itself, loading its programs instead of compiling them. Nothing a worker
 compiled is timed or served: only the cache is shared, and every backend still traces its own program
 (the isolation rule). Candidates that compile one program (``inductor.X`` and ``graph_inductor.X`` at
-one precision and weights) share one job. Workers stop when capture ends, so no compile runs while
-the profile times a window; a worker whose running job was dropped (the precision screen, the budget) with none
-queued behind it stops at once.
+one precision and weights) share one job. Jobs wait in one queue, in priority order, and each worker takes the next
+as it frees up (:class:`JobQueue`). Workers stop when capture ends, so no compile runs while the profile times a
+window; a worker whose running job was dropped (the precision screen, the budget) with no job left that it could take
+stops at once.
 
 Where the model cannot be sent to a worker (it does not pickle, or its classes live in the user's script)
 or a worker fails, capture compiles in its own process as before; the log says why, and nothing else
 changes. A worker cannot hang a run: one whose processes use no CPU for STALL_S seconds (stopped,
-deadlocked) is stopped and named, and capture compiles its candidates itself; one whose running job passes
+deadlocked) is stopped and named, the other workers take the jobs still queued, and capture compiles the stopped
+one's candidate itself; one whose running job passes
 ``compile_cache.job_timeout_s`` is stopped too, and that job's candidates fail with the reason: the same compile in
 the run's process would take as long, or hang as it did. Workers die with their run, also when it is killed
 outright (``pipeline.compile.worker``).
@@ -75,14 +77,19 @@ def autotunes(candidate: Candidate) -> bool:
     return any(options.get(k) for k in ("max_autotune", "max_autotune_gemm", "max_autotune_pointwise"))
 
 
-def compile_threads(candidates: Mapping[str, Candidate], assigned: Mapping[str, int], count: int,
-                    cores: Optional[int] = None) -> List[int]:
-    """Inductor's compile threads for each of ``count`` workers: an equal share of the cores, and every core for a
-    worker with an autotuning job (:func:`autotunes`), which outlasts the others' jobs by minutes and would
-    otherwise build its templates on a share while the rest of the host sits idle."""
+def heavy_count(autotuning: int, count: int) -> int:
+    """How many of ``count`` workers compile on every core, for ``autotuning`` autotuning jobs (:func:`autotunes`): one
+    per such job, less one worker kept on a share for the other jobs where there are two or more, so that the
+    candidates likely to win never wait minutes behind a max-autotune compile."""
+    return min(autotuning, count if count <= 1 else count - 1)
+
+
+def compile_threads(heavy: int, count: int, cores: Optional[int] = None) -> List[int]:
+    """Inductor's compile threads for each of ``count`` workers, the first ``heavy`` of them the ones autotuning jobs
+    go to: every core for those (an autotuning compile outlasts the other jobs by minutes and would otherwise build
+    its templates on a share while the rest of the host sits idle), an equal share of the cores for the others."""
     cores = cores or usable_cores()
-    heavy = {i for name, i in assigned.items() if autotunes(candidates[name])}
-    return [cores if i in heavy else max(1, cores // count) for i in range(count)]
+    return [cores if i < heavy else max(1, cores // count) for i in range(count)]
 
 
 def program_key(candidate: Candidate) -> str:
@@ -150,13 +157,24 @@ def process_tree_cpu_s(pid: int) -> Optional[float]:
     return sum(cpu[p] for p in tree)
 
 
-class Worker:
-    """One compile worker process (``pipeline.compile.worker``), its jobs in order, and what came back."""
+class JobLost(RuntimeError):
+    """A job whose answer will not come: its worker stalled, exited or was stopped, or no worker is left that may take
+    it; ``timed_out``: it ran past ``compile_cache.job_timeout_s`` itself."""
 
-    def __init__(self, index: int, setup: str, threads: int, log_dir: Path, job_timeout_s: float) -> None:
+    def __init__(self, why: str, timed_out: bool = False) -> None:
+        super().__init__(why)
+        self.timed_out = timed_out
+
+
+class Worker:
+    """One compile worker process (``pipeline.compile.worker``), the job it runs, and what came back. ``heavy``: it
+    compiles on every core, and autotuning jobs go to it (:class:`JobQueue`)."""
+
+    def __init__(self, index: int, setup: str, threads: int, log_dir: Path, job_timeout_s: float,
+                 queue: "JobQueue", heavy: bool = False) -> None:
         import subprocess
 
-        self.index, self.log = index, log_dir / f"worker{index}.log"
+        self.index, self.log, self.queue, self.heavy = index, log_dir / f"worker{index}.log", queue, heavy
         read_end, write_end = os.pipe()
         env = {**os.environ, "TORCHINDUCTOR_COMPILE_THREADS": str(threads)}
         with self.log.open("w") as log_file:
@@ -166,20 +184,18 @@ class Worker:
                 text=True, start_new_session=True)  # its own session: a Ctrl-C reaches the run, which stops it
         os.close(write_end)
         self.results: Dict[str, Dict[str, Any]] = {}
-        self.done = threading.Condition()
+        self.done = queue.lock  # one lock for every worker and the queue: a worker freed takes the next job under it
         self.gone = ""  # why the worker is no longer to be waited for ("" while it works)
         # Jobs are handed over one at a time, so that one dropped before its turn is never compiled.
-        self.queued: List[Candidate] = []
         self.running: Optional[str] = None
         self.since = time.monotonic()  # when the running job was handed over: its bound counts from here
         self.job_timeout_s = job_timeout_s
         self.timed_out: Optional[str] = None  # the job that ran past its bound, where one did
-        self.cancelled: List[str] = []
         self.stopped: List[str] = []  # jobs dropped while they ran, their worker stopped with them
+        self.progress = (time.monotonic(), 0.0)  # when its process tree last used CPU, and how much by then
         self.reader = threading.Thread(target=self._read, args=(os.fdopen(read_end),), daemon=True,
                                        name=f"compile-worker-{index}")
         self.reader.start()
-        self.progress = (time.monotonic(), 0.0)  # when its process tree last used CPU, and how much by then
 
     def _read(self, stream: Any) -> None:
         for line in stream:
@@ -188,10 +204,11 @@ class Worker:
                 if "name" in answer:
                     self.results[answer["name"]] = answer
                     self.running = None
-                    self._next()
+                    self.queue.dispatch()
                 self.done.notify_all()
         with self.done:
             self.gone = self.gone or f"worker {self.index} exited: {self.last_words()}"
+            self.queue.dispatch()  # an autotuning job left for it may now go to any worker
             self.done.notify_all()
 
     def last_words(self) -> str:
@@ -202,41 +219,18 @@ class Worker:
             lines = []
         return lines[-1][:300] if lines else "it wrote nothing"
 
-    def submit(self, candidate: Candidate) -> None:
-        """Queue a job; it is handed to the worker once the jobs before it are done."""
-        with self.done:
-            self.queued.append(candidate)
-            if self.running is None:
-                self._next()
-
-    def cancel(self, name: str) -> bool:
-        """Take a job that has not started off the queue; a running one with nothing queued behind it is stopped
-        with its worker, so that the compiles still wanted get the host's cores (a worker stopped here is not
-        started again: its compile would only fill the cache for a run that screens the same way). Returns
-        whether the worker was stopped."""
-        with self.done:
-            if any(c.name == name for c in self.queued):
-                self.queued = [c for c in self.queued if c.name != name]
-                self.cancelled.append(name)
-                return False
-            if self.running != name or self.queued or self.gone:
-                return False  # running with jobs behind it: it finishes, and the worker goes on to them
-            self.gone = f"worker {self.index} stopped: its only job left, {name}, was dropped"
-            self.stopped.append(name)
-        self.stop()
-        return True
-
-    def _next(self) -> None:
-        """Hand the next queued job to the worker (the caller holds ``self.done``)."""
-        if not self.queued or self.gone:
-            return
-        candidate = self.queued.pop(0)
+    def run(self, candidate: Candidate) -> bool:
+        """Hand ``candidate``'s job to the worker (the caller holds ``self.done``); False where it would not take it."""
         self.running, self.since = candidate.name, time.monotonic()
+        self.progress = (self.since, self.progress[1])  # its idle seconds before the job are no stall
         try:
             self.process.stdin.write(json.dumps({"name": candidate.name, "cfg": candidate.config()}) + "\n")
             self.process.stdin.flush()
         except (OSError, ValueError):
+            self.running = None
             self.gone = self.gone or f"worker {self.index} would not take jobs: {self.last_words()}"
+            return False
+        return True
 
     def stalled(self, now: float) -> bool:
         """Whether its process tree used no CPU for STALL_S seconds (stopped, or deadlocked)."""
@@ -247,32 +241,23 @@ class Worker:
             self.progress = (now, used)
         return now - self.progress[0] > STALL_S
 
-    def result(self, name: str, deadline: Optional[float] = None) -> Optional[Dict[str, Any]]:
-        """Wait for ``name``'s answer until ``deadline`` (``time.monotonic``; None: as long as it takes), then None
-        with the job left running; raises RuntimeError naming why it will not come (the worker stalled, exited, or
-        its running job, ``name`` or one queued before it, ran past ``job_timeout_s`` of its own)."""
-        with self.done:
-            while name not in self.results:
-                if self.gone:
-                    raise RuntimeError(self.gone)
-                now = time.monotonic()
-                if self.stalled(now):
-                    self.gone = (f"worker {self.index} made no progress for {STALL_S:.0f} s (its processes used no "
-                                 f"CPU: stopped or deadlocked)")
-                elif self.running is not None and now - self.since > self.job_timeout_s:
-                    self.timed_out = self.running
-                    self.gone = (f"worker {self.index} ran {self.running}'s job past "
-                                 f"compile_cache.job_timeout_s={self.job_timeout_s:g} s")
-                if self.gone:
-                    self.stop()
-                    raise RuntimeError(self.gone)
-                if deadline is not None and now >= deadline:
-                    return None
-                self.done.wait(POLL_S if deadline is None else min(POLL_S, max(deadline - now, 0.01)))
-        answer = self.results[name]
-        if "error" in answer:
-            raise RuntimeError(answer["error"])
-        return answer
+    def check(self, now: float) -> bool:
+        """Give the worker up where its processes stalled or its running job passed its bound: stopped and named in
+        ``gone`` (the caller holds ``self.done``). Returns whether it was given up now. An idle worker (no job left
+        that it may take) is not stalled."""
+        if self.gone or self.running is None:
+            return False
+        if self.stalled(now):
+            self.gone = (f"worker {self.index} made no progress for {STALL_S:.0f} s (its processes used no "
+                         f"CPU: stopped or deadlocked)")
+        elif self.running is not None and now - self.since > self.job_timeout_s:
+            self.timed_out = self.running
+            self.gone = (f"worker {self.index} ran {self.running}'s job past "
+                         f"compile_cache.job_timeout_s={self.job_timeout_s:g} s")
+        else:
+            return False
+        self.stop()
+        return True
 
     def signal(self, signum: int) -> None:
         """Send ``signum`` to the worker and everything it started (its session), where it still runs."""
@@ -289,17 +274,119 @@ class Worker:
                 self.process.stdin.close()
 
 
+class JobQueue:
+    """The compile jobs no worker has taken yet, in priority order (:func:`priority`), and the workers that take them:
+    each takes the next as it frees up, one at a time. Dealt out in turn, a job waited minutes behind a max-autotune
+    compile while other workers sat idle (DistilBERT, 2026-12-06: ``reference.bf16`` behind
+    ``reference_max_autotune.bf16-weights`` on one worker). Autotuning jobs go to the ``heavy`` workers (every core),
+    which take them first where another worker is there for the rest; to any worker once no heavy one is left."""
+
+    def __init__(self, runners: Sequence[Candidate], autotuning: Set[str]) -> None:
+        self.lock = threading.Condition()
+        self.pending = list(runners)
+        self.autotuning = set(autotuning)
+        self.workers: List[Worker] = []
+        self.taken: Dict[str, Worker] = {}
+        self.cancelled: List[str] = []  # jobs dropped before any worker took them
+
+    def start(self, workers: Sequence[Worker]) -> None:
+        with self.lock:
+            self.workers = list(workers)
+            self.dispatch()
+
+    def may_take(self, worker: Worker, name: str) -> bool:
+        if worker.gone:
+            return False
+        return worker.heavy or name not in self.autotuning or not any(w.heavy and not w.gone for w in self.workers)
+
+    def dispatch(self) -> None:
+        """Hand a job to every idle worker that may take one (the caller holds ``lock``)."""
+        for worker in self.workers:
+            if worker.running is not None or worker.gone:
+                continue
+            allowed = [c for c in self.pending if self.may_take(worker, c.name)]
+            if worker.heavy and any(not w.heavy and not w.gone for w in self.workers):
+                allowed = [c for c in allowed if c.name in self.autotuning] or allowed
+            if allowed and worker.run(allowed[0]):
+                self.pending.remove(allowed[0])
+                self.taken[allowed[0].name] = worker
+                log.info("compile ahead: worker %d takes %s", worker.index, allowed[0].name)
+
+    def knows(self, name: str) -> bool:
+        return name in self.taken or any(c.name == name for c in self.pending)
+
+    def answered(self, name: str) -> bool:
+        """Whether :meth:`result` for ``name`` would return at once (the caller holds ``lock``)."""
+        worker = self.taken.get(name)
+        if worker is not None:
+            return name in worker.results or bool(worker.gone)
+        return not any(self.may_take(w, name) for w in self.workers)
+
+    def result(self, name: str, deadline: Optional[float] = None) -> Optional[Dict[str, Any]]:
+        """Wait for ``name``'s answer until ``deadline`` (``time.monotonic``; None: as long as it takes), then None
+        with the job left queued or running; raises :class:`JobLost` where it will not come. Every worker is checked
+        while it waits (:meth:`Worker.check`): one given up leaves its queued jobs to the others."""
+        with self.lock:
+            while True:
+                worker = self.taken.get(name)
+                if worker is not None and name in worker.results:
+                    answer = worker.results[name]
+                    break
+                if worker is not None and worker.gone:
+                    raise JobLost(worker.gone, worker.timed_out == name)
+                if worker is None and not any(self.may_take(w, name) for w in self.workers):
+                    gone = "; ".join(w.gone for w in self.workers if w.gone) or "none started"
+                    raise JobLost(f"no compile worker left to take it ({gone})")
+                now = time.monotonic()
+                if any([w.check(now) for w in self.workers]):
+                    self.dispatch()
+                    continue
+                if deadline is not None and now >= deadline:
+                    return None
+                self.lock.wait(POLL_S if deadline is None else min(POLL_S, max(deadline - now, 0.01)))
+        if "error" in answer:
+            raise JobLost(answer["error"])
+        return answer
+
+    def cancel(self, name: str) -> Optional[Worker]:
+        """Take a job no worker has taken off the queue; a running one whose worker has no job left that it could
+        take is stopped with its worker, so that the compiles still wanted get the host's cores (a worker stopped
+        here is not started again: its compile would only fill the cache for a run that screens the same way).
+        Returns the worker stopped, if one was."""
+        with self.lock:
+            queued = [c for c in self.pending if c.name == name]
+            if queued:
+                self.pending.remove(queued[0])
+                self.cancelled.append(name)
+                return None
+            worker = self.taken.get(name)
+            if worker is None or worker.running != name or worker.gone:
+                return None
+            if any(self.may_take(worker, c.name) for c in self.pending):
+                return None  # it finishes, and the worker goes on to the next job
+            worker.gone = f"worker {worker.index} stopped: its only job left, {name}, was dropped"
+            worker.stopped.append(name)
+        worker.stop()
+        return worker
+
+
 class CompileAhead:
     """Jobs for the compiling candidates, run by worker processes while capture builds the others."""
 
-    def __init__(self, jobs: Dict[str, str], workers: Sequence[Worker] = (), assigned: Optional[Dict[str, int]] = None,
+    def __init__(self, jobs: Dict[str, str], queue: Optional[JobQueue] = None,
                  directory: Optional[Path] = None) -> None:
-        self.jobs, self.workers, self.assigned = jobs, list(workers), dict(assigned or {})
+        self.jobs, self.queue = jobs, queue
+        self.workers = list(queue.workers) if queue else []
         self.directory = directory  # private to the run (its setup file; standalone programs are loaded from here)
         self.seen: Dict[str, Dict[str, Any]] = {}
+        self.given_up: Set[str] = set()  # jobs not to be waited for: failed, or dropped
         self.counted: Set[str] = set()  # the jobs whose compiled programs a built candidate already carries
         self.setup_s = 0.0  # the run's seconds starting the workers (the model written for them, the processes)
         self.close_s = 0.0  # and stopping them
+
+    def queued(self, runner: str) -> bool:
+        """Whether ``runner``'s job is the workers' to answer (not given up)."""
+        return self.queue is not None and runner not in self.given_up and self.queue.knows(runner)
 
     def wait(self, name: str, within: Optional[float] = None) -> Optional[Dict[str, Any]]:
         """Block until the job that compiles ``name``'s program is done, or ``within`` seconds have passed (None: no
@@ -307,19 +394,18 @@ class CompileAhead:
         ``compile_cache.job_timeout_s``: its candidates fail), or None (no job, it failed: capture then compiles the
         candidate itself, and the log says why; or it still runs, left to the caller to drop)."""
         runner = self.jobs.get(name)
-        if runner is None or (runner not in self.seen and runner not in self.assigned):
+        if runner is None or (runner not in self.seen and not self.queued(runner)):
             return None
         if runner not in self.seen:
-            worker = self.workers[self.assigned[runner]]
             try:
-                answer = worker.result(runner, None if within is None else time.monotonic() + within)
+                answer = self.queue.result(runner, None if within is None else time.monotonic() + within)
                 if answer is None:
                     return None
                 self.seen[runner] = answer
-            except RuntimeError as exc:
+            except JobLost as exc:
                 why = str(exc).splitlines()[0] if str(exc) else ""
-                self.assigned.pop(runner)
-                if worker.timed_out != runner:
+                self.given_up.add(runner)
+                if not exc.timed_out:
                     log.warning("compile ahead: %s's job did not finish (%s); capture compiles it itself", runner, why)
                     return None
                 log.warning("compile ahead: %s; its candidates fail, not compiled again in the run's process", why)
@@ -341,22 +427,22 @@ class CompileAhead:
 
     def ready(self, name: str) -> bool:
         """Whether :meth:`wait` for ``name`` would return at once: it has no job (none, dropped, or failed), or its
-        job's answer is in, or its worker is gone."""
+        job's answer is in, or its worker is gone, or no worker is left to take it."""
         runner = self.jobs.get(name)
-        if runner is None or runner not in self.assigned or runner in self.seen:
+        if runner is None or runner in self.seen or not self.queued(runner):
             return True
-        worker = self.workers[self.assigned[runner]]
-        with worker.done:
-            return runner in worker.results or bool(worker.gone)
+        with self.queue.lock:
+            return self.queue.answered(runner)
 
     def drop(self, name: str) -> None:
         """``name`` will not be built (skipped): its job is not waited for unless another candidate shares it, is
-        never compiled where it has not started, and is stopped where it runs with nothing after it
-        (:meth:`Worker.cancel`)."""
+        never compiled where no worker took it, and is stopped where it runs and its worker has no job left that it
+        could take (:meth:`JobQueue.cancel`)."""
         runner = self.jobs.pop(name, None)
-        if runner is not None and runner not in self.jobs.values() and runner in self.assigned:
-            worker = self.workers[self.assigned.pop(runner)]
-            if worker.cancel(runner):
+        if runner is not None and runner not in self.jobs.values() and self.queued(runner):
+            self.given_up.add(runner)
+            worker = self.queue.cancel(runner)
+            if worker is not None:
                 log.info("compile ahead: worker %d stopped, its running job (%s) dropped and none left for it",
                          worker.index, runner)
 
@@ -389,7 +475,10 @@ class CompileAhead:
     def close(self) -> None:
         """Stop every worker now, running jobs too: the profile must not time beside a compile. Says which jobs were
         never started because their candidates were dropped first (the precision screen, the tune's budget)."""
-        cancelled = [name for worker in self.workers for name in worker.cancelled]
+        cancelled = self.queue.cancelled if self.queue else []
+        if self.queue:
+            with self.queue.lock:
+                self.queue.pending = []  # a worker stopped below hands nothing more to the others
         if cancelled:
             log.info("compile ahead: %d job(s) never started, their candidates dropped first: %s", len(cancelled),
                      ", ".join(cancelled))
@@ -456,15 +545,18 @@ def started(candidates: Mapping[str, Candidate], spec: BuildSpec, cells: Mapping
         if setup is None:
             yield CompileAhead({})
             return
-        assigned = {name: i % count for i, name in enumerate(runners)}
-        threads = compile_threads(candidates, assigned, count)
-        pool = [Worker(i, setup, threads[i], Path(tmp), float(cache_cfg["job_timeout_s"])) for i in range(count)]
-        for name in runners:
-            pool[assigned[name]].submit(candidates[name])
-        shares = (f"{t} for {'/'.join(n for n, i in assigned.items() if i == w)}" for w, t in enumerate(threads))
-        log.info("compile ahead: %d worker process(es) compile %d program(s) for %d candidate(s): %s (compile "
-                 "threads: %s)", count, len(runners), len(jobs), ", ".join(runners), ", ".join(shares))
-        ahead = CompileAhead(jobs, pool, assigned, Path(tmp))
+        autotuning = {name for name in runners if autotunes(candidates[name])}
+        heavy = heavy_count(len(autotuning), count)
+        threads = compile_threads(heavy, count)
+        queue = JobQueue([candidates[name] for name in runners], autotuning)
+        pool = [Worker(i, setup, threads[i], Path(tmp), float(cache_cfg["job_timeout_s"]), queue, heavy=i < heavy)
+                for i in range(count)]
+        log.info("compile ahead: %d worker process(es) compile %d program(s) for %d candidate(s): %s (each worker "
+                 "takes the next as it frees up; compile threads: %s%s)", count, len(runners), len(jobs),
+                 ", ".join(runners), ", ".join(map(str, threads)),
+                 f"; autotuning jobs to the first {heavy}" if heavy else "")
+        queue.start(pool)
+        ahead = CompileAhead(jobs, queue, Path(tmp))
         ahead.setup_s = begun.seconds
         try:
             yield ahead

@@ -201,7 +201,7 @@ class CompileCacheConfig:
     # Worker processes that compile candidates' programs ahead of capture (pipeline/compile/ahead.py);
     # null: one per 4 CPU cores the run may use (affinity, cgroup quota), none below 8; 0: the run's own process only.
     workers: Optional[int] = None
-    # How long one worker's job may run from when the worker takes it (its time queued behind another job, and the
+    # How long one worker's job may run from when a worker takes it (its time in the queue, and the
     # pauses while the run times the host, do not count). Past it the worker is stopped and the job's candidates
     # fail with the reason; they are not compiled again in the run's process, where the same compile would take as
     # long, or hang as it did (a user's max-autotune compile took 4-9 min on an H100: bench/results/README.md).
