@@ -340,10 +340,11 @@ def test_a_worker_whose_running_job_is_dropped_with_none_after_it_is_stopped(cap
     assert said == ["compile ahead: worker 0 stopped, its running job (inductor.bf16) dropped and none left for it"]
 
 
-def test_a_job_goes_to_whichever_worker_frees_up_first_not_behind_a_long_one():
+def test_a_job_goes_to_whichever_worker_frees_up_first_not_behind_a_long_one(monkeypatch):
     """Jobs were dealt out in turn, so a job waited behind a long one (a max-autotune compile: minutes) on its worker
     while another sat idle (DistilBERT's ``reference.bf16``, 2026-12-06). Now each worker takes the next job as it
     frees up: with the first worker held up, the third job goes to the second, after its own."""
+    monkeypatch.setattr(compile_ahead, "STALL_S", 600.0)  # the stopped worker is a long compile here, not a stall
     nofuse = {"inductor_nofuse": {"options": {"epilogue_fusion": False}}}
     with ahead_of(["inductor.bf16", "inductor", "inductor_nofuse"], workers=2, settings=nofuse) as ahead:
         first, second = ahead.workers
