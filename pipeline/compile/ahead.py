@@ -1,27 +1,25 @@
 """Compile ahead: the candidates' Inductor programs compiled in worker processes, into the shared cache.
 
-Inductor's compile is CPU-bound and mostly single-threaded Python, and capture builds candidates one
-after another: on a 16-core host, 16 candidates' compiles ran back to back. Here, worker processes
-(fresh processes of ``pipeline.compile.worker``: their own CUDA context, Dynamo state and memory, never the
-user's script, which multiprocessing's ``spawn`` would import again, and never a module of the current directory)
-build each compiling candidate exactly as capture will (the same model, sample inputs, batch sizes and numerics), so its programs land in the
-on-disk, content-addressed cache (``pipeline.compile.cache``); capture waits for a candidate's job,
-then builds and checks it itself, loading its programs instead of compiling them. Nothing a worker
-compiled is timed or served: only the cache is shared, and every backend still traces its own program
-(the isolation rule). Candidates that compile one program (``inductor.X`` and ``graph_inductor.X`` at
-one precision and weights) share one job. Jobs wait in one queue, in priority order, and each worker takes the next
-as it frees up (:class:`JobQueue`). Workers stop when capture ends, so no compile runs while the profile times a
-window; a worker whose running job was dropped (the precision screen, the budget) with no job left that it could take
-stops at once.
+Inductor's compile is CPU-bound and mostly single-threaded Python, and capture builds candidates one after another:
+on a 16-core host, 16 candidates' compiles ran back to back. Here, worker processes (fresh processes of
+``pipeline.compile.worker``: their own CUDA context, Dynamo state and memory, never the user's script, which
+multiprocessing's ``spawn`` would import again, and never a module of the current directory) build each compiling
+candidate exactly as capture will (the same model, sample inputs, batch sizes and numerics), so its programs land in
+the on-disk, content-addressed cache (``pipeline.compile.cache``); capture waits for a candidate's job, then builds and
+checks it itself, loading its programs instead of compiling them. Nothing a worker compiled is timed or served: only
+the cache is shared, and every backend still traces its own program (the isolation rule). Candidates that compile one
+program (``inductor.X`` and ``graph_inductor.X`` at one precision and weights) share one job. Jobs wait in one queue,
+in priority order, and each worker takes the next as it frees up (:class:`JobQueue`). Workers stop when capture ends,
+so no compile runs while the profile times a window; a worker whose running job was dropped (the precision screen,
+the budget) with no job left that it could take stops at once.
 
-Where the model cannot be sent to a worker (it does not pickle, or its classes live in the user's script)
-or a worker fails, capture compiles in its own process as before; the log says why, and nothing else
-changes. A worker cannot hang a run: one whose processes use no CPU for STALL_S seconds (stopped,
-deadlocked) is stopped and named, the other workers take the jobs still queued, and capture compiles the stopped
-one's candidate itself; one whose running job passes
-``compile_cache.job_timeout_s`` is stopped too, and that job's candidates fail with the reason: the same compile in
-the run's process would take as long, or hang as it did. Workers die with their run, also when it is killed
-outright (``pipeline.compile.worker``).
+Where the model cannot be sent to a worker (it does not pickle, or its classes live in the user's script) or a worker
+fails, capture compiles in its own process as before; the log says why, and nothing else changes. A worker cannot
+hang a run: one whose processes use no CPU for STALL_S seconds (stopped, deadlocked) is stopped and named, the other
+workers take the jobs still queued, and capture compiles the stopped one's candidate itself; one whose running job
+passes ``compile_cache.job_timeout_s`` is stopped too, and that job's candidates fail with the reason: the same
+compile in the run's process would take as long, or hang as it did. Workers die with their run, also when it is
+killed outright (``pipeline.compile.worker``).
 """
 
 from __future__ import annotations
@@ -290,11 +288,14 @@ class JobQueue:
         self.cancelled: List[str] = []  # jobs dropped before any worker took them
 
     def start(self, workers: Sequence[Worker]) -> None:
+        """Give ``workers`` (their processes started) their first jobs."""
         with self.lock:
             self.workers = list(workers)
             self.dispatch()
 
     def may_take(self, worker: Worker, name: str) -> bool:
+        """Whether ``worker`` may take job ``name``: none for a worker given up, and an autotuning job for a heavy
+        worker only while one is left."""
         if worker.gone:
             return False
         return worker.heavy or name not in self.autotuning or not any(w.heavy and not w.gone for w in self.workers)
@@ -313,6 +314,7 @@ class JobQueue:
                 log.info("compile ahead: worker %d takes %s", worker.index, allowed[0].name)
 
     def knows(self, name: str) -> bool:
+        """Whether ``name`` is a job of this queue still queued or taken (not one cancelled, nor none)."""
         return name in self.taken or any(c.name == name for c in self.pending)
 
     def answered(self, name: str) -> bool:
