@@ -358,17 +358,26 @@ def test_a_job_goes_to_whichever_worker_frees_up_first_not_behind_a_long_one(mon
             first.signal(signal.SIGCONT)
 
 
-def test_an_autotuning_job_goes_first_to_the_worker_of_every_core_and_the_others_to_the_rest():
-    """The worker compiling on every core takes the autotuning job at once, though it is queued after a likely winner,
-    and another worker keeps a share of the cores for the other jobs; a lone worker takes them in priority order."""
-    from pipeline.compile.ahead import autotunes
-
-    tuned = {"inductor_tuned": {"mode": "max-autotune-no-cudagraphs"}}
-    with ahead_of(["inductor_tuned", "inductor.bf16", "inductor"], workers=2, settings=tuned) as ahead:
-        assert [c.name for c in ahead.queue.pending] == ["inductor"] and ahead.queue.autotuning == {"inductor_tuned"}
+def test_autotuning_jobs_go_first_to_one_worker_of_every_core_one_after_another_and_the_others_to_the_rest(
+        monkeypatch):
+    """The worker compiling on every core takes an autotuning job at once, though it is queued after a likely winner,
+    and the next one after it (no two autotune beside each other); the other workers, on a share of the cores, take
+    the rest and never an autotuning job while that worker lives; a lone worker takes them in priority order."""
+    monkeypatch.setattr(compile_ahead, "STALL_S", 600.0)  # the held-up worker is a long autotuning compile here
+    tuned = {name: {"mode": "max-autotune-no-cudagraphs", "fullgraph": name.endswith("2")}
+             for name in ("inductor_tuned", "inductor_tuned2")}
+    with ahead_of(["inductor_tuned", "inductor_tuned2", "inductor.bf16"], workers=2, settings=tuned) as ahead:
+        assert ahead.queue.autotuning == {"inductor_tuned", "inductor_tuned2"}
         first, second = ahead.workers
-        assert first.heavy and not second.heavy and autotunes(first.queue.pending[0]) is False
+        assert first.heavy and not second.heavy
         assert (first.running, second.running) == ("inductor_tuned", "inductor.bf16")
+        first.signal(signal.SIGSTOP)
+        try:
+            assert ahead.wait("inductor.bf16", within=240) is not None, second.gone
+            # the other worker is free, and waits: the second autotuning job is the first worker's, after its first
+            assert [c.name for c in ahead.queue.pending] == ["inductor_tuned2"] and second.running is None
+        finally:
+            first.signal(signal.SIGCONT)
     with ahead_of(["inductor_tuned", "inductor.bf16"], workers=1, settings=tuned) as ahead:
         [worker] = ahead.workers
         assert worker.heavy and worker.running == "inductor.bf16"  # no other worker: the likely winner first

@@ -76,10 +76,11 @@ def autotunes(candidate: Candidate) -> bool:
 
 
 def heavy_count(autotuning: int, count: int) -> int:
-    """How many of ``count`` workers compile on every core, for ``autotuning`` autotuning jobs (:func:`autotunes`): one
-    per such job, less one worker kept on a share for the other jobs where there are two or more, so that the
-    candidates likely to win never wait minutes behind a max-autotune compile."""
-    return min(autotuning, count if count <= 1 else count - 1)
+    """How many of ``count`` workers compile on every core, for ``autotuning`` autotuning jobs (:func:`autotunes`): one,
+    which takes them one after another, so that the other workers keep the candidates likely to win from waiting
+    minutes behind a max-autotune compile, and no two autotuning compiles benchmark their templates on the device at
+    once (each would time its choices beside the other's: the user's own compile, a reference, runs alone)."""
+    return min(autotuning, count, 1)
 
 
 def compile_threads(heavy: int, count: int, cores: Optional[int] = None) -> List[int]:
@@ -276,8 +277,9 @@ class JobQueue:
     """The compile jobs no worker has taken yet, in priority order (:func:`priority`), and the workers that take them:
     each takes the next as it frees up, one at a time. Dealt out in turn, a job waited minutes behind a max-autotune
     compile while other workers sat idle (DistilBERT, 2026-12-06: ``reference.bf16`` behind
-    ``reference_max_autotune.bf16-weights`` on one worker). Autotuning jobs go to the ``heavy`` workers (every core),
-    which take them first where another worker is there for the rest; to any worker once no heavy one is left."""
+    ``reference_max_autotune.bf16-weights`` on one worker). Autotuning jobs go to the ``heavy`` worker (every core,
+    :func:`heavy_count`), which takes them first where another worker is there for the rest; to any worker once no
+    heavy one is left."""
 
     def __init__(self, runners: Sequence[Candidate], autotuning: Set[str]) -> None:
         self.lock = threading.Condition()
