@@ -198,20 +198,22 @@ def capture_order(candidates: Mapping[str, Candidate]) -> List[str]:
 
 def capture_sequence(order: List[str], candidates: Mapping[str, Candidate], ready: Callable[[str], bool]
                      ) -> Iterator[str]:
-    """The order capture builds in: ``order`` (:func:`capture_order`), except that a reference peer whose compile
-    worker is still at it (``ready`` false: waiting for it would block) goes behind the later candidates: first those
-    ready, then the others that are no reference, and is built after them unless its job ends before. The user's
-    max-autotune compile takes minutes (131 s of deit_tiny's 206 s tune on the H100) while the jobs behind it end
-    sooner, and capture waited for it with them ready (DistilBERT: 7 candidates, 43 s of capture, built after it).
-    Asked at every step, so a job that ends meanwhile is taken in its turn; a reference that compiles nothing ahead,
-    or whose job failed, is ready."""
+    """The order capture builds in: ``order`` (:func:`capture_order`), except that a candidate whose compile worker is
+    still at it (``ready`` false: waiting for it would block) lets a later one whose job is done go first (the workers
+    take jobs as they free up, so a short job queued later can end sooner); and a reference peer still compiling goes
+    behind the later candidates, those ready first, then the others that are no reference, and is built after them
+    unless its job ends before. The user's max-autotune compile takes minutes (131 s of deit_tiny's 206 s tune on the
+    H100) while the jobs behind it end sooner, and capture waited for it with them ready (DistilBERT: 7 candidates,
+    43 s of capture, built after it). Asked at every step, so a job that ends meanwhile is taken in its turn; a
+    candidate that compiles nothing ahead, or whose job failed, is ready."""
     pending, said = list(order), set()
     while pending:
         first = pending[0]
-        if candidates[first].reference and not ready(first):
+        if not ready(first):
             rest = pending[1:]
-            later = next((n for n in rest if ready(n)), None) or next((n for n in rest if not candidates[n].reference),
-                                                                       None)
+            later = next((n for n in rest if ready(n)), None)
+            if later is None and candidates[first].reference:
+                later = next((n for n in rest if not candidates[n].reference), None)
             if later is not None:
                 if first not in said:
                     said.add(first)

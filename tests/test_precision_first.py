@@ -65,7 +65,7 @@ def test_compile_jobs_and_capture_start_with_likely_winners_and_cheap_programs()
     assert ahead.priority(candidates["graph_inductor.bf16-weights"]) < ahead.priority(candidates["graph_inductor"])
 
 
-def test_capture_builds_what_is_ready_while_a_reference_peers_worker_still_compiles():
+def test_capture_builds_what_is_ready_while_a_worker_still_compiles_and_a_reference_peer_after_the_rest():
     """The user's max-autotune compile takes minutes: capture builds the later candidates whose jobs are done (or who
     compile nothing) first, then waits for the others that are no reference, and builds the reference after them
     unless its job ends before; the order is unchanged where every job is done."""
@@ -88,6 +88,10 @@ def test_capture_builds_what_is_ready_while_a_reference_peers_worker_still_compi
     # nothing ready: the references wait behind the rest, in their order
     assert list(capture_sequence(names, candidates, lambda n: False)) == [
         "inductor.bf16-weights", "inductor.bf16", "graph_inductor.bf16", "reference_max_autotune.bf16-weights",
+        "reference.bf16"]
+    # a likely winner still compiling lets a later one whose job is done go first, then is waited for
+    assert list(capture_sequence(names, candidates, {"inductor.bf16", "graph_inductor.bf16"}.__contains__)) == [
+        "inductor.bf16", "graph_inductor.bf16", "inductor.bf16-weights", "reference_max_autotune.bf16-weights",
         "reference.bf16"]
 
 
