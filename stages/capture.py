@@ -3,8 +3,9 @@
 A backend that is unsupported on the device is recorded as skipped; one that fails to build,
 crashes or does not match eager is recorded as failed with its reason. Either way it is excluded
 and the run goes on. A resumed run keeps the earlier run's failed and skipped outcomes, and
-rebuilds the others (compiled code does not outlive its process). Where eager's output cannot tell right from wrong on any input tried, the
-backend is recorded as unverified, and profiled and routed only with ``validate.allow_unverified=true``.
+rebuilds the others (compiled code does not outlive its process). Where eager's output cannot tell right from wrong
+on any input tried, the backend is recorded as unverified, and profiled and routed only with
+``validate.allow_unverified=true``.
 
 Where lengths are tuned (``model.seq_lens``, :mod:`pipeline.seqlen`), every check runs at every (batch size,
 length) cell, and padding is proved per backend (``pipeline.measure.padding``): calls at untuned lengths,
@@ -294,8 +295,9 @@ def budget_skip(ctx: RunContext, candidate: Candidate) -> Optional[str]:
 def precision_skip(screened: Mapping[str, str], candidate: Candidate) -> Optional[str]:
     """Why a compiling ``candidate`` is not built after the precision-first screen (:func:`precision_first`)."""
     why = screened.get(candidate.numerics) if candidate.compiles else None
-    return (f"not built: precision screen: {why}; its Inductor program would have to gain more over {candidate.numerics}'s "
-            f"own kernels than the margin (profile.precision_screen=false builds it)") if why else None
+    return (f"not built: precision screen: {why}; its Inductor program would have to gain more over "
+            f"{candidate.numerics}'s own kernels than the margin (profile.precision_screen=false builds it)"
+            ) if why else None
 
 
 def over_budget(ctx: RunContext, name: str, waited: float = 0.0) -> Optional[str]:

@@ -132,7 +132,8 @@ def test_a_spent_budget_skips_the_candidates_not_built_and_profiles_one_pass_and
     ctx = run(compose_config([*TINY, "backends=[eager,inductor]", "compile_cache.workers=0", "tune.budget_s=0.001"]),
               tmp_path / "run")
     assert ctx.outcomes["eager"].status == "ok"  # the baseline is always built
-    assert ctx.outcomes["inductor"].status == "skipped" and "tune.budget_s=0.001 spent" in ctx.outcomes["inductor"].reason
+    inductor = ctx.outcomes["inductor"]
+    assert inductor.status == "skipped" and "tune.budget_s=0.001 spent" in inductor.reason
     budget = json.loads((tmp_path / "run" / "route.json").read_text())["budget"]
     assert budget["budget_s"] == 0.001 and set(budget["skipped"]) == {"inductor", "reference_max_autotune"}  # the
     # references are capped like the others (inductor plays the default-mode one)
