@@ -380,13 +380,17 @@ class CompileAhead:
     def __init__(self, jobs: Dict[str, str], queue: Optional[JobQueue] = None,
                  directory: Optional[Path] = None) -> None:
         self.jobs, self.queue = jobs, queue
-        self.workers = list(queue.workers) if queue else []
         self.directory = directory  # private to the run (its setup file; standalone programs are loaded from here)
         self.seen: Dict[str, Dict[str, Any]] = {}
         self.given_up: Set[str] = set()  # jobs not to be waited for: failed, or dropped
         self.counted: Set[str] = set()  # the jobs whose compiled programs a built candidate already carries
         self.setup_s = 0.0  # the run's seconds starting the workers (the model written for them, the processes)
         self.close_s = 0.0  # and stopping them
+
+    @property
+    def workers(self) -> List[Worker]:
+        """The queue's workers (none once closed)."""
+        return self.queue.workers if self.queue else []
 
     def queued(self, runner: str) -> bool:
         """Whether ``runner``'s job is the workers' to answer (not given up)."""
@@ -479,16 +483,15 @@ class CompileAhead:
     def close(self) -> None:
         """Stop every worker now, running jobs too: the profile must not time beside a compile. Says which jobs were
         never started because their candidates were dropped first (the precision screen, the tune's budget)."""
-        cancelled = self.queue.cancelled if self.queue else []
-        if self.queue:
-            with self.queue.lock:
-                self.queue.pending = []  # a worker stopped below hands nothing more to the others
-        if cancelled:
-            log.info("compile ahead: %d job(s) never started, their candidates dropped first: %s", len(cancelled),
-                     ", ".join(cancelled))
-        for worker in self.workers:
+        if self.queue is None:
+            return
+        with self.queue.lock:  # taken out of the queue first: a worker stopped below hands nothing to the others
+            workers, self.queue.workers, self.queue.pending = self.queue.workers, [], []
+        if self.queue.cancelled:
+            log.info("compile ahead: %d job(s) never started, their candidates dropped first: %s",
+                     len(self.queue.cancelled), ", ".join(self.queue.cancelled))
+        for worker in workers:
             worker.stop()
-        self.workers = []
 
 
 def main_module_classes(setup: Path) -> List[str]:
