@@ -163,8 +163,8 @@ def time_all(args: argparse.Namespace, out: Path) -> None:
 
 
 def child_arguments(args: argparse.Namespace) -> List[str]:
-    return ["--model", args.model, "--batch", str(args.batch), "--size", str(args.size), "--device", args.device,
-            "--rounds", str(args.rounds), "--repeats", str(args.repeats)]
+    """The program's shape, which both child phases need (the timing child is given ``--repeats`` beside it)."""
+    return ["--model", args.model, "--batch", str(args.batch), "--size", str(args.size), "--device", args.device]
 
 
 def main() -> None:
@@ -187,7 +187,8 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     programs = phase_one(args, out)
     (out / "programs.json").write_text(json.dumps(programs))
-    timing = subprocess.run([sys.executable, __file__, "time", str(out), *child_arguments(args)],
+    timing = subprocess.run([sys.executable, __file__, "time", str(out), *child_arguments(args),
+                             "--repeats", str(args.repeats)],
                             capture_output=True, text=True)
     if timing.returncode:
         raise SystemExit(f"timing failed: {timing.stderr[-2000:]}")
