@@ -265,9 +265,10 @@ def autotuning_reference_said(ctx: RunContext, names: List[str]) -> None:
     tuning = [n for n in names if ctx.candidates[n].reference == "max-autotune"]
     if tuning:
         first = reference.default_modes(ctx.device.type)[0]
-        log.info("capture: %s play your torch.compile(mode=\"max-autotune\"), a default reference: it benchmarks "
+        log.info("capture: %s %s your torch.compile(mode=\"max-autotune\"), a default reference: it benchmarks "
                  "Inductor's templates for every matrix multiply and convolution at each tuned size, minutes on a "
-                 "convolution net; reference_modes=[%s] leaves it out", ", ".join(tuning), first)
+                 "convolution net; reference_modes=[%s] leaves it out", ", ".join(tuning),
+                 "plays" if len(tuning) == 1 else "play", first)
 
 
 def budget_skip(ctx: RunContext, candidate: Candidate) -> Optional[str]:

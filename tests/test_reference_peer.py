@@ -252,7 +252,7 @@ def test_a_reference_the_budget_left_unbuilt_is_said_plainly(runs):
 
 def test_the_default_max_autotune_reference_is_named_with_what_leaves_it_out(runs):
     tmp, _ = runs
-    said = "play your torch.compile(mode=\"max-autotune\"), a default reference"
+    said = "capture: reference_max_autotune plays your torch.compile(mode=\"max-autotune\"), a default reference"
     log = (tmp / "with" / "tweakpipe.log").read_text()
     assert said in log and "reference_modes=[default] leaves it out" in log
     assert said not in (tmp / "without" / "tweakpipe.log").read_text()
