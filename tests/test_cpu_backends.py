@@ -113,6 +113,16 @@ def test_a_checkpoint_rebuilds_both_runtimes_from_the_weights_alone(tuned, tmp_p
         pipeline.load(tmp_path / "edited.tweak", model)
 
 
+def test_onnx_runtime_builds_without_a_warning_on_stderr(tmp_path, capfd):
+    """Its graph is saved optimised (the checkpoint's artifacts, bound to this CPU), and ONNX Runtime warned about it
+    in native code on every run's stderr, in colour, between the run's own lines."""
+    ctx = run(compose_config([*TINY, "backends=[eager,onnxruntime]", "stages=[capture]", "reference=false"]), tmp_path)
+    assert ctx.outcomes["onnxruntime"].status == "ok", ctx.outcomes["onnxruntime"].reason
+    assert ctx.backends["onnxruntime"].serialized()
+    err = capfd.readouterr().err
+    assert "onnxruntime" not in err and "Serializing optimized model" not in err, err[-2000:]
+
+
 def test_a_multi_input_model_with_a_dict_output_comes_back_by_field(tmp_path):
     cfg = compose_config(["model=hf", "model.hf.model_class=BertModel", "model.hf.seq_len=16",
                           "+model.hf.config={hidden_size: 32, intermediate_size: 64, num_hidden_layers: 1, "

@@ -126,6 +126,10 @@ class OnnxRuntimeBackend(ExportedBackend):
             path = os.path.join(folder, "model.onnx")
             torch.onnx.export(program, (), dynamo=True, input_names=list(sample), verbose=False).save(path)
             options.optimized_model_filepath = os.path.join(folder, "optimized.onnx")
+            # errors only: saving the optimised graph makes ONNX Runtime warn on stderr, in every run, that its
+            # NCHWc layout may hold this CPU's block size; the checkpoint's artifacts are bound to this CPU's
+            # instruction-set flags (pipeline.compile.artifacts.built_for), and another CPU rebuilds the backend
+            options.log_severity_level = 3
             session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
             with open(options.optimized_model_filepath, "rb") as f:
                 self.optimized = f.read()
