@@ -249,7 +249,7 @@ class Worker:
         if self.stalled(now):
             self.gone = (f"worker {self.index} made no progress for {STALL_S:.0f} s (its processes used no "
                          f"CPU: stopped or deadlocked)")
-        elif self.running is not None and now - self.since > self.job_timeout_s:
+        elif now - self.since > self.job_timeout_s:
             self.timed_out = self.running
             self.gone = (f"worker {self.index} ran {self.running}'s job past "
                          f"compile_cache.job_timeout_s={self.job_timeout_s:g} s")
@@ -319,12 +319,16 @@ class JobQueue:
         """Whether ``name`` is a job of this queue still queued or taken (not one cancelled, nor none)."""
         return name in self.taken or any(c.name == name for c in self.pending)
 
+    def untakeable(self, name: str) -> bool:
+        """Whether no worker left may take job ``name`` (the caller holds ``lock``)."""
+        return not any(self.may_take(w, name) for w in self.workers)
+
     def answered(self, name: str) -> bool:
         """Whether :meth:`result` for ``name`` would return at once (the caller holds ``lock``)."""
         worker = self.taken.get(name)
         if worker is not None:
             return name in worker.results or bool(worker.gone)
-        return not any(self.may_take(w, name) for w in self.workers)
+        return self.untakeable(name)
 
     def result(self, name: str, deadline: Optional[float] = None) -> Optional[Dict[str, Any]]:
         """Wait for ``name``'s answer until ``deadline`` (``time.monotonic``; None: as long as it takes), then None
@@ -338,7 +342,7 @@ class JobQueue:
                     break
                 if worker is not None and worker.gone:
                     raise JobLost(worker.gone, worker.timed_out == name)
-                if worker is None and not any(self.may_take(w, name) for w in self.workers):
+                if worker is None and self.untakeable(name):
                     gone = "; ".join(w.gone for w in self.workers if w.gone) or "none started"
                     raise JobLost(f"no compile worker left to take it ({gone})")
                 now = time.monotonic()
